@@ -1,0 +1,111 @@
+"""Recipe dataclasses: the fields a recipe may set, beyond TRL's own ``GRPOConfig``/``DPOConfig`` and
+``ModelConfig``.
+
+A recipe is a flat YAML file whose keys map one-to-one onto these dataclasses (see
+:func:`finetune.recipe.parse_recipe`). Only what TRL does not already have is added here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import GRPOConfig, ModelConfig
+
+from veritune.errors import UserError
+
+
+@dataclass
+class VeritunModelConfig(ModelConfig):
+    """TRL's ``ModelConfig`` plus the switch that keeps LoRA adapters off the vision tower."""
+
+    lora_language_model_only: bool = field(
+        default=True,
+        metadata={
+            "help": "Restrict `lora_target_modules` to the language model. A plain suffix match such as `q_proj` "
+            "also hits vision-tower modules in several VLM families; this keeps adapters on the LLM only."
+        },
+    )
+
+
+@dataclass
+class ScriptArguments:
+    """Data, logging and evaluation settings shared by every entry script."""
+
+    dataset_path: str | None = field(default=None, metadata={"help": "Training data file or directory."})
+    image_root: str | None = field(
+        default=None, metadata={"help": "Directory the dataset's relative image paths are resolved against."}
+    )
+    max_pixels: int = field(
+        default=1280 * 28 * 28,
+        metadata={"help": "Images with more pixels are resized down (aspect ratio kept) before the processor."},
+    )
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training examples (for smoke runs)."}
+    )
+    skip_bad_examples: bool = field(
+        default=False,
+        metadata={"help": "Drop rows whose image is missing or unreadable instead of stopping before training."},
+    )
+    accelerate_config: str | None = field(
+        default=None,
+        metadata={"help": "The accelerate config this recipe is meant for (read by the Slurm scripts)."},
+    )
+    wandb_project: str | None = field(default=None, metadata={"help": "W&B project (else WANDB_PROJECT)."})
+    wandb_group: str | None = field(default=None, metadata={"help": "W&B run group."})
+    wandb_tags: list[str] = field(default_factory=list, metadata={"help": "W&B run tags."})
+    # Eval hooks: rerun benchmarks on every saved checkpoint.
+    eval_benchmarks: list[str] = field(
+        default_factory=list, metadata={"help": "Benchmarks to run after each checkpoint save (e.g. oric_bench)."}
+    )
+    eval_on_save: bool = field(default=False, metadata={"help": "Evaluate each checkpoint as it is saved."})
+    eval_data_root: str | None = field(
+        default=None, metadata={"help": "Directory holding the benchmarks' files (see docs/DATA_FORMATS.md)."}
+    )
+    eval_limit: int | None = field(
+        default=None, metadata={"help": "Evaluate at most N items per benchmark (quick hooks)."}
+    )
+    eval_batch_size: int = field(default=8, metadata={"help": "Batch size of the eval hooks' generation."})
+
+
+@dataclass
+class GRPOScriptArguments(ScriptArguments):
+    """GRPO Visual-RFT on ORIC-format yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5)."""
+
+    prompt_template: str = field(
+        default="oric_r1",
+        metadata={
+            "help": "How each question is wrapped: a key of `finetune.oric_data.PROMPT_TEMPLATES` "
+            "(`oric_r1` is the R1-style prompt of ORIC Fig. 11) or a literal template containing `{question}`."
+        },
+    )
+    max_prompt_length: int | None = field(
+        default=1024,
+        metadata={"help": "Drop prompts longer than this many tokens, image tokens included (TRL no longer does)."},
+    )
+    reward_funcs: list[str] = field(
+        default_factory=lambda: ["accuracy", "format"],
+        metadata={"help": "Reward names from `rewards.REWARD_FUNCS` or dotted paths `pkg.module.func`."},
+    )
+
+    def __post_init__(self) -> None:
+        if not self.reward_funcs:
+            raise UserError("reward_funcs: at least one reward function is required")
+        if self.max_pixels <= 0:
+            raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
+
+
+@dataclass
+class VeritunGRPOConfig(GRPOConfig):
+    """TRL's ``GRPOConfig``, whose batch-size check names the numbers to change."""
+
+    def __post_init__(self) -> None:
+        try:
+            super().__post_init__()
+        except ValueError as err:
+            if "divisible by num_generations" not in str(err):
+                raise
+            raise UserError(
+                f"{err} The generation batch is per_device_train_batch_size ({self.per_device_train_batch_size}) "
+                f"x processes ({self.world_size}) x steps_per_generation ({self.steps_per_generation}); change one "
+                f"of them, or num_generations ({self.num_generations}), so that it is a multiple of num_generations"
+            ) from None

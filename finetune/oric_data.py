@@ -1,0 +1,210 @@
+"""ORIC-format training data for GRPO: load, validate, wrap in the R1-style prompt, filter, resize.
+
+Input is the official ORIC release format (``dataset/oric_train.json`` of the public ORIC repository, and
+what ``veritune build oric`` writes): a JSON list of ``{id, image, target_object, problem, solution}``
+with ``image`` relative to an image root. ``problem`` is one prompt (training file) or the list of four
+paraphrases (benchmark file, of which the first is used); ``solution`` is ``yes``/``no`` or
+``<SOLUTION>yes</SOLUTION>``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from PIL import Image
+from tqdm import tqdm
+from trl.data_utils import prepare_multimodal_messages
+
+from rewards.graders import normalize_yes_no_label
+from veritune.errors import UserError
+from veritune.io import read_json
+
+REQUIRED_FIELDS = ("id", "image", "target_object", "problem", "solution")
+
+# The R1-style instruction of ORIC Fig. 11 (the official training file carries it verbatim, so a model
+# trained here sees exactly the prompts of the released data).
+ORIC_R1_INSTRUCTION = (
+    "Please first provide your reasoning or working out on how you would go about solving the question between "
+    "<REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>."
+)
+
+PROMPT_TEMPLATES: dict[str, str] = {
+    "oric_r1": "{question} " + ORIC_R1_INSTRUCTION,
+    "plain": "{question}",
+}
+
+
+@dataclass
+class DataReport:
+    """What preparing the training data kept and dropped, and why."""
+
+    total: int = 0
+    kept: int = 0
+    dropped_bad_image: list[str] = field(default_factory=list)
+    dropped_too_long: int = 0
+
+    def summary(self) -> str:
+        return (
+            f"{self.kept}/{self.total} examples kept; {len(self.dropped_bad_image)} dropped for missing or unreadable "
+            f"images; {self.dropped_too_long} dropped as longer than max_prompt_length"
+        )
+
+
+def resolve_template(template: str) -> str:
+    """A template key of :data:`PROMPT_TEMPLATES` or a literal template containing ``{question}``."""
+    if template in PROMPT_TEMPLATES:
+        return PROMPT_TEMPLATES[template]
+    if "{question}" not in template:
+        raise UserError(
+            f"prompt_template: {template!r} is neither a known template ({', '.join(PROMPT_TEMPLATES)}) "
+            "nor a string containing {question}"
+        )
+    return template
+
+
+def question_from_problem(problem: str | list[str]) -> str:
+    """The bare question of an ORIC ``problem``: the first paraphrase of a list, and for a training
+    prompt the text up to its first question mark (the R1 instruction is re-applied by the template)."""
+    text = problem[0] if isinstance(problem, list) else problem
+    head, mark, _ = text.partition("?")
+    return (head + mark).strip() if mark else text.strip()
+
+
+def load_oric_records(path: str | Path) -> list[dict[str, Any]]:
+    """Load and validate an ORIC-format file; every error names the file and the row."""
+    data = read_json(path, what="dataset file")
+    if not isinstance(data, list):
+        raise UserError(f"{path}: expected a JSON list of {{{', '.join(REQUIRED_FIELDS)}}} records")
+    records = []
+    for row, item in enumerate(data):
+        where = f"{path}: row {row}"
+        if not isinstance(item, dict):
+            raise UserError(f"{where}: expected an object with fields {', '.join(REQUIRED_FIELDS)}")
+        missing = [name for name in REQUIRED_FIELDS if name not in item]
+        if missing:
+            raise UserError(f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}'")
+        label = normalize_yes_no_label(item["solution"])
+        if label is None:
+            raise UserError(f"{where} (id {item['id']}): solution {item['solution']!r} is not yes or no")
+        problem = item["problem"]
+        if not (isinstance(problem, str) or (isinstance(problem, list) and problem and isinstance(problem[0], str))):
+            raise UserError(f"{where} (id {item['id']}): problem must be a string or a list of strings")
+        if not isinstance(item["image"], str) or not item["image"]:
+            raise UserError(f"{where} (id {item['id']}): image must be a relative path string")
+        records.append({**item, "solution": label, "question": question_from_problem(problem)})
+    return records
+
+
+def _image_problem(path: Path) -> str | None:
+    if not path.is_file():
+        return "missing"
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except Exception as err:  # noqa: BLE001 - any decoder failure means the image is unusable
+        return f"unreadable ({type(err).__name__})"
+    return None
+
+
+def load_image(path: str | Path, max_pixels: int) -> Image.Image:
+    """Open an image as RGB, scaled down (aspect kept) so that width × height <= ``max_pixels``."""
+    with Image.open(path) as raw:
+        image = raw.convert("RGB")
+    width, height = image.size
+    if width * height > max_pixels:
+        scale = math.sqrt(max_pixels / (width * height))
+        image = image.resize((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.BICUBIC)
+    return image
+
+
+def build_prompt(question: str, template: str) -> list[dict[str, Any]]:
+    """A one-turn conversational prompt holding the templated question. TRL's GRPOTrainer puts the
+    row's ``image`` before the text of the first user turn."""
+    return [{"role": "user", "content": template.format(question=question)}]
+
+
+def prompt_length(processor: Any, prompt: list[dict[str, Any]], image: Image.Image) -> int:
+    """Number of prompt tokens the model sees, image tokens included (rendered as TRL renders it)."""
+    messages = prepare_multimodal_messages(prompt, [image])
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return int(processor(text=[text], images=[image], return_tensors="pt")["input_ids"].shape[1])
+
+
+def get_oric_dataset(
+    path: str | Path,
+    image_root: str | Path | None,
+    *,
+    processor: Any | None = None,
+    template: str = "oric_r1",
+    max_pixels: int = 1280 * 28 * 28,
+    max_prompt_length: int | None = 1024,
+    skip_bad_examples: bool = False,
+    max_samples: int | None = None,
+) -> tuple[Dataset, DataReport]:
+    """Prepare an ORIC-format file for TRL's GRPOTrainer.
+
+    Every image is opened before training starts: missing or unreadable ones stop with an error that
+    lists the first bad rows and the count, unless ``skip_bad_examples`` drops them. Prompts longer than
+    ``max_prompt_length`` tokens (image tokens included; needs ``processor``) are dropped and counted.
+
+    Returns:
+        A dataset with columns ``prompt`` (conversational), ``solution`` (``yes``/``no``), ``id``,
+        ``target_object``, ``image_path``, whose rows also carry the resized PIL ``image`` (added on access,
+        so images are decoded lazily), and a :class:`DataReport`.
+    """
+    path = Path(path)
+    root = Path(image_root) if image_root else path.parent
+    records = load_oric_records(path)
+    if max_samples is not None:
+        records = records[:max_samples]
+    template_text = resolve_template(template)
+    report = DataReport(total=len(records))
+
+    bad: list[str] = []
+    rows = []
+    for row, record in enumerate(tqdm(records, desc="checking images", unit="img", disable=len(records) < 200)):
+        image_path = root / record["image"]
+        problem = _image_problem(image_path)
+        if problem:
+            bad.append(f"row {row} (id {record['id']}): {image_path} {problem}")
+            continue
+        rows.append(
+            {
+                "prompt": build_prompt(record["question"], template_text),
+                "solution": record["solution"],
+                "id": str(record["id"]),
+                "target_object": str(record["target_object"]),
+                "image_path": str(image_path),
+            }
+        )
+    if bad and not skip_bad_examples:
+        shown = "; ".join(bad[:3])
+        raise UserError(
+            f"{path}: {len(bad)} example(s) with missing or unreadable images, first: {shown} "
+            "(fix the image_root or set skip_bad_examples: true)"
+        )
+    report.dropped_bad_image = bad
+
+    if max_prompt_length is not None and processor is not None:
+        kept = []
+        for row in tqdm(rows, desc="measuring prompts", unit="prompt", disable=len(rows) < 200):
+            image = load_image(row["image_path"], max_pixels)
+            if prompt_length(processor, row["prompt"], image) <= max_prompt_length:
+                kept.append(row)
+        report.dropped_too_long = len(rows) - len(kept)
+        rows = kept
+    report.kept = len(rows)
+    if not rows:
+        raise UserError(f"{path}: no usable training examples ({report.summary()})")
+
+    def attach_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        batch["image"] = [load_image(p, max_pixels) for p in batch["image_path"]]
+        return batch
+
+    dataset = Dataset.from_list(rows)
+    dataset.set_transform(attach_images)
+    return dataset, report

@@ -1,0 +1,176 @@
+"""Answer graders: the one place where a model's answer text is turned into a label.
+
+Both the training rewards (``rewards/``) and the benchmark scorers (``eval_hooks/``) call these
+functions, so a "yes" means the same thing during GRPO as it does on ORIC-Bench or POPE.
+
+Every function here is total: whatever it is given (None, numbers, megabyte strings, unbalanced tags)
+it returns a value and never raises.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+YesNo = Literal["yes", "no"]
+
+# Scanning megabyte-long completions with regular expressions is cheap, but there is no reason to look
+# beyond what a model could sensibly emit as an answer.
+_MAX_SCAN_CHARS = 200_000
+
+_SOLUTION_BLOCK = re.compile(r"<SOLUTION>(.*?)</SOLUTION>", re.DOTALL | re.IGNORECASE)
+_SOLUTION_TAG = re.compile(r"</?SOLUTION>", re.IGNORECASE)
+_REASONING_THEN_SOLUTION = re.compile(
+    r"\A\s*<REASONING>(?P<reasoning>.*?)</REASONING>\s*<SOLUTION>(?P<solution>.*?)</SOLUTION>\s*\Z",
+    re.DOTALL,
+)
+_ANY_TAG = re.compile(r"</?(?:REASONING|SOLUTION)>")
+_STRICT_YES_NO = re.compile(r"\A\s*(yes|no)\s*\.?\s*\Z", re.IGNORECASE)
+_WORDS = re.compile(r"[a-z']+")
+
+
+def completion_text(completion: Any) -> str | None:
+    """Return the text of one completion, conversational or plain; None when it holds no text.
+
+    TRL passes conversational completions as ``[{"role": "assistant", "content": ...}]``, where the
+    content may itself be a string or a list of typed parts (``{"type": "text", "text": ...}``).
+
+    >>> completion_text([{"role": "assistant", "content": "yes"}])
+    'yes'
+    >>> completion_text("no") is None
+    False
+    """
+    try:
+        if isinstance(completion, str):
+            return completion
+        if isinstance(completion, dict):
+            return _content_text(completion.get("content"))
+        if isinstance(completion, (list, tuple)):
+            # The last assistant turn holds what the model generated.
+            for message in reversed(completion):
+                if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+                    return _content_text(message.get("content"))
+        return None
+    except Exception:  # noqa: BLE001 - a grader never raises
+        return None
+
+
+def _content_text(content: Any) -> str | None:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)):
+        parts = [p.get("text") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)]
+        return "".join(parts) if parts else None
+    return None
+
+
+def solution_blocks(text: str) -> list[str]:
+    """Return the contents of every ``<SOLUTION>...</SOLUTION>`` block in ``text`` (tags any case)."""
+    return _SOLUTION_BLOCK.findall(text[:_MAX_SCAN_CHARS])
+
+
+def normalize_yes_no_label(solution: Any) -> YesNo | None:
+    """Read a ground-truth label: ``yes``, ``no`` or the ORIC release form ``<SOLUTION>yes</SOLUTION>``.
+
+    >>> normalize_yes_no_label("<SOLUTION>Yes</SOLUTION>")
+    'yes'
+    >>> normalize_yes_no_label("maybe") is None
+    True
+    """
+    if isinstance(solution, bool):
+        return "yes" if solution else "no"
+    if not isinstance(solution, str):
+        return None
+    blocks = solution_blocks(solution)
+    if len(blocks) == 1:
+        return strict_yes_no(blocks[0])
+    if blocks:
+        return None
+    return strict_yes_no(solution)
+
+
+def strict_yes_no(text: Any) -> YesNo | None:
+    """Return ``yes``/``no`` when ``text`` is exactly that one word (case, whitespace and one trailing
+    period tolerated); None for anything else, including "yes or no".
+
+    >>> strict_yes_no(" Yes. ")
+    'yes'
+    >>> strict_yes_no("yes or no") is None
+    True
+    """
+    if not isinstance(text, str) or len(text) > 64:
+        return None
+    match = _STRICT_YES_NO.match(text)
+    return match.group(1).lower() if match else None  # type: ignore[return-value]
+
+
+def grade_tagged_yes_no(completion: Any) -> YesNo | None:
+    """The answer of an R1-style completion: the yes/no inside its single ``<SOLUTION>`` block.
+
+    None when there is no block, more than one, an empty one, or anything but one yes/no word in it.
+    """
+    text = completion_text(completion)
+    if text is None:
+        return None
+    blocks = solution_blocks(text)
+    if len(blocks) != 1:
+        return None
+    return strict_yes_no(blocks[0])
+
+
+def has_reasoning_solution_format(completion: Any) -> bool:
+    """True when the completion is exactly one non-empty ``<REASONING>`` block followed by exactly one
+    ``<SOLUTION>`` block, with nothing but whitespace around them."""
+    text = completion_text(completion)
+    if text is None or len(text) > _MAX_SCAN_CHARS:
+        return False
+    match = _REASONING_THEN_SOLUTION.match(text)
+    if match is None:
+        return False
+    reasoning, solution = match.group("reasoning"), match.group("solution")
+    if not reasoning.strip():
+        return False
+    # A nested or repeated tag inside either block means the layout is not "exactly one of each".
+    return not (_ANY_TAG.search(reasoning) or _ANY_TAG.search(solution))
+
+
+def extract_yes_no(text: Any) -> YesNo | None:
+    """Free-form yes/no extraction for benchmark answers ("Yes, there is a cat." -> yes).
+
+    Rules, in order: an R1-style ``<SOLUTION>`` block if present; the first word if it is yes/no; else
+    the answer is yes/no when exactly one of the words "yes" and "no" occurs. None when unresolved.
+
+    >>> extract_yes_no("No, there is not.")
+    'no'
+    >>> extract_yes_no("I cannot tell") is None
+    True
+    """
+    text = completion_text(text)
+    if text is None:
+        return None
+    text = text[:_MAX_SCAN_CHARS]
+    blocks = solution_blocks(text)
+    if len(blocks) == 1:
+        return extract_yes_no(_SOLUTION_TAG.sub("", blocks[0]))
+    words = _WORDS.findall(text.lower())
+    if not words:
+        return None
+    if words[0] in ("yes", "no"):
+        return words[0]  # type: ignore[return-value]
+    has_yes, has_no = "yes" in words, "no" in words
+    if has_yes != has_no:
+        return "yes" if has_yes else "no"
+    return None
+
+
+def pope_yes_no(text: Any) -> YesNo:
+    """POPE's official parsing rule: keep the text before the first period, drop commas, split into
+    words; the answer is "no" when a word is "No", "not" or "no", otherwise "yes".
+
+    Unlike :func:`extract_yes_no` this never abstains: POPE counts every unparsable answer as "yes".
+    """
+    text = completion_text(text) or ""
+    first_sentence = text[:_MAX_SCAN_CHARS].split(".")[0].replace(",", "")
+    words = first_sentence.split()
+    return "no" if any(w in ("No", "not", "no") for w in words) else "yes"
+

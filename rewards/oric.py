@@ -1,0 +1,49 @@
+"""Verifiable rewards for ORIC Visual-RFT (seed ``oric_visual_rft.txt``, Sec. 5).
+
+Each sample's reward is ``accuracy + format`` with both weights 1, as in the paper. The answer is
+parsed by :mod:`rewards.graders`, the same grader the ORIC-Bench and POPE scorers use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rewards.graders import grade_tagged_yes_no, has_reasoning_solution_format, normalize_yes_no_label
+
+
+def accuracy_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> list[float | None]:
+    """1.0 when the single ``<SOLUTION>`` block holds the one yes/no word equal to ``solution``.
+
+    Args:
+        completions: generated completions, conversational (``[{"role": "assistant", "content": ...}]``)
+            or plain strings.
+        solution: the ground truth per completion: ``yes``, ``no`` or ``<SOLUTION>yes</SOLUTION>``.
+
+    Returns:
+        One float per completion: 1.0 for a correct answer, 0.0 for anything else (no block, several
+        blocks, an empty block, "yes or no", other text). None where the ground truth is not yes/no,
+        so the sample is not rewarded on a label it cannot verify.
+
+    Example:
+        >>> accuracy_reward(["<REASONING>a cat</REASONING><SOLUTION> Yes. </SOLUTION>"], ["yes"])
+        [1.0]
+    """
+    rewards: list[float | None] = []
+    for completion, truth in zip(completions, solution, strict=False):
+        label = normalize_yes_no_label(truth)
+        if label is None:
+            rewards.append(None)
+            continue
+        rewards.append(1.0 if grade_tagged_yes_no(completion) == label else 0.0)
+    return rewards
+
+
+def format_reward(completions: list[Any], **kwargs: Any) -> list[float | None]:
+    """1.0 when the completion is exactly ``<REASONING>...</REASONING>`` (non-empty) followed by exactly
+    one ``<SOLUTION>...</SOLUTION>``, with nothing but whitespace around them; else 0.0.
+
+    Example:
+        >>> format_reward([[{"role": "assistant", "content": "<REASONING>x</REASONING> <SOLUTION>no</SOLUTION>"}]])
+        [1.0]
+    """
+    return [1.0 if has_reasoning_solution_format(c) else 0.0 for c in completions]

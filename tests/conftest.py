@@ -1,0 +1,76 @@
+"""Session-wide fixtures: tiny offline models and small ORIC-format data, built once per test run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SHARED_BENCHMARKS = REPO_ROOT.parent / "shared" / "benchmarks"
+
+# Keep every test offline and quiet.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-initialised Qwen3-VL checkpoint directory."""
+    from veritune.tiny_models import build_tiny_model
+
+    return build_tiny_model("qwen3vl", tmp_path_factory.mktemp("tiny-qwen3vl"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen25vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random-initialised Qwen2.5-VL checkpoint directory."""
+    from veritune.tiny_models import build_tiny_model
+
+    return build_tiny_model("qwen25vl", tmp_path_factory.mktemp("tiny-qwen25vl"), seed=0)
+
+
+def write_oric_fixture(root: Path, num_items: int = 8, seed: int = 0) -> tuple[Path, Path]:
+    """Write ``num_items`` drawn images and an ORIC training file in the official release layout.
+
+    Returns ``(oric_train.json, image_root)``.
+    """
+    rng = random.Random(seed)
+    image_root = root / "images"
+    image_root.mkdir(parents=True, exist_ok=True)
+    objects = ["cat", "umbrella", "apple", "dog"]
+    records = []
+    for index in range(num_items):
+        name = f"COCO_train2014_{index:012d}.jpg"
+        image = Image.new("RGB", (96, 80), tuple(rng.randrange(256) for _ in range(3)))
+        draw = ImageDraw.Draw(image)
+        draw.rectangle([10, 10, 50, 40], fill=tuple(rng.randrange(256) for _ in range(3)))
+        image.save(image_root / name, quality=90)
+        target = objects[index % len(objects)]
+        article = "an" if target[0] in "aeiou" else "a"
+        records.append(
+            {
+                "id": index + 1,
+                "image": name,
+                "target_object": target,
+                "problem": f"Is there {article} {target} in the image? Please first provide your reasoning or working "
+                "out on how you would go about solving the question between <REASONING> and </REASONING> and then "
+                "your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>.",
+                "solution": "<SOLUTION>yes</SOLUTION>" if index % 2 == 0 else "<SOLUTION>no</SOLUTION>",
+            }
+        )
+    path = root / "oric_train.json"
+    path.write_text(json.dumps(records, indent=2))
+    return path, image_root
+
+
+@pytest.fixture()
+def oric_fixture(tmp_path: Path) -> tuple[Path, Path]:
+    """A small ORIC-format training file and its image root."""
+    return write_oric_fixture(tmp_path / "oric")

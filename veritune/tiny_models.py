@@ -1,0 +1,354 @@
+"""Tiny random-initialised VLM checkpoints, built offline, that load like hub models.
+
+No weights can be downloaded on CI machines, so the demo and the tests train and evaluate tiny models
+built here from a config: a few-layer Qwen3-VL (or Qwen2.5-VL, to prove nothing is Qwen3-specific), a
+byte-level BPE tokenizer trained locally with the ``tokenizers`` library that carries the family's real
+special tokens, a chat template that renders conversations the way the real one does, and the real
+image and video processors. The result is a directory that ``AutoModelForImageTextToText`` and
+``AutoProcessor`` load with ``from_pretrained(dir)``.
+
+    veritune tiny-model --family qwen3vl --out outputs/tiny-qwen3vl
+
+Everything is deterministic given the seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from veritune.errors import UserError
+
+# The special tokens of the Qwen2-VL / Qwen2.5-VL / Qwen3-VL tokenizers, in their release order.
+QWEN_SPECIAL_TOKENS = [
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+]
+# Tokens the Qwen3 tokenizers add as ordinary (non-special) added tokens.
+QWEN3_ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+
+# A chat template that renders messages exactly as the Qwen-VL instruct templates do: ChatML turns, images
+# as <|vision_start|><|image_pad|><|vision_end|> in place, videos likewise, an optional system turn, and
+# `add_generation_prompt` opening the assistant turn. (Tool calling is not rendered: no recipe uses it.)
+QWEN_VL_CHAT_TEMPLATE = """{%- set image_count = namespace(value=0) -%}
+{%- set video_count = namespace(value=0) -%}
+{%- for message in messages -%}
+{{- '<|im_start|>' + message['role'] + '\\n' -}}
+{%- if message['content'] is string -%}
+{{- message['content'] -}}
+{%- else -%}
+{%- for part in message['content'] -%}
+{%- if part['type'] == 'image' or 'image' in part or 'image_url' in part -%}
+{%- set image_count.value = image_count.value + 1 -%}
+{%- if add_vision_id -%}{{- 'Picture ' + image_count.value|string + ': ' -}}{%- endif -%}
+{{- '<|vision_start|><|image_pad|><|vision_end|>' -}}
+{%- elif part['type'] == 'video' or 'video' in part -%}
+{%- set video_count.value = video_count.value + 1 -%}
+{%- if add_vision_id -%}{{- 'Video ' + video_count.value|string + ': ' -}}{%- endif -%}
+{{- '<|vision_start|><|video_pad|><|vision_end|>' -}}
+{%- elif 'text' in part -%}
+{{- part['text'] -}}
+{%- endif -%}
+{%- endfor -%}
+{%- endif -%}
+{{- '<|im_end|>\\n' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+{{- '<|im_start|>assistant\\n' -}}
+{%- endif -%}"""
+
+FAMILIES = ("qwen3vl", "qwen25vl")
+
+# Words the tiny tokenizer should hold as whole tokens: the prompts, tags and answers our recipes use.
+_CORPUS_SEED_TEXT = """
+Is there a cat in the image? Does the image contain an umbrella? Have you noticed a traffic light in the image?
+Can you see a dog in the image? Please first provide your reasoning or working out on how you would go about
+solving the question between <REASONING> and </REASONING> and then your final answer between <SOLUTION> and
+(put yes or no here) </SOLUTION>. <REASONING> I look at the image carefully. </REASONING> <SOLUTION> yes
+</SOLUTION> <SOLUTION> no </SOLUTION> Yes, I can see it. No, but I can see something else. Yes No yes no
+Please answer with a single capital letter (A, B, C, D, or E). A B C D E The answer is B. How many are there?
+zero one two three four five six seven eight nine ten 0 1 2 3 4 5 6 7 8 9 10
+person bicycle car motorcycle airplane bus train truck boat traffic light fire hydrant stop sign parking meter
+bench bird cat dog horse sheep cow elephant bear zebra giraffe backpack umbrella handbag tie suitcase frisbee
+skis snowboard sports ball kite baseball bat glove skateboard surfboard tennis racket bottle wine glass cup fork
+knife spoon bowl banana apple sandwich orange broccoli carrot hot dog pizza donut cake chair couch potted plant
+bed dining table toilet tv laptop mouse remote keyboard cell phone microwave oven toaster sink refrigerator book
+clock vase scissors teddy bear hair drier toothbrush red green blue yellow black white small large left right
+on top of next to under behind in front of holding wearing sitting standing a an the of and or is are with
+"""
+
+
+def build_tiny_model(
+    family: str, out_dir: str | Path, seed: int = 0, image_size: int = 64, format_warmup_steps: int = 150
+) -> Path:
+    """Build a tiny random-initialised VLM checkpoint directory and return its path.
+
+    Args:
+        family: ``"qwen3vl"`` (Qwen3-VL) or ``"qwen25vl"`` (Qwen2.5-VL).
+        out_dir: where to write ``config.json``, weights, tokenizer, processor and chat template.
+        seed: seeds the weight initialisation (the tokenizer is deterministic on its own).
+        image_size: the processors' pixel budget is set to about ``image_size``² so that images are
+            resized down to a handful of vision tokens.
+        format_warmup_steps: next-token steps on R1-style answers (``<REASONING>...</REASONING>
+            <SOLUTION>yes|no</SOLUTION>``, yes and no at random) so that GRPO starts with reward variance, as
+            an instruction-tuned model would; 0 keeps the weights purely random.
+
+    Example:
+        >>> from transformers import AutoModelForImageTextToText  # doctest: +SKIP
+        >>> model = AutoModelForImageTextToText.from_pretrained(build_tiny_model("qwen3vl", "tiny"))  # doctest: +SKIP
+    """
+    if family not in FAMILIES:
+        raise UserError(f"unknown tiny model family {family!r}; choose one of: {', '.join(FAMILIES)}")
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = _build_tokenizer(family)
+    config = _build_config(family, tokenizer)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
+    model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id]
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    if format_warmup_steps > 0:
+        _warm_up_answer_format(model, tokenizer, format_warmup_steps, seed)
+    model.save_pretrained(out_dir)
+    processor = _build_processor(family, tokenizer, image_size)
+    processor.save_pretrained(out_dir)
+    (out_dir / "veritune_tiny.json").write_text(json.dumps({"family": family, "seed": seed}) + "\n")
+    return out_dir
+
+
+_WARMUP_QUESTIONS = ["Is there a {} in the image?", "Does the image contain a {}?", "Can you see a {} in the image?"]
+_WARMUP_OBJECTS = ["cat", "dog", "apple", "umbrella", "car", "cup", "bench", "clock", "kite", "bowl"]
+_WARMUP_REASONS = ["I look at the image.", "I check the objects.", "I see the image.", "I look carefully."]
+
+
+def _warm_up_answer_format(model: Any, tokenizer: Any, steps: int, seed: int) -> None:
+    """Teach the tiny model the shape of an R1-style answer with a few steps of next-token training.
+
+    Answers are yes or no at random, so the model learns the format but not the content: accuracy stays
+    at chance and is left for GRPO to improve.
+    """
+    import random
+
+    import torch
+
+    rng = random.Random(seed)
+    instruction = (
+        " Please first provide your reasoning or working out on how you would go about solving the question "
+        "between <REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no "
+        "here) </SOLUTION>."
+    )
+
+    def example() -> str:
+        question = rng.choice(_WARMUP_QUESTIONS).format(rng.choice(_WARMUP_OBJECTS))
+        answer = f"<REASONING> {rng.choice(_WARMUP_REASONS)} </REASONING> <SOLUTION> {rng.choice(['yes', 'no'])} </SOLUTION>"
+        prompt = tokenizer.apply_chat_template(
+            [{"role": "user", "content": question + instruction}], add_generation_prompt=True, tokenize=False
+        )
+        return prompt + answer + "<|im_end|>"
+
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(steps):
+        batch = tokenizer([example() for _ in range(8)], return_tensors="pt", padding=True)
+        labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+
+
+def _build_tokenizer(family: str) -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
+    from transformers import Qwen2Tokenizer
+
+    pretokenize = (
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
+    bpe = Tokenizer(models.BPE())
+    bpe.normalizer = normalizers.NFC()
+    bpe.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(pretokenize), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=1200,
+        min_frequency=1,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    corpus = [line for line in _CORPUS_SEED_TEXT.splitlines() if line.strip()]
+    bpe.train_from_iterator(corpus * 4, trainer=trainer)
+    state = json.loads(bpe.to_str())
+    vocab: dict[str, int] = state["model"]["vocab"]
+    merges = [tuple(m) if isinstance(m, list) else tuple(m.split(" ", 1)) for m in state["model"]["merges"]]
+
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=merges,
+        unk_token=None,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        model_max_length=32768,
+        errors="replace",
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": QWEN_SPECIAL_TOKENS[1:]})
+    tokenizer.add_tokens(["<|endoftext|>"], special_tokens=True)
+    if family == "qwen3vl":
+        tokenizer.add_tokens(QWEN3_ADDED_TOKENS)
+    tokenizer.chat_template = QWEN_VL_CHAT_TEMPLATE
+    return tokenizer
+
+
+def _build_config(family: str, tokenizer: Any) -> Any:
+    ids = {name: tokenizer.convert_tokens_to_ids(name) for name in QWEN_SPECIAL_TOKENS}
+    vocab_size = len(tokenizer)
+    vocab_size += -vocab_size % 64  # round up, as real checkpoints pad their embedding tables
+    common_ids = {
+        "image_token_id": ids["<|image_pad|>"],
+        "video_token_id": ids["<|video_pad|>"],
+        "vision_start_token_id": ids["<|vision_start|>"],
+        "vision_end_token_id": ids["<|vision_end|>"],
+    }
+    if family == "qwen3vl":
+        from transformers import Qwen3VLConfig
+
+        return Qwen3VLConfig(
+            text_config={
+                "vocab_size": vocab_size,
+                "hidden_size": 64,
+                "intermediate_size": 128,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "max_position_embeddings": 4096,
+                "rope_parameters": {
+                    "rope_type": "default",
+                    "rope_theta": 5_000_000.0,
+                    "mrope_section": [2, 3, 3],
+                    "mrope_interleaved": True,
+                },
+                "pad_token_id": tokenizer.pad_token_id,
+                "tie_word_embeddings": False,
+            },
+            vision_config={
+                "depth": 2,
+                "hidden_size": 32,
+                "intermediate_size": 64,
+                "num_heads": 2,
+                "patch_size": 16,
+                "spatial_merge_size": 2,
+                "temporal_patch_size": 2,
+                "out_hidden_size": 64,
+                "num_position_embeddings": 64,
+                "deepstack_visual_indexes": [0],
+            },
+            tie_word_embeddings=False,
+            **common_ids,
+        )
+    from transformers import Qwen2_5_VLConfig
+
+    return Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": vocab_size,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1_000_000.0, "mrope_section": [2, 3, 3]},
+            "pad_token_id": tokenizer.pad_token_id,
+            "bos_token_id": ids["<|endoftext|>"],
+            "eos_token_id": ids["<|im_end|>"],
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_heads": 2,
+            "patch_size": 14,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": 64,
+            "window_size": 56,
+            "fullatt_block_indexes": [1],
+        },
+        tie_word_embeddings=False,
+        **common_ids,
+    )
+
+
+def _build_processor(family: str, tokenizer: Any, image_size: int) -> Any:
+    from transformers import Qwen2VLImageProcessor
+
+    patch = 16 if family == "qwen3vl" else 14
+    unit = patch * 2  # one merged vision token covers (patch * merge)² pixels
+    max_pixels = max(image_size * image_size, unit * unit)
+    size = {"shortest_edge": unit * unit, "longest_edge": max_pixels}
+    image_processor = Qwen2VLImageProcessor(
+        patch_size=patch,
+        merge_size=2,
+        temporal_patch_size=2,
+        size=size,
+        image_mean=[0.5, 0.5, 0.5] if family == "qwen3vl" else [0.48145466, 0.4578275, 0.40821073],
+        image_std=[0.5, 0.5, 0.5] if family == "qwen3vl" else [0.26862954, 0.26130258, 0.27577711],
+    )
+    if family == "qwen3vl":
+        from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
+
+        video_processor = Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, size=size)
+        return Qwen3VLProcessor(
+            image_processor=image_processor,
+            tokenizer=tokenizer,
+            video_processor=video_processor,
+            chat_template=QWEN_VL_CHAT_TEMPLATE,
+        )
+    from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
+
+    video_processor = Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, size=size)
+    return Qwen2_5_VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=video_processor,
+        chat_template=QWEN_VL_CHAT_TEMPLATE,
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune tiny-model``."""
+    parser = subparsers.add_parser("tiny-model", help="build a tiny random-initialised VLM checkpoint offline")
+    parser.add_argument("--family", choices=FAMILIES, default="qwen3vl")
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--format-warmup-steps", type=int, default=150, help="R1-style answer warm-up steps (0: purely random weights)"
+    )
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    path = build_tiny_model(args.family, args.out, seed=args.seed, format_warmup_steps=args.format_warmup_steps)
+    print(f"tiny {args.family} checkpoint written to {path}")
+    return 0
