@@ -66,7 +66,10 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=report.summary())
-    trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
 
     # ---- Save
     trainer.save_model(training_args.output_dir)

@@ -15,9 +15,11 @@ from transformers import TrainerCallback, TrainingArguments
 from finetune.configs import ScriptArguments, VeritunModelConfig
 from finetune.models import count_parameters, get_lora_config, get_model, get_processor
 from veritune.errors import UserError
+from veritune.io import atomic_write_json
 
 logger = logging.getLogger("veritune")
 
+WANDB_RUN_FILE = "wandb_run.json"
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
 
@@ -80,6 +82,11 @@ class RunConfigCallback(TrainerCallback):
             return
         if wandb.run is not None:
             wandb.run.config.update({"veritune": vars(self.script_args)}, allow_val_change=True)
+            # `eval watch` and later eval jobs log into this same run: they read its id from here.
+            atomic_write_json(
+                Path(args.output_dir) / WANDB_RUN_FILE,
+                {"id": wandb.run.id, "project": wandb.run.project, "entity": wandb.run.entity, "group": wandb.run.group},
+            )
 
 
 def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments) -> list[TrainerCallback]:

@@ -1,0 +1,57 @@
+"""Read the metrics of an offline W&B run from its ``run-<id>.wandb`` file, for tests.
+
+The file is W&B's 7-byte header followed by a LevelDB-style log (32 KiB blocks; each record chunk has a
+7-byte header: CRC32, little-endian length, chunk type) of protobuf ``Record`` messages.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+_BLOCK = 32 * 1024
+_FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+
+
+def _chunks(data: bytes) -> Iterator[bytes]:
+    pos, pending = 7, b""
+    while pos + 7 <= len(data):
+        left = _BLOCK - pos % _BLOCK
+        if left < 7:
+            pos += left
+            continue
+        length = int.from_bytes(data[pos + 4 : pos + 6], "little")
+        kind = data[pos + 6]
+        if kind == 0:  # zero padding at the end of a block
+            pos += left
+            continue
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == _FULL:
+            yield chunk
+        elif kind == _FIRST:
+            pending = chunk
+        elif kind == _MIDDLE:
+            pending += chunk
+        elif kind == _LAST:
+            yield pending + chunk
+
+
+def offline_history(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every ``history`` row logged to the newest offline run under ``run_dir`` (a ``wandb`` directory or
+    a directory containing one)."""
+    from wandb.proto import wandb_internal_pb2
+
+    run_dir = Path(run_dir)
+    files = sorted(run_dir.rglob("run-*.wandb"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise FileNotFoundError(f"no offline W&B run under {run_dir}")
+    rows = []
+    for chunk in _chunks(files[-1].read_bytes()):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(chunk)
+        if record.WhichOneof("record_type") == "history":
+            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+    return rows
