@@ -1,0 +1,21 @@
+# One command per habit. Each target sets up .venv first (idempotent).
+.PHONY: setup demo test test-fast lint bench
+
+setup:
+	bash scripts/setup.sh
+
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh
+
+test-fast: setup
+	.venv/bin/pytest -m "not slow"
+
+lint: setup
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check finetune rewards veritune
+
+bench: setup
+	.venv/bin/python benchmarks/run_all.py

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Set up, then run the whole test suite (and the linter). As root on Debian, the Slurm packages the
+# Slurm tests need are installed first; elsewhere those tests skip with a reason.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+if [ -f .ci/install_slurm.sh ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  bash .ci/install_slurm.sh
+fi
+export WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+.venv/bin/ruff check .
+exec .venv/bin/pytest "$@"

@@ -1,0 +1,122 @@
+"""ORIC-format training data for GRPO: prompts, resizing, length filtering and bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers import run_entry
+
+from finetune.oric_data import ORIC_R1_INSTRUCTION, get_oric_dataset, load_image, prompt_length, question_from_problem
+from veritune.errors import UserError
+
+SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
+
+
+def rewrite(path: Path, mutate) -> None:
+    records = json.loads(path.read_text())
+    mutate(records)
+    path.write_text(json.dumps(records))
+
+
+def test_prompt_wraps_question_in_r1_template(oric_fixture: tuple[Path, Path]) -> None:
+    dataset, report = get_oric_dataset(*oric_fixture)
+    row = dataset[0]
+    assert row["prompt"] == [{"role": "user", "content": f"Is there a cat in the image? {ORIC_R1_INSTRUCTION}"}]
+    assert row["solution"] == "yes"
+    assert row["image"].mode == "RGB"
+    assert report.kept == report.total == 8
+
+
+@pytest.mark.skipif(not SHARED_ORIC.is_dir(), reason="official ORIC files not beside the checkout")
+def test_official_training_prompts_are_reproduced_exactly() -> None:
+    records = json.loads((SHARED_ORIC / "oric_train.json").read_text())
+    template = "{question} " + ORIC_R1_INSTRUCTION
+    assert all(template.format(question=question_from_problem(r["problem"])) == r["problem"] for r in records)
+
+
+def test_bench_paraphrase_list_uses_first_question() -> None:
+    assert question_from_problem(["Is there a cat in the image?", "Does the image contain a cat?"]) == (
+        "Is there a cat in the image?"
+    )
+
+
+def test_images_are_resized_to_max_pixels(oric_fixture: tuple[Path, Path]) -> None:
+    _, images = oric_fixture
+    image = load_image(next(images.iterdir()), max_pixels=1000)
+    assert image.width * image.height <= 1000
+    assert abs(image.width / image.height - 96 / 80) < 0.1
+
+
+def test_long_prompts_are_dropped_and_counted(oric_fixture: tuple[Path, Path], tiny_qwen3vl: Path) -> None:
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    rewrite(oric_fixture[0], lambda records: records[0].update(problem="Is there a " + "very " * 20 + "big cat here?"))
+    full, _ = get_oric_dataset(*oric_fixture, max_pixels=4096, max_prompt_length=None)
+    lengths = [prompt_length(processor, row["prompt"], row["image"]) for row in full]
+    limit = min(lengths)
+    dataset, report = get_oric_dataset(*oric_fixture, processor=processor, max_pixels=4096, max_prompt_length=limit)
+    assert len(dataset) == 7 and report.dropped_too_long == 1
+    assert dataset[0]["id"] == "2"
+    with pytest.raises(UserError, match="no usable training examples.*8 dropped as longer"):
+        get_oric_dataset(*oric_fixture, processor=processor, max_pixels=4096, max_prompt_length=5)
+
+
+def test_missing_dataset_file(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="dataset file not found"):
+        get_oric_dataset(tmp_path / "none.json", tmp_path)
+
+
+def test_dataset_not_json(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text("{not json")
+    with pytest.raises(UserError, match=r"bad\.json: not valid JSON \(line 1"):
+        get_oric_dataset(path, tmp_path)
+
+
+def test_dataset_missing_field(oric_fixture: tuple[Path, Path]) -> None:
+    path, images = oric_fixture
+    rewrite(path, lambda records: records[3].pop("target_object"))
+    with pytest.raises(UserError, match=r"oric_train\.json: row 3 \(id 4\): missing field 'target_object'"):
+        get_oric_dataset(path, images)
+
+
+def test_solution_not_yes_no(oric_fixture: tuple[Path, Path]) -> None:
+    path, images = oric_fixture
+    rewrite(path, lambda records: records[2].update(solution="<SOLUTION>maybe</SOLUTION>"))
+    with pytest.raises(UserError, match=r"row 2 \(id 3\): solution .*maybe.* is not yes or no"):
+        get_oric_dataset(path, images)
+
+
+def test_missing_and_unreadable_images_are_listed(oric_fixture: tuple[Path, Path]) -> None:
+    path, images = oric_fixture
+    names = sorted(images.iterdir())
+    names[1].unlink()
+    names[5].write_bytes(b"not an image")
+    with pytest.raises(UserError, match=r"2 example\(s\) with missing or unreadable images, first: row 1 .*missing; row 5 .*unreadable"):
+        get_oric_dataset(path, images)
+    dataset, report = get_oric_dataset(path, images, skip_bad_examples=True)
+    assert len(dataset) == 6 and len(report.dropped_bad_image) == 2
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda records: records[0].update(solution="perhaps"), "row 0 (id 1): solution 'perhaps' is not yes or no"),
+        (lambda records: records[1].pop("image"), "row 1 (id 2): missing field 'image'"),
+    ],
+)
+def test_entry_point_reports_bad_data_in_one_line(
+    oric_fixture: tuple[Path, Path], tiny_qwen3vl: Path, tmp_path: Path, mutate, message: str
+) -> None:
+    path, images = oric_fixture
+    rewrite(path, mutate)
+    result = run_entry(
+        "grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", path,
+        "--image_root", images, "--output_dir", tmp_path / "run", "--report_to", "none",
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,112 @@
+"""Every recipe loads into its entry script's dataclasses; the ORIC recipe equals ORIC Table 9."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+from finetune.recipe import load_recipe, parse_recipe
+from veritune.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GRPO_TYPES = (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+GRPO_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if "oric" in p.name)
+# Recipes are parsed on this CPU machine: `use_cpu` lets TrainingArguments accept their bf16 settings.
+ON_CPU = ["--use_cpu", "true"]
+
+
+def parse_grpo(recipe: Path, *overrides: str) -> tuple[GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig]:
+    return parse_recipe([str(recipe), *ON_CPU, *overrides], GRPO_TYPES)
+
+
+@pytest.fixture(autouse=True)
+def four_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parse the real recipes as on the 4 GPUs they are written for (the generation batch depends on it)."""
+    if "tiny" not in request.node.name:
+        monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: 4))
+
+
+@pytest.mark.parametrize("recipe", GRPO_RECIPES, ids=lambda p: p.name)
+def test_grpo_recipe_loads(recipe: Path) -> None:
+    script_args, training_args, model_args = parse_grpo(recipe)
+    assert model_args.model_name_or_path
+    assert script_args.reward_funcs == ["accuracy", "format"]
+    accelerate_config = REPO_ROOT / script_args.accelerate_config
+    assert accelerate_config.parent.name == "accelerate"
+
+
+def test_every_recipe_is_covered_by_a_loader_test() -> None:
+    recipes = {p.name for p in (REPO_ROOT / "recipes").glob("*.yaml")}
+    assert all("oric" in name or "finer" in name for name in recipes), recipes
+
+
+def test_qwen3vl_oric_recipe_equals_table_9() -> None:
+    script_args, args, model_args = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
+    assert model_args.model_name_or_path == "Qwen/Qwen3-VL-8B-Instruct"
+    assert not model_args.use_peft  # full-parameter
+    assert args.beta == 0.0
+    assert args.epsilon == 0.2
+    assert args.optim == "adamw_torch"
+    assert args.learning_rate == 2e-6
+    assert args.lr_scheduler_type == "cosine"
+    assert args.weight_decay == 0.0
+    assert args.bf16 is True
+    assert args.max_grad_norm == 1.0
+    assert args.per_device_train_batch_size == 1
+    assert args.gradient_accumulation_steps == 4
+    assert args.temperature == 0.7
+    assert args.top_p == 0.8
+    assert args.top_k == 20
+    assert args.num_generations == 8
+    assert script_args.max_prompt_length == 1024
+    assert args.max_completion_length == 256
+    assert args.num_train_epochs == 15
+    assert script_args.accelerate_config == "recipes/accelerate/zero3.yaml"
+    # Eq. 6: per-sequence 1/|o_i| normalisation, rewards z-scored within each group of G.
+    assert args.loss_type == "grpo"
+    assert args.scale_rewards == "group"
+    assert args.reward_weights == [1.0, 1.0]
+    assert "wandb" in args.report_to
+
+
+def test_lora_recipe_targets_language_model_attention_only() -> None:
+    _, _, model_args = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric_lora.yaml")
+    assert model_args.use_peft and model_args.lora_language_model_only
+    assert set(model_args.lora_target_modules) == {"q_proj", "k_proj", "v_proj", "o_proj"}
+
+
+def test_command_line_overrides_recipe() -> None:
+    script_args, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--learning_rate", "1e-6", "--max_prompt_length", "512")
+    assert args.learning_rate == 1e-6
+    assert script_args.max_prompt_length == 512
+
+
+def test_unknown_recipe_key_names_the_closest(tmp_path: Path) -> None:
+    recipe = tmp_path / "bad.yaml"
+    recipe.write_text("learning_rat: 1.0e-5\n")
+    with pytest.raises(UserError, match=r"bad\.yaml: unknown key 'learning_rat' \(did you mean 'learning_rate'\?\)"):
+        load_recipe(recipe, GRPO_TYPES)
+
+
+def test_unknown_flag_names_the_closest_tiny() -> None:
+    with pytest.raises(UserError, match=r"unknown key 'num_generation' \(did you mean 'num_generations'\?\)"):
+        parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generation", "4")
+
+
+def test_missing_recipe_file() -> None:
+    with pytest.raises(UserError, match="recipe file not found: nope.yaml"):
+        parse_recipe(["nope.yaml"], GRPO_TYPES)
+
+
+def test_recipe_that_is_not_a_mapping(tmp_path: Path) -> None:
+    recipe = tmp_path / "list.yaml"
+    recipe.write_text("- a\n- b\n")
+    with pytest.raises(UserError, match="list.yaml: expected a mapping"):
+        parse_recipe([str(recipe)], GRPO_TYPES)
+
+
+def test_generation_batch_not_divisible_names_the_numbers_tiny() -> None:
+    with pytest.raises(UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"):
+        parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generations", "3")

@@ -1,0 +1,78 @@
+"""Tiny offline VLMs load like hub models and render chats as the real templates do."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from veritune.errors import UserError
+from veritune.tiny_models import QWEN_SPECIAL_TOKENS, build_tiny_model
+
+
+@pytest.mark.parametrize("fixture", ["tiny_qwen3vl", "tiny_qwen25vl"])
+def test_tiny_model_loads_with_auto_classes(fixture: str, request: pytest.FixtureRequest) -> None:
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path: Path = request.getfixturevalue(fixture)
+    model = AutoModelForImageTextToText.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    assert processor.video_processor is not None and processor.image_processor is not None
+    for token in QWEN_SPECIAL_TOKENS:
+        assert processor.tokenizer.convert_tokens_to_ids(token) != processor.tokenizer.unk_token_id
+    messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is there a cat?"}]}]
+    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    assert text == (
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Is there a cat?<|im_end|>\n<|im_start|>assistant\n"
+    )
+    inputs = processor(text=[text], images=[Image.new("RGB", (120, 90), "red")], return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    assert logits.shape[:2] == inputs["input_ids"].shape
+
+
+def test_system_turn_and_multi_image_rendering(tiny_qwen3vl: Path) -> None:
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    messages = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "image"}, {"type": "image"}, {"type": "text", "text": "Same?"}]},
+        {"role": "assistant", "content": "No."},
+    ]
+    text = processor.apply_chat_template(messages, tokenize=False)
+    assert text == (
+        "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\n"
+        "<|vision_start|><|image_pad|><|vision_end|><|vision_start|><|image_pad|><|vision_end|>Same?<|im_end|>\n"
+        "<|im_start|>assistant\nNo.<|im_end|>\n"
+    )
+
+
+def test_tiny_model_answers_in_r1_format(tiny_qwen3vl: Path) -> None:
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from finetune.oric_data import ORIC_R1_INSTRUCTION
+    from rewards import format_reward
+
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl)
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    content = [{"type": "image"}, {"type": "text", "text": f"Is there a dog in the image? {ORIC_R1_INSTRUCTION}"}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], images=[Image.new("RGB", (64, 64), "blue")], return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=32, do_sample=False)
+    answer = processor.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)[0]
+    assert format_reward([answer]) == [1.0], answer
+
+
+def test_tiny_model_is_deterministic(tmp_path: Path) -> None:
+    first = build_tiny_model("qwen3vl", tmp_path / "a", seed=3, format_warmup_steps=2)
+    second = build_tiny_model("qwen3vl", tmp_path / "b", seed=3, format_warmup_steps=2)
+    assert (first / "model.safetensors").read_bytes() == (second / "model.safetensors").read_bytes()
+    assert (first / "tokenizer.json").read_text() == (second / "tokenizer.json").read_text()
+
+
+def test_unknown_family() -> None:
+    with pytest.raises(UserError, match="unknown tiny model family 'gpt'"):
+        build_tiny_model("gpt", "unused")
