@@ -1,0 +1,113 @@
+"""Crash-safe resume: a GRPO run killed with SIGKILL resumes from its newest complete checkpoint and ends
+exactly where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import REPO_ROOT, entry_env, run_entry
+from safetensors.torch import load_file
+
+from finetune.training import find_resumable_checkpoint, is_complete_checkpoint
+from veritune.errors import UserError
+
+STEPS = 4
+
+
+def grpo_command(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str) -> list[str]:
+    return [
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path", str(model), "--dataset_path", str(data[0]), "--image_root", str(data[1]),
+        "--output_dir", str(output_dir), "--max_steps", str(STEPS), "--save_steps", "1", "--report_to", "none",
+        "--resume_from_checkpoint", "auto", "--data_seed", "0", *extra,
+    ]  # fmt: skip
+
+
+def kill_after_checkpoint(args: list[str], output_dir: Path, step: int) -> None:
+    """Start a run and SIGKILL it as soon as ``checkpoint-<step>`` is completely written."""
+    process = subprocess.Popen(
+        [sys.executable, str(REPO_ROOT / "finetune" / "grpo.py"), *args],
+        cwd=REPO_ROOT,
+        env=entry_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline and process.poll() is None:
+            checkpoint = output_dir / f"checkpoint-{step}"
+            if checkpoint.is_dir() and is_complete_checkpoint(checkpoint):
+                break
+            time.sleep(0.05)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+
+
+def final_weights(output_dir: Path, name: str) -> dict[str, torch.Tensor]:
+    return load_file(output_dir / name)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_killed_run_resumes_to_the_same_result(tiny_qwen3vl: Path, tmp_path: Path, lora: bool) -> None:
+    from conftest import write_oric_fixture
+
+    data = write_oric_fixture(tmp_path / "data")
+    extra = ["--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"] if lora else []
+    weights = "adapter_model.safetensors" if lora else "model.safetensors"
+
+    reference = tmp_path / "reference"
+    result = run_entry("grpo.py", *grpo_command(tiny_qwen3vl, data, reference, *extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+
+    resumed = tmp_path / "resumed"
+    kill_after_checkpoint(grpo_command(tiny_qwen3vl, data, resumed, *extra), resumed, step=2)
+    result = run_entry("grpo.py", *grpo_command(tiny_qwen3vl, data, resumed, *extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "resuming from" in result.stderr
+
+    state = json.loads((resumed / "trainer_state.json").read_text())
+    logged_steps = [row["step"] for row in state["log_history"] if "loss" in row]
+    assert state["global_step"] == STEPS
+    assert logged_steps == list(range(1, STEPS + 1)), "a step was logged twice or skipped"
+
+    expected, actual = final_weights(reference, weights), final_weights(resumed, weights)
+    assert expected.keys() == actual.keys()
+    for name in expected:
+        torch.testing.assert_close(actual[name], expected[name], rtol=1e-5, atol=1e-6, msg=name)
+
+    # Optimizer and scheduler state were restored, not restarted: the last learning rate matches.
+    reference_state = json.loads((reference / "trainer_state.json").read_text())
+    assert state["log_history"][-2]["learning_rate"] == reference_state["log_history"][-2]["learning_rate"]
+
+
+def test_incomplete_checkpoints_are_skipped(tmp_path: Path) -> None:
+    complete = tmp_path / "checkpoint-2"
+    complete.mkdir()
+    for name in ("model.safetensors", "trainer_state.json", "optimizer.pt"):
+        (complete / name).write_text("x")
+    incomplete = tmp_path / "checkpoint-3"
+    incomplete.mkdir()
+    (incomplete / "model.safetensors").write_text("x")  # killed before the optimizer state was written
+    assert find_resumable_checkpoint(tmp_path) == complete
+
+
+def test_directory_with_only_incomplete_checkpoints_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-1").mkdir()
+    with pytest.raises(UserError, match="no complete checkpoint to resume from"):
+        find_resumable_checkpoint(tmp_path)
+
+
+def test_no_checkpoint_means_a_fresh_start(tmp_path: Path) -> None:
+    assert find_resumable_checkpoint(tmp_path) is None
