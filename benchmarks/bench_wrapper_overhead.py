@@ -1,0 +1,71 @@
+"""Wrapper overhead: the tiny GRPO configuration through ``finetune/grpo.py`` and through a minimal
+plain-TRL script (``benchmarks/plain_trl_grpo.py``), same model, data, seed and steps, run alternately.
+
+    python benchmarks/bench_wrapper_overhead.py [--steps 8] [--repeats 2]
+
+Prints the mean optimizer-step time of each (TRL's logged ``step_time``, first step excluded as warm-up)
+and their ratio; the target is a ratio within 1.05.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+
+def step_times(output_dir: Path) -> list[float]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return [row["step_time"] for row in state["log_history"] if "step_time" in row][1:]
+
+
+def run(command: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"benchmark run failed: {' '.join(command)}\n{result.stderr[-2000:]}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    from conftest import write_oric_fixture
+
+    from veritune.tiny_models import build_tiny_model
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0)
+        data, images = write_oric_fixture(tmp_path / "data", num_items=16)
+        times: dict[str, list[float]] = {"veritune": [], "plain TRL": []}
+        for repeat in range(args.repeats):
+            out = tmp_path / f"veritune-{repeat}"
+            run([sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(model),
+                 "--dataset_path", str(data), "--image_root", str(images), "--output_dir", str(out),
+                 "--max_steps", str(args.steps), "--save_strategy", "no", "--report_to", "none",
+                 "--max_prompt_length", "100000"])  # fmt: skip
+            times["veritune"] += step_times(out)
+            out = tmp_path / f"plain-{repeat}"
+            run([sys.executable, "benchmarks/plain_trl_grpo.py", str(model), str(data), str(images), str(out), str(args.steps)])
+            times["plain TRL"] += step_times(out)
+
+    mean = {name: statistics.mean(values) for name, values in times.items()}
+    print(f"| runner | mean step time (s) | steps measured |\n| --- | --- | --- |")
+    for name, values in times.items():
+        print(f"| {name} | {mean[name]:.3f} | {len(values)} |")
+    print(f"\nratio veritune / plain TRL: {mean['veritune'] / mean['plain TRL']:.3f} (target <= 1.05)")
+
+
+if __name__ == "__main__":
+    main()

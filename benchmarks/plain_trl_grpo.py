@@ -1,0 +1,54 @@
+"""The baseline for the wrapper-overhead benchmark: the tiny GRPO configuration written as a minimal
+plain-TRL script, with none of veritune's recipe parsing, data checks or callbacks.
+
+    python benchmarks/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from datasets import Dataset
+from PIL import Image
+from transformers import AutoModelForImageTextToText, AutoProcessor
+from trl import GRPOConfig, GRPOTrainer
+
+from rewards import accuracy_reward, format_reward
+
+INSTRUCTION = (
+    "Please first provide your reasoning or working out on how you would go about solving the question between "
+    "<REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>."
+)
+
+
+def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int) -> None:
+    records = json.loads(Path(data_file).read_text())
+    rows = []
+    for r in records:
+        question = r["problem"].split("?")[0] + "?"
+        image = Image.open(Path(image_root) / r["image"]).convert("RGB")
+        scale = min(1.0, (4096 / (image.width * image.height)) ** 0.5)  # the tiny recipe's max_pixels
+        image = image.resize((int(image.width * scale), int(image.height * scale)), Image.Resampling.BICUBIC)
+        rows.append({"prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}], "image": image,
+                     "solution": r["solution"]})  # fmt: skip
+    args = GRPOConfig(
+        output_dir=output_dir, max_steps=steps, per_device_train_batch_size=4, gradient_accumulation_steps=2,
+        num_generations=4, max_completion_length=24, temperature=0.7, top_p=0.8, top_k=20, beta=0.0, epsilon=0.2,
+        loss_type="grpo", scale_rewards="group", learning_rate=1e-4, lr_scheduler_type="cosine", use_cpu=True,
+        activation_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", seed=0,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=AutoModelForImageTextToText.from_pretrained(model_dir),
+        reward_funcs=[accuracy_reward, format_reward],
+        args=args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=AutoProcessor.from_pretrained(model_dir, padding_side="left"),
+    )
+    trainer.train()
+    trainer.save_state()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5], int(sys.argv[5]))

@@ -1,0 +1,82 @@
+"""Run every performance benchmark, print each one's figures, and write ``docs/PERFORMANCE.md``.
+
+    make bench            # or: python benchmarks/run_all.py [--only NAME ...]
+
+Each benchmark is a standalone script in this folder that prints its own figures; this runner records
+them with the machine, the date and the exact command, so every figure in PERFORMANCE.md can be
+reproduced. Ratios are measured in one run; absolute times hold for the machine named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# (name, script and arguments, what it measures)
+BENCHMARKS: list[tuple[str, list[str], str]] = [
+    ("rewards", ["benchmarks/bench_rewards.py"], "ORIC reward throughput (issue 7.4)"),
+    ("wrapper_overhead", ["benchmarks/bench_wrapper_overhead.py"], "finetune/grpo.py and finetune/dpo.py vs plain TRL (7.1)"),
+    ("oric_builder", ["benchmarks/bench_oric_builder.py"], "ORIC builder on COCO-scale annotations, CLIP, judge (7.2)"),
+    ("finer_builder", ["benchmarks/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
+    ("eval_runner", ["benchmarks/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
+    ("answer_extraction", ["benchmarks/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
+    ("gpu", ["benchmarks/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
+]
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        mem_kib = int(Path("/proc/meminfo").read_text().split()[1])
+        memory = f"{mem_kib / 2**20:.0f} GiB"
+    except OSError:
+        memory = "unknown memory"
+    return f"{os.cpu_count()} CPU cores ({cpu}), {memory}, Python {platform.python_version()}, {platform.system()}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", help="run only these benchmarks")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "PERFORMANCE.md")
+    args = parser.parse_args()
+
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    sections = []
+    for name, command, what in BENCHMARKS:
+        if args.only and name not in args.only:
+            continue
+        shown = "python " + " ".join(command)
+        print(f"\n## {name}: {what}\n$ {shown}", flush=True)
+        start = time.monotonic()
+        result = subprocess.run([sys.executable, *command], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+        output = result.stdout.strip() or "(no output)"
+        if result.returncode != 0:
+            output += f"\n\nFAILED (exit {result.returncode}):\n" + result.stderr.strip()[-2000:]
+        print(output, flush=True)
+        sections.append(f"## {name}\n\n{what}. Command: `{shown}` ({time.monotonic() - start:.0f} s)\n\n{output}\n")
+
+    header = (
+        "# Performance\n\n"
+        "Written by `make bench` (`python benchmarks/run_all.py`). Every figure below was printed by the command\n"
+        "shown beside it, in one run, on this machine:\n\n"
+        f"- machine: {machine()}\n- date: {datetime.date.today().isoformat()}\n\n"
+        "Ratios are measured side by side in the same run; absolute times hold only for this machine.\n\n"
+    )
+    args.out.write_text(header + "\n".join(sections))
+    print(f"\nwritten: {args.out}")
+
+
+if __name__ == "__main__":
+    main()
