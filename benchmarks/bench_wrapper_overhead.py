@@ -61,7 +61,7 @@ def main() -> None:
             times["plain TRL"] += step_times(out)
 
     mean = {name: statistics.mean(values) for name, values in times.items()}
-    print(f"| runner | mean step time (s) | steps measured |\n| --- | --- | --- |")
+    print("| runner | mean step time (s) | steps measured |\n| --- | --- | --- |")
     for name, values in times.items():
         print(f"| {name} | {mean[name]:.3f} | {len(values)} |")
     print(f"\nratio veritune / plain TRL: {mean['veritune'] / mean['plain TRL']:.3f} (target <= 1.05)")

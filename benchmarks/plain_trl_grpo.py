@@ -1,7 +1,10 @@
 """The baseline for the wrapper-overhead benchmark: the tiny GRPO configuration written as a minimal
 plain-TRL script, with none of veritune's recipe parsing, data checks or callbacks.
 
-    python benchmarks/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS
+    python benchmarks/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu]
+
+``tiny`` mirrors ``recipes/tiny_oric_demo.yaml`` on a CPU; ``oric-gpu`` mirrors ``recipes/qwen3vl_oric.yaml``
+as ``benchmarks/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16).
 """
 
 from __future__ import annotations
@@ -23,24 +26,34 @@ INSTRUCTION = (
 )
 
 
-def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int) -> None:
+PROFILES = {
+    "tiny": dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
+                 max_completion_length=24, learning_rate=1e-4, use_cpu=True, activation_checkpointing=False),
+    "oric-gpu": dict(per_device_train_batch_size=1, gradient_accumulation_steps=8, num_generations=8,
+                     max_completion_length=256, learning_rate=2e-6, bf16=True, activation_checkpointing=True),
+}  # fmt: skip
+MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704}
+
+
+def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int, profile: str = "tiny") -> None:
+    max_pixels = MAX_PIXELS[profile]
     records = json.loads(Path(data_file).read_text())
     rows = []
     for r in records:
         question = r["problem"].split("?")[0] + "?"
         image = Image.open(Path(image_root) / r["image"]).convert("RGB")
-        scale = min(1.0, (4096 / (image.width * image.height)) ** 0.5)  # the tiny recipe's max_pixels
+        scale = min(1.0, (max_pixels / (image.width * image.height)) ** 0.5)
         image = image.resize((int(image.width * scale), int(image.height * scale)), Image.Resampling.BICUBIC)
         rows.append({"prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}], "image": image,
                      "solution": r["solution"]})  # fmt: skip
     args = GRPOConfig(
-        output_dir=output_dir, max_steps=steps, per_device_train_batch_size=4, gradient_accumulation_steps=2,
-        num_generations=4, max_completion_length=24, temperature=0.7, top_p=0.8, top_k=20, beta=0.0, epsilon=0.2,
-        loss_type="grpo", scale_rewards="group", learning_rate=1e-4, lr_scheduler_type="cosine", use_cpu=True,
-        activation_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", seed=0,
+        output_dir=output_dir, max_steps=steps, temperature=0.7, top_p=0.8, top_k=20, beta=0.0, epsilon=0.2,
+        loss_type="grpo", scale_rewards="group", lr_scheduler_type="cosine", logging_steps=1, save_strategy="no",
+        report_to="none", seed=0, **PROFILES[profile],
     )  # fmt: skip
+    dtype = "bfloat16" if profile == "oric-gpu" else "float32"
     trainer = GRPOTrainer(
-        model=AutoModelForImageTextToText.from_pretrained(model_dir),
+        model=AutoModelForImageTextToText.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa"),
         reward_funcs=[accuracy_reward, format_reward],
         args=args,
         train_dataset=Dataset.from_list(rows),
@@ -51,4 +64,4 @@ def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5], int(sys.argv[5]))
+    main(*sys.argv[1:5], int(sys.argv[5]), *sys.argv[6:7])
