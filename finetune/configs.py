@@ -31,6 +31,9 @@ class VeritunModelConfig(ModelConfig):
 class ScriptArguments:
     """Data, logging and evaluation settings shared by every entry script."""
 
+    recipe: str | None = field(
+        default=None, metadata={"help": "The recipe file this run was parsed from (set by the parser; attached to W&B)."}
+    )
     dataset_path: str | None = field(default=None, metadata={"help": "Training data file or directory."})
     image_root: str | None = field(
         default=None, metadata={"help": "Directory the dataset's relative image paths are resolved against."}

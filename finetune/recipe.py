@@ -67,6 +67,8 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
     except (ValueError, TypeError) as err:
         source = str(recipe_path) if recipe_path else "command line"
         raise UserError(f"{source}: {str(err).splitlines()[0]}") from None
+    if recipe_path is not None and hasattr(instances[0], "recipe") and instances[0].recipe is None:
+        instances[0].recipe = str(recipe_path)
     unknown = [a for a in remaining if a.startswith("--")]
     if unknown:
         raise UserError(_unknown_key_message("command line", unknown[0][2:].split("=")[0], valid_keys(dataclass_types)))

@@ -3,6 +3,7 @@ callbacks (eval hooks, W&B run settings) and checkpoint resumption."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -15,11 +16,12 @@ from transformers import TrainerCallback, TrainingArguments
 from finetune.configs import ScriptArguments, VeritunModelConfig
 from finetune.models import count_parameters, get_lora_config, get_model, get_processor
 from veritune.errors import UserError
-from veritune.io import atomic_write_json
+from veritune.io import atomic_write_json, read_yaml
 
 logger = logging.getLogger("veritune")
 
 WANDB_RUN_FILE = "wandb_run.json"
+PROVENANCE_FILE = "veritune_run.json"
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
 
@@ -67,8 +69,22 @@ def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: Verit
     )
 
 
+def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
+    """What a run was made from: the script settings, the recipe file's contents and the dataset's
+    ``manifest.json`` (written by veritune's builders beside their output), when present."""
+    provenance: dict[str, Any] = {"script_args": vars(script_args)}
+    if script_args.recipe and Path(script_args.recipe).is_file():
+        provenance["recipe"] = read_yaml(script_args.recipe)
+    if script_args.dataset_path:
+        dataset = Path(script_args.dataset_path)
+        manifest = (dataset if dataset.is_dir() else dataset.parent) / "manifest.json"
+        if manifest.is_file():
+            provenance["dataset_manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
+    return provenance
+
+
 class RunConfigCallback(TrainerCallback):
-    """Attach the recipe's script settings to the W&B run config once the run exists."""
+    """Record the run's provenance beside its checkpoints and in the W&B run config."""
 
     def __init__(self, script_args: ScriptArguments) -> None:
         self.script_args = script_args
@@ -76,12 +92,14 @@ class RunConfigCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
+        provenance = run_provenance(self.script_args)
+        atomic_write_json(Path(args.output_dir) / PROVENANCE_FILE, provenance)
         try:
             import wandb
         except ImportError:
             return
         if wandb.run is not None:
-            wandb.run.config.update({"veritune": vars(self.script_args)}, allow_val_change=True)
+            wandb.run.config.update({"veritune": provenance}, allow_val_change=True)
             # `eval watch` and later eval jobs log into this same run: they read its id from here.
             atomic_write_json(
                 Path(args.output_dir) / WANDB_RUN_FILE,

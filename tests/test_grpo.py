@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers import REPO_ROOT, entry_env, log_history, run_entry
 from safetensors.torch import load_file
-from wandb_offline import offline_history
+from wandb_offline import offline_config, offline_history
 
 RECIPE = "recipes/tiny_oric_demo.yaml"
 
@@ -76,6 +76,15 @@ def test_grpo_offline_wandb_run_holds_reward_metrics(two_step_run: Path) -> None
     assert [row["train/global_step"] for row in rewards] == [1, 2]
     assert all("train/rewards/format_reward/mean" in row for row in rewards)
     assert json.loads((two_step_run / "wandb_run.json").read_text())["id"]
+
+
+def test_grpo_records_recipe_provenance(two_step_run: Path) -> None:
+    provenance = json.loads((two_step_run / "veritune_run.json").read_text())
+    assert provenance["recipe"]["run_name"] == "tiny-oric-demo"
+    assert provenance["script_args"]["recipe"] == RECIPE
+    config = offline_config(two_step_run / "wandb")
+    assert config["veritune"]["recipe"]["loss_type"] == "grpo"
+    assert config["run_name"] == "tiny-oric-demo"
 
 
 def test_grpo_reward_rises_on_a_reachable_target(tiny_qwen3vl: Path, tmp_path: Path) -> None:

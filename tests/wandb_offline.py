@@ -55,3 +55,19 @@ def offline_history(run_dir: str | Path) -> list[dict[str, Any]]:
         if record.WhichOneof("record_type") == "history":
             rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
     return rows
+
+
+def offline_config(run_dir: str | Path) -> dict[str, Any]:
+    """The run config of the newest offline run under ``run_dir``, as last updated."""
+    from wandb.proto import wandb_internal_pb2
+
+    files = sorted(Path(run_dir).rglob("run-*.wandb"), key=lambda p: p.stat().st_mtime)
+    config: dict[str, Any] = {}
+    for chunk in _chunks(files[-1].read_bytes()):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(chunk)
+        kind = record.WhichOneof("record_type")
+        items = record.config.update if kind == "config" else record.run.config.update if kind == "run" else []
+        for item in items:
+            config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return config
