@@ -1,0 +1,79 @@
+"""A real chat-completions HTTP server on 127.0.0.1 for LLM tests (ephemeral port, background thread)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Responder = Callable[[dict[str, Any]], "str | tuple[int, str]"]
+
+
+class FakeChatServer:
+    """Answers ``POST /v1/chat/completions`` with ``responder(request_json)``.
+
+    ``responder`` returns the assistant's text, or ``(status, body)`` for a raw HTTP reply. ``fail_first``
+    makes the first N requests answer HTTP ``fail_status``. Every received body is kept in ``requests``.
+    """
+
+    def __init__(self, responder: Responder, fail_first: int = 0, fail_status: int = 500) -> None:
+        self.responder = responder
+        self.fail_first = fail_first
+        self.fail_status = fail_status
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server._lock:
+                    server.requests.append(body)
+                    server.headers.append(dict(self.headers))
+                    number = len(server.requests)
+                    server.in_flight += 1
+                    server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                try:
+                    if number <= server.fail_first:
+                        self._send(server.fail_status, "{}")
+                        return
+                    reply = server.responder(body)
+                    if isinstance(reply, tuple):
+                        self._send(*reply)
+                    else:
+                        message = {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]}
+                        self._send(200, json.dumps(message))
+                finally:
+                    with server._lock:
+                        server.in_flight -= 1
+
+            def _send(self, status: int, text: str) -> None:
+                data = text.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
+
+    def __enter__(self) -> FakeChatServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._server.shutdown()
+        self._server.server_close()
