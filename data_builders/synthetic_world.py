@@ -70,7 +70,7 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
         width, height = image_size, int(image_size * rng.uniform(0.7, 1.0))
         image = Image.new("RGB", (width, height), background)
         draw = ImageDraw.Draw(image)
-        count = rng.randint(2, 6)
+        count = rng.randint(3, 7)
         names = []
         for _ in range(count):
             pool = [c[0] for c in CATEGORIES] if rng.random() < OUT_OF_CONTEXT_RATE else typical
@@ -107,8 +107,8 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
 def build_synthetic_world(
     out_dir: str | Path,
     *,
-    num_train_images: int = 48,
-    num_val_images: int = 24,
+    num_train_images: int = 120,
+    num_val_images: int = 60,
     seed: int = 0,
     image_size: int = 224,
 ) -> dict[str, Path]:
@@ -161,8 +161,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune build synthetic-world``."""
     parser = subparsers.add_parser("synthetic-world", help="draw a synthetic COCO-format image world")
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--train-images", type=int, default=48)
-    parser.add_argument("--val-images", type=int, default=24)
+    parser.add_argument("--train-images", type=int, default=120)
+    parser.add_argument("--val-images", type=int, default=60)
     parser.add_argument("--image-size", type=int, default=224)
     parser.add_argument("--seed", type=int, default=0)
     parser.set_defaults(handler=_run)

@@ -19,6 +19,7 @@ from PIL import Image
 from tqdm import tqdm
 from trl.data_utils import prepare_multimodal_messages
 
+from data_builders.oric.questions import R1_INSTRUCTION
 from rewards.graders import normalize_yes_no_label
 from veritune.errors import UserError
 from veritune.io import read_json
@@ -27,10 +28,7 @@ REQUIRED_FIELDS = ("id", "image", "target_object", "problem", "solution")
 
 # The R1-style instruction of ORIC Fig. 11 (the official training file carries it verbatim, so a model
 # trained here sees exactly the prompts of the released data).
-ORIC_R1_INSTRUCTION = (
-    "Please first provide your reasoning or working out on how you would go about solving the question between "
-    "<REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>."
-)
+ORIC_R1_INSTRUCTION = R1_INSTRUCTION
 
 PROMPT_TEMPLATES: dict[str, str] = {
     "oric_r1": "{question} " + ORIC_R1_INSTRUCTION,

@@ -20,6 +20,7 @@ COMMAND_MODULES: list[tuple[str | None, str]] = [
     (None, "veritune.demo"),
     (None, "veritune.tiny_models"),
     ("build", "data_builders.synthetic_world"),
+    ("build", "data_builders.oric.cli"),
 ]
 
 GROUP_HELP = {

@@ -54,7 +54,7 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
         "clip": out / "tiny-clip",
         "world": out / "world",
         "oric_train": out / "oric" / "oric_train.json",
-        "oric_bench": out / "oric" / "oric_bench.json",
+        "oric_bench": out / "oric-bench" / "oric_bench.json",
         "run": out / "grpo",
         "eval": out / "eval",
     }
@@ -77,8 +77,9 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
             "--annotations", str(paths["world"] / "train" / "instances.json"),
             "--image-root", str(paths["world"] / "train" / "images"),
             "--out", str(paths["oric_train"]),
-            "--num-yes", "24", "--num-no", "24",
-            "--judge", "cooccurrence", "--clip-model", str(paths["clip"]),
+            "--num-yes", "32", "--num-no", "32", "--yes-per-image", "1", "--no-per-image", "1",
+            "--judge", "cooccurrence", "--judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
+            "--clip-cache", str(out / "cache" / "clip"), "--review-html", str(out / "oric" / "review.html"),
         )  # fmt: skip
     if not paths["oric_bench"].is_file():
         _veritune(
@@ -86,9 +87,11 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
             "--annotations", str(paths["world"] / "val" / "instances.json"),
             "--image-root", str(paths["world"] / "val" / "images"),
             "--out", str(paths["oric_bench"]),
-            "--num-images", "12",
-            "--judge", "cooccurrence", "--clip-model", str(paths["clip"]),
+            "--num-yes", "24", "--num-no", "24", "--yes-per-image", "1", "--no-per-image", "1",
+            "--judge", "cooccurrence", "--judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
+            "--clip-cache", str(out / "cache" / "clip"),
         )  # fmt: skip
+    _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
 
     _step("4/5 GRPO Visual-RFT on the tiny model")
     overrides = [

@@ -1,0 +1,117 @@
+"""Loading COCO-format instances and splitting an image's classes into ROI and non-ROI (ORIC Alg. 1)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from veritune.errors import UserError
+from veritune.io import read_json
+
+# Object-size tiers of ORIC's size analysis (seed App. B.3.3), in square pixels.
+SMALL_MAX_AREA = 24 * 24
+LARGE_MIN_AREA = 96 * 96
+
+
+@dataclass
+class ImageRecord:
+    """One annotated image: its file, size and the boxes of each class present."""
+
+    image_id: int
+    file_name: str
+    width: int
+    height: int
+    boxes: dict[str, list[list[float]]]
+
+
+def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
+    """Load a COCO ``instances`` file with pycocotools; return its images and all category names.
+
+    Crowd boxes count as present. Every structural problem is a one-line error naming the file.
+    """
+    from pycocotools.coco import COCO
+
+    data = read_json(path, what="annotation file")
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: expected a COCO instances object with images, annotations and categories")
+    for key in ("images", "annotations", "categories"):
+        if key not in data:
+            raise UserError(f"{path}: missing '{key}' (a COCO instances file has images, annotations and categories)")
+    for index, annotation in enumerate(data["annotations"]):
+        bbox = annotation.get("bbox")
+        if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
+            raise UserError(f"{path}: annotation {index} (id {annotation.get('id')}): bbox must be [x, y, width, height]")
+        if bbox[2] <= 0 or bbox[3] <= 0:
+            raise UserError(
+                f"{path}: annotation {index} (id {annotation.get('id')}): box with zero or negative size {bbox}"
+            )
+    coco = COCO()
+    coco.dataset = data
+    with contextlib.redirect_stdout(io.StringIO()):  # pycocotools prints progress lines
+        try:
+            coco.createIndex()
+        except KeyError as err:
+            raise UserError(f"{path}: malformed COCO record (missing key {err})") from None
+    names = {cat_id: cat["name"] for cat_id, cat in coco.cats.items()}
+    images = []
+    for image_id, info in coco.imgs.items():
+        boxes: dict[str, list[list[float]]] = {}
+        for annotation in coco.imgToAnns.get(image_id, []):
+            if annotation["category_id"] not in names:
+                raise UserError(f"{path}: annotation id {annotation.get('id')}: unknown category_id {annotation['category_id']}")
+            boxes.setdefault(names[annotation["category_id"]], []).append(annotation["bbox"])
+        images.append(ImageRecord(image_id, info["file_name"], info.get("width", 0), info.get("height", 0), boxes))
+    return images, [cat["name"] for cat in data["categories"]]
+
+
+def union_area(boxes: list[list[float]]) -> float:
+    """Exact area of the union of ``[x, y, w, h]`` boxes (overlaps counted once), by a sweep over x.
+
+    >>> union_area([[0, 0, 2, 2], [1, 1, 2, 2]])
+    7.0
+    """
+    xs = sorted({b[0] for b in boxes} | {b[0] + b[2] for b in boxes})
+    area = 0.0
+    for left, right in zip(xs, xs[1:]):
+        spans = sorted((b[1], b[1] + b[3]) for b in boxes if b[0] <= left and b[0] + b[2] >= right)
+        covered, end = 0.0, float("-inf")
+        for low, high in spans:
+            if high <= end:
+                continue
+            covered += high - max(low, end)
+            end = high
+        area += covered * (right - left)
+    return area
+
+
+def roi_split(areas: dict[str, float]) -> tuple[list[str], list[str]]:
+    """Split classes by union area (ORIC Alg. 1): classes strictly below the median area are the ROI,
+    classes at or above it are non-ROI (the seed's note: objects exactly at the 50% boundary are non-ROI).
+
+    Returns ``(roi, non_roi)``, each sorted by area descending.
+
+    >>> roi_split({"person": 900.0, "cup": 10.0, "car": 400.0})
+    (['cup'], ['person', 'car'])
+    """
+    ordered = sorted(areas, key=lambda name: (-areas[name], name))
+    values = sorted(areas.values())
+    middle = len(values) // 2
+    median = values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+    roi = [name for name in ordered if areas[name] < median]
+    non_roi = [name for name in ordered if areas[name] >= median]
+    return roi, non_roi
+
+
+def size_tier(area: float) -> str:
+    """small, medium or large, by the tiers of ORIC's object-size analysis."""
+    if area < SMALL_MAX_AREA:
+        return "small"
+    return "medium" if area < LARGE_MIN_AREA else "large"
+
+
+def describe(record: ImageRecord) -> dict[str, Any]:
+    """Union area per class of one image."""
+    return {name: union_area(boxes) for name, boxes in record.boxes.items()}

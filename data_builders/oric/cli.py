@@ -1,0 +1,84 @@
+"""``veritune build oric``, ``veritune build oric-bench`` and ``veritune build check-leakage``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from functools import partial
+from pathlib import Path
+
+from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, write_review_html
+from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
+from data_builders.oric.judges import get_judge
+from veritune.errors import UserError
+from veritune.io import read_json
+
+
+def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
+    parser.add_argument("--annotations", type=Path, required=True, help="COCO-format instances JSON")
+    parser.add_argument("--image-root", type=Path, required=True, help="directory holding the images")
+    parser.add_argument("--out", type=Path, required=True, help="output JSON (manifest.json is written beside it)")
+    default_yes = 300 if kind == "train" else 1000
+    parser.add_argument("--num-yes", type=int, default=default_yes, help=f"yes questions (default {default_yes})")
+    parser.add_argument("--num-no", type=int, default=default_yes, help=f"no questions (default {default_yes})")
+    parser.add_argument("--yes-per-image", type=int, default=2, help="present objects asked per query image")
+    parser.add_argument("--no-per-image", type=int, default=2, help="absent objects asked per similar image")
+    parser.add_argument("--min-classes", type=int, default=2, help="skip images with fewer annotated classes")
+    parser.add_argument("--judge", default="cooccurrence", help="cooccurrence, openai, or a dotted path")
+    parser.add_argument("--judge-threshold", type=float, default=0.25, help="cooccurrence: P(target|context) for 'yes'")
+    parser.add_argument("--llm-base-url", help="openai judge: endpoint, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--llm-model", help="openai judge: model name")
+    parser.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    parser.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"))
+    parser.add_argument("--llm-concurrency", type=int, default=8)
+    parser.add_argument("--clip-model", default=DEFAULT_CLIP_MODEL, help="CLIP/SigLIP hub id or directory")
+    parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"))
+    parser.add_argument("--batch-size", type=int, default=64, help="CLIP embedding batch size")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--exclude-images-from", type=Path, help="never use images that appear in this ORIC file")
+    parser.add_argument("--review-html", type=Path, help="also write a contact sheet of sampled items")
+    parser.add_argument("--review-sample", type=int, default=300)
+    parser.set_defaults(handler=partial(_build, kind=kind))
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ORIC build commands."""
+    _add_common(subparsers.add_parser("oric", help="ORIC-style GRPO training questions (paper: 300 yes + 300 no)"), "train")
+    _add_common(subparsers.add_parser("oric-bench", help="ORIC-Bench (paper: 1,000 yes + 1,000 no)"), "bench")
+    leak = subparsers.add_parser("check-leakage", help="fail when two ORIC files share an image")
+    leak.add_argument("first", type=Path)
+    leak.add_argument("second", type=Path)
+    leak.set_defaults(handler=_check_leakage)
+
+
+def _build(args: argparse.Namespace, kind: str) -> int:
+    if args.num_yes < 0 or args.num_no < 0:
+        raise UserError("--num-yes and --num-no must not be negative")
+    exclude = None
+    if args.exclude_images_from:
+        exclude = {item["image"] for item in read_json(args.exclude_images_from, what="ORIC file to exclude")}
+    settings = BuildSettings(kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed)
+    judge_factory = partial(
+        get_judge, args.judge, threshold=args.judge_threshold, base_url=args.llm_base_url, model=args.llm_model,
+        api_key_env=args.llm_api_key_env, cache_path=args.llm_cache, concurrency=args.llm_concurrency,
+    )  # fmt: skip
+    out, stats = build_oric_file(
+        args.annotations, args.image_root, args.out, settings, judge_factory=judge_factory,
+        clip_model=args.clip_model, clip_cache=args.clip_cache, batch_size=args.batch_size, exclude_images=exclude,
+    )  # fmt: skip
+    items = read_json(out)
+    if args.review_html:
+        write_review_html(items, args.annotations, args.image_root, args.review_html, args.review_sample, args.seed)
+    yes = sum(item["label"] == "yes" for item in items)
+    print(f"wrote {out}: {yes} yes + {len(items) - yes} no questions; skipped {json.dumps(dict(stats.skipped))}")
+    for name in stats.missing_images[:5]:
+        print(f"missing image: {name}")
+    return 0
+
+
+def _check_leakage(args: argparse.Namespace) -> int:
+    shared = leaked_images(args.first, args.second)
+    if shared:
+        raise UserError(f"{len(shared)} image(s) appear in both {args.first} and {args.second}, first: {', '.join(shared[:5])}")
+    print(f"no shared images between {args.first} and {args.second}")
+    return 0

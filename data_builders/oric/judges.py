@@ -1,0 +1,129 @@
+"""Judges for LLM-guided positive sampling (ORIC Fig. 6): would this ROI object be expected, knowing only
+the rest of the scene? An ROI object judged "no" is unpredictable from context and becomes a candidate
+positive question.
+
+Registry: ``JUDGES`` plus :func:`get_judge`, with a dotted-path fallback for custom judges. A judge is
+called with a list of ``(context_classes, target_class, image_id)`` queries and returns ``"yes"``, ``"no"``
+or ``None`` (unparsable answer) for each.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from itertools import combinations
+from pathlib import Path
+from typing import Any, Protocol
+
+from data_builders.llm_client import ChatClient
+from data_builders.oric.annotations import ImageRecord
+from rewards.graders import extract_yes_no
+from veritune.errors import UserError
+
+Query = tuple[Sequence[str], str, int]
+
+# Fig. 6, in our words: judge existence from the listed background objects alone, without priors.
+JUDGE_PROMPT = (
+    "The background of an image contains these objects: {background}. Without using textual priors, "
+    "common-sense knowledge or general assumptions about which objects tend to appear together, can you "
+    "determine whether the object \"{target}\" is present in the image? Answer yes or no."
+)
+
+
+class Judge(Protocol):
+    name: str
+
+    def __call__(self, queries: list[Query]) -> list[str | None]: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+class CooccurrenceJudge:
+    """An LLM-free judge from the annotation file's own class co-occurrence statistics.
+
+    P(target | context) is the mean over context classes c of P(target | c) = n(target, c) / n(c), counted
+    over images with the queried image left out (so an image never predicts itself). The answer is "yes"
+    (predictable) when that probability is at least ``threshold``.
+    """
+
+    name = "cooccurrence"
+
+    def __init__(self, images: list[ImageRecord], threshold: float = 0.25) -> None:
+        self.threshold = threshold
+        self.class_counts: Counter[str] = Counter()
+        self.pair_counts: Counter[tuple[str, str]] = Counter()
+        self.classes_of: dict[int, set[str]] = {}
+        for record in images:
+            classes = set(record.boxes)
+            self.classes_of[record.image_id] = classes
+            self.class_counts.update(classes)
+            self.pair_counts.update(combinations(sorted(classes), 2))
+
+    def probability(self, context: Sequence[str], target: str, image_id: int | None = None) -> float:
+        """Mean P(target | c) over the context classes, leaving ``image_id`` out of the counts."""
+        own = self.classes_of.get(image_id, set()) if image_id is not None else set()
+        total = 0.0
+        for c in context:
+            pair = self.pair_counts[tuple(sorted((c, target)))] - (1 if {c, target} <= own else 0)
+            count = self.class_counts[c] - (1 if c in own else 0)
+            total += pair / count if count > 0 else 0.0
+        return total / len(context) if context else 0.0
+
+    def __call__(self, queries: list[Query]) -> list[str | None]:
+        return ["yes" if self.probability(ctx, target, image_id) >= self.threshold else "no" for ctx, target, image_id in queries]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "threshold": self.threshold}
+
+
+class OpenAIJudge:
+    """Asks an OpenAI-compatible chat model the Fig. 6 question (temperature 0, cached, concurrent)."""
+
+    name = "openai"
+
+    def __init__(self, client: ChatClient) -> None:
+        self.client = client
+
+    @staticmethod
+    def prompt(context: Sequence[str], target: str) -> str:
+        return JUDGE_PROMPT.format(background="[" + ", ".join(context) + "]", target=target)
+
+    def __call__(self, queries: list[Query]) -> list[str | None]:
+        answers = self.client.complete_many([self.prompt(ctx, target) for ctx, target, _ in queries], desc="LLM judge")
+        return [extract_yes_no(answer) for answer in answers]
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "model": self.client.model, "endpoint": self.client.url, "prompt": JUDGE_PROMPT}
+
+
+JUDGES: dict[str, Callable[..., Judge]] = {"cooccurrence": CooccurrenceJudge, "openai": OpenAIJudge}
+
+
+def get_judge(
+    name: str,
+    images: list[ImageRecord],
+    *,
+    threshold: float = 0.25,
+    base_url: str | None = None,
+    model: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
+    cache_path: str | Path = "outputs/cache/llm.sqlite",
+    concurrency: int = 8,
+) -> Judge:
+    """Build a judge by registry name or dotted path (``pkg.module.factory(images=...)``)."""
+    if name == "cooccurrence":
+        return CooccurrenceJudge(images, threshold=threshold)
+    if name == "openai":
+        if not base_url or not model:
+            raise UserError("--judge openai needs --llm-base-url and --llm-model")
+        client = ChatClient(base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency)
+        return OpenAIJudge(client)
+    module_name, _, attr = name.rpartition(".")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr) if module_name else None
+    except (ImportError, AttributeError):
+        factory = None
+    if factory is None:
+        raise UserError(f"unknown judge {name!r}; known: {', '.join(JUDGES)} or a dotted path")
+    return factory(images=images)

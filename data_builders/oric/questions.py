@@ -1,0 +1,35 @@
+"""ORIC question wording: the four paraphrases asked of every object, and the R1-style training prompt
+(seed Fig. 11). The public ORIC release carries these texts verbatim, so they are reproduced exactly."""
+
+from __future__ import annotations
+
+PARAPHRASES = (
+    "Is there {object} in the image?",
+    "Does the image contain {object}?",
+    "Have you noticed {object} in the image?",
+    "Can you see {object} in the image?",
+)
+
+R1_INSTRUCTION = (
+    "Please first provide your reasoning or working out on how you would go about solving the question between "
+    "<REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>."
+)
+
+
+def with_article(name: str) -> str:
+    """``a cup``, ``an umbrella``.
+
+    >>> with_article("apple"), with_article("traffic light")
+    ('an apple', 'a traffic light')
+    """
+    return f"an {name}" if name[:1].lower() in "aeiou" else f"a {name}"
+
+
+def paraphrases(name: str) -> list[str]:
+    """The four ORIC-Bench questions about ``name``."""
+    return [template.format(object=with_article(name)) for template in PARAPHRASES]
+
+
+def r1_prompt(name: str) -> str:
+    """The training prompt: the first paraphrase followed by the R1-style instruction."""
+    return f"{paraphrases(name)[0]} {R1_INSTRUCTION}"
