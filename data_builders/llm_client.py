@@ -16,7 +16,6 @@ import json
 import os
 import sqlite3
 import threading
-import time
 import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -73,6 +72,7 @@ class ChatClient:
         self.requests_sent = 0
         self.cache_hits = 0
         self._lock = threading.Lock()
+        self._stop = threading.Event()
         cache_path = Path(cache_path)
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(cache_path, check_same_thread=False, isolation_level=None)
@@ -98,11 +98,20 @@ class ChatClient:
     def complete_many(self, prompts: list[Prompt], *, system: str | None = None, desc: str = "LLM") -> list[str]:
         """Answers to ``prompts`` in order, ``concurrency`` requests at a time, with a progress bar."""
         answers: list[str] = [""] * len(prompts)
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool, tqdm(total=len(prompts), desc=desc, unit="req") as bar:
-            futures = {pool.submit(self.complete, prompt, system=system): index for index, prompt in enumerate(prompts)}
-            for future, index in futures.items():
-                answers[index] = future.result()
-                bar.update(1)
+        self._stop.clear()
+        pool = ThreadPoolExecutor(max_workers=self.concurrency)
+        try:
+            with tqdm(total=len(prompts), desc=desc, unit="req") as bar:
+                futures = [pool.submit(self.complete, prompt, system=system) for prompt in prompts]
+                for index, future in enumerate(futures):
+                    answers[index] = future.result()
+                    bar.update(1)
+        except BaseException:
+            # One request out of retries (or Ctrl-C) ends the batch: nothing more is sent, answers so far stay cached.
+            self._stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
         return answers
 
     def close(self) -> None:
@@ -136,8 +145,8 @@ class ChatClient:
             headers["Authorization"] = f"Bearer {api_key}"
         last_error = "no attempt made"
         for attempt in range(self.max_retries + 1):
-            if attempt:
-                time.sleep(self.backoff * 2 ** (attempt - 1))
+            if attempt and self._stop.wait(self.backoff * 2 ** (attempt - 1)):
+                break
             with self._lock:
                 self.requests_sent += 1
             request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")

@@ -31,6 +31,7 @@ def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
     parser.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"))
     parser.add_argument("--llm-concurrency", type=int, default=8)
+    parser.add_argument("--llm-max-retries", type=int, default=5, help="retries per request on timeouts, 429 and 5xx")
     parser.add_argument("--clip-model", default=DEFAULT_CLIP_MODEL, help="CLIP/SigLIP hub id or directory")
     parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"))
     parser.add_argument("--batch-size", type=int, default=64, help="CLIP embedding batch size")
@@ -61,6 +62,7 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     judge_factory = partial(
         get_judge, args.judge, threshold=args.judge_threshold, base_url=args.llm_base_url, model=args.llm_model,
         api_key_env=args.llm_api_key_env, cache_path=args.llm_cache, concurrency=args.llm_concurrency,
+        max_retries=args.llm_max_retries,
     )  # fmt: skip
     out, stats = build_oric_file(
         args.annotations, args.image_root, args.out, settings, judge_factory=judge_factory,

@@ -110,6 +110,7 @@ def get_judge(
     api_key_env: str = "OPENAI_API_KEY",
     cache_path: str | Path = "outputs/cache/llm.sqlite",
     concurrency: int = 8,
+    max_retries: int = 5,
 ) -> Judge:
     """Build a judge by registry name or dotted path (``pkg.module.factory(images=...)``)."""
     if name == "cooccurrence":
@@ -117,7 +118,9 @@ def get_judge(
     if name == "openai":
         if not base_url or not model:
             raise UserError("--judge openai needs --llm-base-url and --llm-model")
-        client = ChatClient(base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency)
+        client = ChatClient(
+            base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries
+        )
         return OpenAIJudge(client)
     module_name, _, attr = name.rpartition(".")
     try:
