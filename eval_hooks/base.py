@@ -48,6 +48,11 @@ class Benchmark(ABC):
 
     name: str = ""
     default_max_new_tokens: int = 64
+    data_layout: str = ""  # where the files sit under --data-root (documented in docs/EVALUATION.md)
+
+    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
+        """``(data_path, image_root)`` of the benchmark's files under a data root."""
+        return data_root / self.name, data_root / self.name / "images"
 
     @abstractmethod
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:

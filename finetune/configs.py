@@ -64,6 +64,11 @@ class ScriptArguments:
     eval_data_root: str | None = field(
         default=None, metadata={"help": "Directory holding the benchmarks' files (see docs/DATA_FORMATS.md)."}
     )
+    eval_data: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Explicit benchmark files as BENCHMARK=PATH (instead of eval_data_root's layout)."},
+    )
+    eval_image_root: str | None = field(default=None, metadata={"help": "Images of the eval_data files."})
     eval_limit: int | None = field(
         default=None, metadata={"help": "Evaluate at most N items per benchmark (quick hooks)."}
     )

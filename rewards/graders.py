@@ -171,6 +171,6 @@ def pope_yes_no(text: Any) -> YesNo:
     """
     text = completion_text(text) or ""
     first_sentence = text[:_MAX_SCAN_CHARS].split(".")[0].replace(",", "")
-    words = first_sentence.split()
+    words = first_sentence.split(" ")  # split on spaces only, as the official script does
     return "no" if any(w in ("No", "not", "no") for w in words) else "yes"
 

@@ -21,6 +21,7 @@ COMMAND_MODULES: list[tuple[str | None, str]] = [
     (None, "veritune.tiny_models"),
     ("build", "data_builders.synthetic_world"),
     ("build", "data_builders.oric.cli"),
+    ("eval", "eval_hooks.cli"),
 ]
 
 GROUP_HELP = {

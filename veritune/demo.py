@@ -100,6 +100,9 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
         "--image_root", str(paths["world"] / "train" / "images"),
         "--output_dir", str(paths["run"]),
         "--resume_from_checkpoint", "auto",
+        # the eval hook: ORIC-Bench (R1 prompt) on a few questions after every checkpoint save
+        "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1", "--eval_limit", "12",
+        "--eval_data", f"oric_bench_r1={paths['oric_bench']}", "--eval_image_root", str(paths["world"] / "val" / "images"),
     ]  # fmt: skip
     if steps is not None:
         overrides += ["--max_steps", str(steps)]
@@ -113,8 +116,8 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
     _step("5/5 ORIC-Bench before and after training")
     for name, model in (("base", paths["model"]), ("trained", paths["run"])):
         _veritune(
-            "eval", "run", "--model", str(model), "--benchmarks", "oric_bench",
-            "--data", f"oric_bench={paths['oric_bench']}", "--image-root", str(paths["world"] / "val" / "images"),
+            "eval", "run", "--model", str(model), "--benchmarks", "oric_bench_r1",
+            "--data", f"oric_bench_r1={paths['oric_bench']}", "--image-root", str(paths["world"] / "val" / "images"),
             "--out", str(paths["eval"] / name),
         )  # fmt: skip
     _summarise(paths)
@@ -131,11 +134,12 @@ def _summarise(paths: dict[str, Path]) -> None:
         head, tail = rewards[: max(1, len(rewards) // 4)], rewards[-max(1, len(rewards) // 4) :]
         print(f"reward (acc+fmt):  {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last")
     for name in ("base", "trained"):
-        metrics_file = paths["eval"] / name / "oric_bench" / "metrics.json"
+        metrics_file = paths["eval"] / name / "oric_bench_r1" / "metrics.json"
         if metrics_file.is_file():
-            metrics = json.loads(metrics_file.read_text()).get("metrics", {})
-            shown = ", ".join(f"{k}={v:.3f}" for k, v in sorted(metrics.items()) if isinstance(v, float))[:300]
+            metrics = json.loads(metrics_file.read_text())["metrics"]
+            shown = ", ".join(f"{k}={metrics[k]:.1f}" for k in ("macro/f1", "yes/f1", "no/f1", "yes_proportion"))
             print(f"ORIC-Bench {name:8s} {shown}  ({metrics_file})")
+    print(f"eval hook results: {paths['run'] / 'eval'} (one folder per checkpoint)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

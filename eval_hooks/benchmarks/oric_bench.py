@@ -1,0 +1,119 @@
+"""ORIC-Bench (seed ``oric_visual_rft.txt``, Sec. 4, App. A.4): yes/no object existence under contextual
+incongruity. Every question is asked with each of its four paraphrases; metrics are computed per
+paraphrase and averaged over the four, as the paper reports.
+
+Metrics follow the official ``evaluate.py``: per-class (yes/no) precision, recall and F1, their macro
+averages, and the yes-proportion of the predictions, in percent. An answer the grader cannot resolve is
+neither yes nor no: it lowers the recall of its true class and counts in the yes-proportion's denominator.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from data_builders.oric.questions import R1_INSTRUCTION
+from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.metrics import confusion, per_class_prf
+from rewards.graders import extract_yes_no, normalize_yes_no_label
+from veritune.errors import UserError
+from veritune.io import read_json
+
+LABELS = ("no", "yes")
+SIZES = ("small", "medium", "large")
+
+
+class OricBench(Benchmark):
+    name = "oric_bench"
+    default_max_new_tokens = 32
+    instruction = ""  # appended to every question (see OricBenchR1)
+    data_layout = "oric/oric_bench.json (official release or `veritune build oric-bench`), images in coco/val2014/"
+
+    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
+        return data_root / "oric" / "oric_bench.json", data_root / "coco" / "val2014"
+
+    def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
+        data = read_json(data_path, what="ORIC-Bench file")
+        if not isinstance(data, list):
+            raise UserError(f"{data_path}: expected a JSON list of {{id, image, target_object, problem, solution}}")
+        root = Path(image_root) if image_root else Path(data_path).parent
+        items = []
+        for row, record in enumerate(data):
+            missing = [k for k in ("id", "image", "target_object", "problem", "solution") if not isinstance(record, dict) or k not in record]
+            if missing:
+                raise UserError(f"{data_path}: row {row}: missing field '{missing[0]}' (ORIC-Bench records have id, image, target_object, problem, solution)")
+            label = normalize_yes_no_label(record["solution"])
+            if label is None:
+                raise UserError(f"{data_path}: row {row} (id {record['id']}): solution {record['solution']!r} is not yes or no")
+            questions = record["problem"] if isinstance(record["problem"], list) else [record["problem"]]
+            image = root / record["image"]
+            for index, question in enumerate(questions):
+                items.append(
+                    EvalItem(
+                        id=f"{record['id']}/p{index}",
+                        prompt=f"{question} {self.instruction}".strip(),
+                        images=[image],
+                        max_new_tokens=self.default_max_new_tokens,
+                        meta={"label": label, "paraphrase": index, "object_size": record.get("object_size"),
+                              "target_object": record["target_object"]},  # fmt: skip
+                        missing_images=[] if image.is_file() else [image],
+                    )
+                )
+        return items
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        paraphrases = sorted({item.meta["paraphrase"] for item in items})
+        per_paraphrase = {}
+        resolved = unresolved = missing = 0
+        for index in paraphrases:
+            group = [item for item in items if item.meta["paraphrase"] == index]
+            truth, predicted = [], []
+            for item in group:
+                answer = None if item.missing_images else extract_yes_no(predictions.get(item.id))
+                missing += bool(item.missing_images)
+                resolved += answer is not None
+                unresolved += answer is None and not item.missing_images
+                truth.append(item.meta["label"])
+                predicted.append(answer)
+            per_paraphrase[index] = _metrics(truth, predicted, group)
+        keys = per_paraphrase[paraphrases[0]].keys() if paraphrases else []
+        averaged = {key: sum(m[key] for m in per_paraphrase.values()) / len(per_paraphrase) for key in keys}
+        metrics = dict(averaged)
+        for index, values in per_paraphrase.items():
+            metrics.update({f"p{index}/{key}": value for key, value in values.items() if key.startswith("macro") or key == "yes_proportion"})
+        truth_all = [item.meta["label"] for item in items]
+        pred_all = [None if item.missing_images else extract_yes_no(predictions.get(item.id)) for item in items]
+        return {
+            "metrics": metrics,
+            "tables": {
+                "per_paraphrase": [{"paraphrase": i, **m} for i, m in per_paraphrase.items()],
+                "confusion": [{"true": label, **dict(zip(["pred_no", "pred_yes", "unresolved"], row))}
+                              for label, row in zip(LABELS, confusion(truth_all, pred_all, LABELS))],  # fmt: skip
+            },
+            "counts": {"items": len(items), "questions": len(items) // max(len(paraphrases), 1), "resolved": resolved,
+                       "unresolved": unresolved, "missing_images": missing},  # fmt: skip
+        }
+
+
+def _metrics(truth: list[str], predicted: list[str | None], items: list[EvalItem]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for label in LABELS:
+        prf = per_class_prf(truth, predicted, label)
+        out.update({f"{label}/{k}": 100 * v for k, v in prf.items() if k != "support"})
+    for k in ("precision", "recall", "f1"):
+        out[f"macro/{k}"] = (out[f"yes/{k}"] + out[f"no/{k}"]) / 2
+    out["yes_proportion"] = 100 * sum(p == "yes" for p in predicted) / len(predicted) if predicted else 0.0
+    for size in SIZES:  # recall of "yes" questions by object size, when the file records sizes
+        hits = [p == "yes" for t, p, item in zip(truth, predicted, items) if t == "yes" and item.meta.get("object_size") == size]
+        if hits:
+            out[f"yes_recall_{size}"] = 100 * sum(hits) / len(hits)
+    return out
+
+
+class OricBenchR1(OricBench):
+    """ORIC-Bench asked with the R1-style instruction of the Visual-RFT training prompt (ORIC Fig. 11), for
+    models trained with it; answers are read from their ``<SOLUTION>`` block."""
+
+    name = "oric_bench_r1"
+    default_max_new_tokens = 256
+    instruction = R1_INSTRUCTION

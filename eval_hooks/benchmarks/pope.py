@@ -1,0 +1,80 @@
+"""POPE (official JSON-lines files ``coco_pope_{random,popular,adversarial}.json``: ``question_id``,
+``image``, ``text``, ``label``). Scored as the official ``evaluate.py`` scores it: keep the answer's
+first sentence, drop commas, split on spaces; "no" when a word is "No", "not" or "no", else "yes";
+accuracy, precision, recall and F1 with "yes" as the positive class, and the yes-ratio of the
+*predictions* (not of the ground truth)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.metrics import f1, ratio
+from rewards.graders import pope_yes_no
+from veritune.errors import UserError
+from veritune.io import read_json_or_jsonl
+
+SUBSETS = ("random", "popular", "adversarial")
+
+
+class Pope(Benchmark):
+    name = "pope"
+    default_max_new_tokens = 16
+    data_layout = "pope/coco_pope_{random,popular,adversarial}.json (official), images in coco/val2014/"
+
+    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
+        return data_root / "pope", data_root / "coco" / "val2014"
+
+    def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
+        data_path = Path(data_path)
+        files = [data_path / f"coco_pope_{s}.json" for s in SUBSETS] if data_path.is_dir() else [data_path]
+        files = [f for f in files if f.is_file()] or files[:1]
+        root = Path(image_root) if image_root else data_path if data_path.is_dir() else data_path.parent
+        items = []
+        for file in files:
+            subset = next((s for s in SUBSETS if s in file.name), file.stem)
+            for row, record in enumerate(read_json_or_jsonl(file, what="POPE file")):
+                if not isinstance(record, dict) or not {"question_id", "image", "text", "label"} <= record.keys():
+                    raise UserError(f"{file}: line {row + 1}: expected POPE fields question_id, image, text, label")
+                if record["label"] not in ("yes", "no"):
+                    raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
+                image = root / record["image"]
+                items.append(
+                    EvalItem(
+                        id=f"{subset}/{record['question_id']}",
+                        prompt=record["text"],
+                        images=[image],
+                        max_new_tokens=self.default_max_new_tokens,
+                        meta={"label": record["label"], "subset": subset},
+                        missing_images=[] if image.is_file() else [image],
+                    )
+                )
+        return items
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        metrics: dict[str, float] = {}
+        table = []
+        missing = 0
+        for subset in sorted({item.meta["subset"] for item in items}, key=lambda s: (s not in SUBSETS, SUBSETS.index(s) if s in SUBSETS else 0)):
+            group = [item for item in items if item.meta["subset"] == subset]
+            tp = fp = tn = fn = 0
+            for item in group:
+                if item.missing_images:  # never scored as correct
+                    missing += 1
+                    answer = "no" if item.meta["label"] == "yes" else "yes"
+                else:
+                    answer = pope_yes_no(predictions.get(item.id, ""))
+                positive, truth = answer == "yes", item.meta["label"] == "yes"
+                tp += positive and truth
+                fp += positive and not truth
+                tn += not positive and not truth
+                fn += not positive and truth
+            precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
+            values = {"accuracy": ratio(tp + tn, len(group)), "precision": precision, "recall": recall,
+                      "f1": f1(precision, recall), "yes_ratio": ratio(tp + fp, len(group))}  # fmt: skip
+            table.append({"subset": subset, **values, "tp": tp, "fp": fp, "tn": tn, "fn": fn})
+            metrics.update({f"{subset}/{k}": v for k, v in values.items()})
+        for key in ("accuracy", "precision", "recall", "f1", "yes_ratio"):
+            metrics[key] = sum(row[key] for row in table) / len(table) if table else 0.0
+        return {"metrics": metrics, "tables": {"per_subset": table}, "counts": {"items": len(items), "missing_images": missing}}
