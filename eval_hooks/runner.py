@@ -43,6 +43,15 @@ def read_predictions(path: Path) -> dict[str, str]:
     return predictions
 
 
+def drop_torn_tail(path: Path) -> None:
+    """Cut a last line left half-written by a killed run, so appended records start on a fresh line."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if not data.endswith(b"\n"):
+        path.write_bytes(data[: data.rfind(b"\n") + 1])
+
+
 def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
     """Model and processor from a checkpoint directory or hub id (LoRA adapter directories too)."""
     from transformers import AutoModelForImageTextToText, AutoProcessor
@@ -120,6 +129,7 @@ def run_items(
         done.update(read_predictions(shard_path))
         todo = [item for item in todo if item.id not in done]
     predictions_path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(shard_path)
     with state.split_between_processes(todo) as mine, shard_path.open("a", encoding="utf-8") as handle:
         bar = tqdm(total=len(mine), desc=desc, unit="item", disable=not state.is_main_process)
         for batch in _batches(list(mine), processor, batch_size):

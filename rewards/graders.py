@@ -137,8 +137,9 @@ def has_reasoning_solution_format(completion: Any) -> bool:
 def extract_yes_no(text: Any) -> YesNo | None:
     """Free-form yes/no extraction for benchmark answers ("Yes, there is a cat." -> yes).
 
-    Rules, in order: an R1-style ``<SOLUTION>`` block if present; the first word if it is yes/no; else
-    the answer is yes/no when exactly one of the words "yes" and "no" occurs. None when unresolved.
+    Rules, in order: an R1-style ``<SOLUTION>`` block if present; "yes or no" is unresolved; the first
+    word if it is yes/no; else the answer is yes/no when exactly one of the words "yes" and "no" occurs.
+    None when unresolved.
 
     >>> extract_yes_no("No, there is not.")
     'no'
@@ -155,6 +156,8 @@ def extract_yes_no(text: Any) -> YesNo | None:
     words = _WORDS.findall(text.lower())
     if not words:
         return None
+    if words[:3] in (["yes", "or", "no"], ["no", "or", "yes"]):
+        return None  # restating the options is no answer
     if words[0] in ("yes", "no"):
         return words[0]  # type: ignore[return-value]
     has_yes, has_no = "yes" in words, "no" in words
