@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trl import GRPOConfig, ModelConfig
+from trl import DPOConfig, GRPOConfig, ModelConfig
 
 from veritune.errors import UserError
 
@@ -117,3 +117,31 @@ class VeritunGRPOConfig(GRPOConfig):
                 f"x processes ({self.world_size}) x steps_per_generation ({self.steps_per_generation}); change one "
                 f"of them, or num_generations ({self.num_generations}), so that it is a multiple of num_generations"
             ) from None
+
+
+@dataclass
+class DPOScriptArguments(ScriptArguments):
+    """DPO on preference tuples (FINER-Tuning, seed ``finer_tuning_dpo.txt``, Sec. 3 and Table 10)."""
+
+    data_format: str = field(
+        default="auto",
+        metadata={"help": "Preference data format: auto, veritune (`veritune build finer`), finer (FINER-Tuning "
+                  "release JSONL) or rlaif-v."},  # fmt: skip
+    )
+    eval_dataset_path: str | None = field(
+        default=None,
+        metadata={"help": "Validation preference data (default: the `validation` split of a veritune dataset directory)."},
+    )
+
+
+@dataclass
+class VeritunDPOConfig(DPOConfig):
+    """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs)."""
+
+    def __post_init__(self) -> None:
+        if self.precompute_ref_log_probs:
+            raise UserError(
+                "precompute_ref_log_probs: not supported for vision-language models; reference log-probs are "
+                "computed online (with the adapter disabled for LoRA)"
+            )
+        super().__post_init__()

@@ -21,6 +21,8 @@ COMMAND_MODULES: list[tuple[str | None, str]] = [
     (None, "veritune.tiny_models"),
     ("build", "data_builders.synthetic_world"),
     ("build", "data_builders.oric.cli"),
+    ("build", "data_builders.finer.build"),
+    ("build", "data_builders.finer.synthetic"),
     ("eval", "eval_hooks.cli"),
 ]
 
