@@ -35,6 +35,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
     run.set_defaults(handler=_run)
 
+    watcher = subparsers.add_parser("watch", help="evaluate each new checkpoint of a training run")
+    watcher.add_argument("run_dir", type=Path)
+    watcher.add_argument("--benchmarks", required=True)
+    watcher.add_argument("--data-root", type=Path)
+    watcher.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH")
+    watcher.add_argument("--image-root", type=Path)
+    watcher.add_argument("--limit", type=int)
+    watcher.add_argument("--batch-size", type=int, default=8)
+    watcher.add_argument("--interval", type=float, default=60.0, help="seconds between looks for new checkpoints")
+    watcher.add_argument("--timeout", type=float, help="give up after this many seconds")
+    watcher.add_argument("--once", action="store_true", help="one pass over the existing checkpoints, then exit")
+    watcher.set_defaults(handler=_watch)
+
     score = subparsers.add_parser("score", help="score a predictions file (no model is loaded)")
     score.add_argument("benchmark", help=", ".join(BENCHMARKS))
     score.add_argument("--data", type=Path, required=True, help="the benchmark's file or folder")
@@ -56,6 +69,18 @@ def _run(args: argparse.Namespace) -> int:
     for name, result in results.items():
         headline = {k: round(v, 2) for k, v in result["metrics"].items() if "/" not in k or k.startswith("macro/")}
         print(f"{name}: {json.dumps(headline)}  -> {args.out / name / 'metrics.json'}")
+    return 0
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from eval_hooks.watch import watch
+
+    if not args.run_dir.is_dir():
+        raise UserError(f"run directory not found: {args.run_dir}")
+    names = [name.strip() for name in args.benchmarks.split(",") if name.strip()]
+    steps = watch(args.run_dir, names, data_root=args.data_root, data=_data_overrides(args.data), image_root=args.image_root,
+                  limit=args.limit, batch_size=args.batch_size, interval=args.interval, once=args.once, timeout=args.timeout)  # fmt: skip
+    print(f"evaluated checkpoints: {steps or 'none new'}")
     return 0
 
 

@@ -19,6 +19,7 @@ from veritune.errors import exit_on_user_error
 COMMAND_MODULES: list[tuple[str | None, str]] = [
     (None, "veritune.demo"),
     (None, "veritune.tiny_models"),
+    (None, "veritune.slurm_submit"),
     ("build", "data_builders.synthetic_world"),
     ("build", "data_builders.oric.cli"),
     ("build", "data_builders.finer.build"),

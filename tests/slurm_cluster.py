@@ -1,0 +1,92 @@
+"""A real one-node Slurm cluster on localhost for tests: munged, slurmctld and slurmd started with a
+generated configuration in a temporary directory, stopped afterwards (also on failure).
+
+Needs Debian's ``slurm-wlm`` and ``munge`` (``.ci/install_slurm.sh``) and root; tests skip otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def available() -> str | None:
+    """None when a local cluster can be started here, else the reason it cannot."""
+    missing = [tool for tool in ("munged", "slurmctld", "slurmd", "sbatch") if shutil.which(tool) is None]
+    if missing:
+        return f"Slurm/munge not installed ({', '.join(missing)} missing; run .ci/install_slurm.sh)"
+    if os.geteuid() != 0:
+        return "the local Slurm cluster runs its daemons as root"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def local_cluster(root: Path) -> Iterator[dict[str, str]]:
+    """Start the cluster under ``root``; yields the environment that points Slurm commands at it."""
+    root.mkdir(parents=True, exist_ok=True)
+    host = socket.gethostname().split(".")[0]
+    memory_mb = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 1024
+    (root / "state").mkdir(exist_ok=True)
+    (root / "spool").mkdir(exist_ok=True)
+    (root / "munge").mkdir(exist_ok=True)
+    key = root / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    munge_socket = root / "munge" / "munge.socket"
+    config = root / "slurm.conf"
+    config.write_text("\n".join([
+        "ClusterName=veritunetest", f"SlurmctldHost={host}", "SlurmUser=root", "SlurmdUser=root",
+        "AuthType=auth/munge", f"AuthInfo=socket={munge_socket}", "CredType=cred/munge",
+        f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
+        f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",
+        f"SlurmctldLogFile={root}/slurmctld.log", f"SlurmdLogFile={root}/slurmd.log",
+        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
+        "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none", "SchedulerType=sched/builtin",
+        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "ReturnToService=2", "MpiDefault=none",
+        "MinJobAge=3600",
+        f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
+        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
+    ]))  # fmt: skip
+    env = dict(os.environ, SLURM_CONF=str(config))
+    pids = {name: root / f"{name}.pid" for name in ("munged", "slurmctld", "slurmd")}
+    try:
+        subprocess.run(["munged", f"--key-file={key}", f"--socket={munge_socket}", f"--pid-file={pids['munged']}",
+                        f"--log-file={root}/munged.log", f"--seed-file={root}/munge.seed", "--force"], check=True)  # fmt: skip
+        subprocess.run(["slurmctld", "-f", str(config)], check=True, env=env)
+        subprocess.run(["slurmd", "-f", str(config)], check=True, env=env)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=env).stdout.strip()
+            if state == "idle":
+                break
+            time.sleep(0.5)
+        else:
+            raise RuntimeError(f"local Slurm node never became idle (state {state!r}); see {root}/slurmctld.log")
+        yield env
+    finally:
+        for name in ("slurmd", "slurmctld", "munged"):
+            if pids[name].is_file():
+                try:
+                    os.kill(int(pids[name].read_text().strip()), signal.SIGTERM)
+                except (ProcessLookupError, ValueError):
+                    pass
+        time.sleep(1)
+
+
+def job_state(job_id: str, env: dict[str, str]) -> str:
+    out = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, env=env).stdout
+    return next((field.split("=", 1)[1] for field in out.split() if field.startswith("JobState=")), "UNKNOWN")
