@@ -132,3 +132,31 @@ def test_eval_hook_during_grpo(tiny_qwen3vl: Path, bench: tuple[Path, Path], tmp
     assert "eval hook failed" in result.stderr
     rows = offline_history(tmp_path / "run" / "wandb")
     assert not any("eval/oric_bench_r1/macro/f1" in row for row in rows)  # one bad benchmark fails the whole hook
+
+
+def test_eval_watch_picks_up_a_checkpoint_that_appears(tiny_qwen3vl: Path, bench: tuple[Path, Path], tmp_path: Path) -> None:
+    import shutil
+    import threading
+    import time
+
+    from eval_hooks.watch import watch
+
+    data, images = bench
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    evaluated: list[int] = []
+    thread = threading.Thread(
+        target=lambda: evaluated.extend(watch(run_dir, ["oric_bench"], data={"oric_bench": data}, image_root=images, limit=1,
+                                              interval=0.2, timeout=120)),  # fmt: skip
+    )
+    thread.start()
+    time.sleep(1.0)  # the watcher is already polling an empty run directory
+    checkpoint = run_dir / "checkpoint-5"
+    shutil.copytree(tiny_qwen3vl, checkpoint)
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
+    (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": 5}))  # training finished
+    thread.join(timeout=150)
+    assert evaluated == [5]
+    assert json.loads((run_dir / "eval" / "checkpoint-5" / "oric_bench" / "metrics.json").read_text())["counts"]["items"] == 4
+    # Idempotent: a second pass finds nothing new.
+    assert watch(run_dir, ["oric_bench"], data={"oric_bench": data}, image_root=images, limit=1, once=True) == []
