@@ -1,0 +1,77 @@
+"""Multi-process runs on CPU: DeepSpeed ZeRO-3 GRPO, ZeRO-2 DPO, and a two-"machine" launch over loopback."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from helpers import REPO_ROOT, entry_env
+
+LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*LAUNCH, *map(str, args)], cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def test_zero3_grpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    from conftest import write_oric_fixture
+
+    data, images = write_oric_fixture(tmp_path / "data")
+    result = launch("--config_file", "recipes/accelerate/zero3.yaml", "--num_processes", "2", "--mixed_precision", "no",
+                    "--main_process_port", free_port(), "finetune/grpo.py", "recipes/tiny_oric_demo.yaml",
+                    "--model_name_or_path", tiny_qwen3vl, "--dataset_path", data, "--image_root", images, "--output_dir", tmp_path / "run",
+                    "--max_steps", "2", "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "2")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "DeepSpeed" in result.stderr or "deepspeed" in result.stderr.lower()
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and "rewards/format_reward/mean" in state["log_history"][0]
+
+
+def test_zero2_dpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    from PIL import Image
+    from test_finer import GRAPH
+
+    from data_builders.finer.build import build_finer_from_scene_graphs
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for index in range(8):
+        Image.new("RGB", (48, 48), (index * 30, 60, 90)).save(images / f"{index}.jpg")
+    (tmp_path / "g.json").write_text(json.dumps([{**GRAPH, "image": f"{i}.jpg"} for i in range(8)]))
+    build_finer_from_scene_graphs(tmp_path / "g.json", images, tmp_path / "finer")
+    result = launch("--config_file", "recipes/accelerate/zero2.yaml", "--num_processes", "2", "--mixed_precision", "no",
+                    "--main_process_port", free_port(), "finetune/dpo.py", "recipes/tiny_finer_demo.yaml",
+                    "--model_name_or_path", tiny_qwen3vl, "--dataset_path", tmp_path / "finer", "--output_dir", tmp_path / "run",
+                    "--max_steps", "2", "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "2")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2 and "rewards/margins" in state["log_history"][0]
+
+
+def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    from conftest import write_oric_fixture
+
+    data, images = write_oric_fixture(tmp_path / "data")
+    port = free_port()
+    ranks = []
+    for rank in (0, 1):
+        command = [*LAUNCH, "--config_file", "recipes/accelerate/ddp_multinode.yaml", "--cpu", "--mixed_precision", "no",
+                   "--num_machines", "2", "--machine_rank", str(rank), "--num_processes", "2",
+                   "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
+                   "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(tiny_qwen3vl),
+                   "--dataset_path", str(data), "--image_root", str(images), "--output_dir", str(tmp_path / "run"),
+                   "--max_steps", "2", "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "2"]  # fmt: skip
+        ranks.append(subprocess.Popen(command, cwd=REPO_ROOT, env=entry_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outputs = [process.communicate(timeout=600)[0] for process in ranks]
+    assert [process.returncode for process in ranks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 2
