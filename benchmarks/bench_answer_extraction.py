@@ -1,0 +1,28 @@
+"""Answer extraction cost: the shared graders over 10,000 benchmark answers.
+
+    python benchmarks/bench_answer_extraction.py
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+from rewards.graders import extract_yes_no, grade_tagged_yes_no, pope_yes_no
+
+
+def main() -> None:
+    rng = random.Random(0)
+    shapes = ["Yes.", "No, there is not.", "Yes, there is a {o} on the table.", "I don't see any {o} in the image.",
+              "<REASONING>The {o} is small but visible.</REASONING><SOLUTION>yes</SOLUTION>", "There might be a {o}."]  # fmt: skip
+    answers = [rng.choice(shapes).format(o=rng.choice(["cup", "dog", "traffic light"])) for _ in range(10_000)]
+    print("| grader | ms per 10,000 answers |\n| --- | --- |")
+    for name, grader in (("extract_yes_no", extract_yes_no), ("pope_yes_no", pope_yes_no), ("grade_tagged_yes_no", grade_tagged_yes_no)):
+        start = time.perf_counter()
+        for answer in answers:
+            grader(answer)
+        print(f"| {name} | {(time.perf_counter() - start) * 1000:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
