@@ -128,7 +128,7 @@ def main() -> None:
     import torch
 
     if not torch.cuda.is_available():
-        print("GPU section skipped: no CUDA device on this machine (run it where a GPU is lent; see docs/PERFORMANCE.md).")
+        print("GPU section skipped: no CUDA device on this machine (run it where a GPU is lent).")
         return
 
     from conftest import write_oric_fixture
