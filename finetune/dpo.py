@@ -20,7 +20,7 @@ from data_builders.finer.formats import read_preference_rows
 from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
 from finetune.oric_data import load_image
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, resume_checkpoint, setup_logging
+from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
 from veritune.errors import UserError, exit_on_user_error
 
 logger = logging.getLogger("veritune.dpo")
@@ -78,16 +78,7 @@ def main(script_args: DPOScriptArguments, training_args: VeritunDPOConfig, model
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=summary)
-    result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-
-    # ---- Save
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        processor.save_pretrained(training_args.output_dir)
-    logger.info("model saved to %s", training_args.output_dir)
+    train_and_save(trainer, processor, training_args)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from trl import GRPOTrainer
 from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, resume_checkpoint, setup_logging
+from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
 from rewards import UnknownRewardError, get_reward_funcs
 from veritune.errors import UserError, exit_on_user_error
 
@@ -66,16 +66,7 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=report.summary())
-    result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
-    trainer.save_state()
-
-    # ---- Save
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        processor.save_pretrained(training_args.output_dir)
-    logger.info("model saved to %s", training_args.output_dir)
+    train_and_save(trainer, processor, training_args)
 
 
 if __name__ == "__main__":

@@ -181,3 +181,15 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     if not Path(value).is_dir():
         raise UserError(f"resume_from_checkpoint: {value} is not a checkpoint directory")
     return value
+
+
+def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
+    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor."""
+    result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
+    trainer.log_metrics("train", result.metrics)
+    trainer.save_metrics("train", result.metrics)
+    trainer.save_state()
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        processor.save_pretrained(training_args.output_dir)
+    logger.info("model saved to %s", training_args.output_dir)

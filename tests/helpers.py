@@ -35,3 +35,20 @@ def log_history(output_dir: Path) -> list[dict[str, Any]]:
     """The trainer's log history, from the newest checkpoint's ``trainer_state.json``."""
     states = sorted(output_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
     return json.loads(states[-1].read_text())["log_history"]
+
+
+def write_finer_fixture(out_dir: Path, num_images: int = 8) -> Path:
+    """A small `veritune build finer` dataset directory from the hand-written scene graph of test_finer."""
+    from PIL import Image
+    from test_finer import GRAPH
+
+    from data_builders.finer.build import build_finer_from_scene_graphs
+
+    images = out_dir.parent / f"{out_dir.name}-images"
+    images.mkdir(parents=True)
+    for index in range(num_images):
+        Image.new("RGB", (48, 48), (index * 30, 60, 90)).save(images / f"{index}.jpg")
+    graphs = out_dir.parent / f"{out_dir.name}-graphs.json"
+    graphs.write_text(json.dumps([{**GRAPH, "image": f"{i}.jpg"} for i in range(num_images)]))
+    build_finer_from_scene_graphs(graphs, images, out_dir)
+    return out_dir

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from helpers import REPO_ROOT, entry_env
+from helpers import REPO_ROOT, entry_env, write_finer_fixture
 
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch"]
 
@@ -38,17 +38,7 @@ def test_zero3_grpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
 
 
 def test_zero2_dpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
-    from PIL import Image
-    from test_finer import GRAPH
-
-    from data_builders.finer.build import build_finer_from_scene_graphs
-
-    images = tmp_path / "images"
-    images.mkdir()
-    for index in range(8):
-        Image.new("RGB", (48, 48), (index * 30, 60, 90)).save(images / f"{index}.jpg")
-    (tmp_path / "g.json").write_text(json.dumps([{**GRAPH, "image": f"{i}.jpg"} for i in range(8)]))
-    build_finer_from_scene_graphs(tmp_path / "g.json", images, tmp_path / "finer")
+    write_finer_fixture(tmp_path / "finer")
     result = launch("--config_file", "recipes/accelerate/zero2.yaml", "--num_processes", "2", "--mixed_precision", "no",
                     "--main_process_port", free_port(), "finetune/dpo.py", "recipes/tiny_finer_demo.yaml",
                     "--model_name_or_path", tiny_qwen3vl, "--dataset_path", tmp_path / "finer", "--output_dir", tmp_path / "run",

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, entry_env
+from helpers import REPO_ROOT, entry_env, write_finer_fixture
 from slurm_cluster import available, job_state, local_cluster
 
 from veritune.cli import main
@@ -62,17 +62,7 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
 
 
 def test_dpo_job(cluster, tiny_qwen3vl: Path, tmp_path: Path) -> None:
-    from PIL import Image
-    from test_finer import GRAPH
-
-    from data_builders.finer.build import build_finer_from_scene_graphs
-
-    images = tmp_path / "images"
-    images.mkdir()
-    for index in range(8):
-        Image.new("RGB", (48, 48), (index * 30, 60, 90)).save(images / f"{index}.jpg")
-    (tmp_path / "g.json").write_text(json.dumps([{**GRAPH, "image": f"{i}.jpg"} for i in range(8)]))
-    build_finer_from_scene_graphs(tmp_path / "g.json", images, tmp_path / "finer")
+    write_finer_fixture(tmp_path / "finer")
     env = dict(cluster, VERITUNE_RUN_ROOT=str(tmp_path / "runs"), VERITUNE_PYTHON=str(REPO_ROOT / ".venv/bin/python"))
     job, result = sbatch(env, f"--output={tmp_path}/%j.out", "--job-name=tiny-dpo", "slurm/train.sbatch", "dpo", "recipes/tiny_finer_demo.yaml",
                          "--", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", tmp_path / "finer", "--max_steps", "2",
