@@ -8,6 +8,7 @@ A recipe is a flat YAML file whose keys map one-to-one onto these dataclasses (s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trl import DPOConfig, GRPOConfig, ModelConfig
 
@@ -74,6 +75,12 @@ class ScriptArguments:
     )
     eval_batch_size: int = field(default=8, metadata={"help": "Batch size of the eval hooks' generation."})
 
+    def __post_init__(self) -> None:
+        if self.accelerate_config and not Path(self.accelerate_config).is_file():
+            raise UserError(f"accelerate_config: {self.accelerate_config} does not exist (see recipes/accelerate/)")
+        if self.max_pixels <= 0:
+            raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
+
 
 @dataclass
 class GRPOScriptArguments(ScriptArguments):
@@ -96,10 +103,9 @@ class GRPOScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if not self.reward_funcs:
             raise UserError("reward_funcs: at least one reward function is required")
-        if self.max_pixels <= 0:
-            raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
 
 
 @dataclass

@@ -110,3 +110,10 @@ def test_recipe_that_is_not_a_mapping(tmp_path: Path) -> None:
 def test_generation_batch_not_divisible_names_the_numbers_tiny() -> None:
     with pytest.raises(UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"):
         parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generations", "3")
+
+
+def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("accelerate_config: recipes/accelerate/nope.yaml\n")
+    with pytest.raises(UserError, match="accelerate_config: recipes/accelerate/nope.yaml does not exist"):
+        parse_recipe([str(recipe)], GRPO_TYPES)
