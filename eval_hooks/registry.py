@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 
 from eval_hooks.base import Benchmark
+from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
 from veritune.errors import UserError
@@ -14,6 +15,7 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "oric_bench": OricBench,
     "oric_bench_r1": OricBenchR1,
     "pope": Pope,
+    "hallusionbench": HallusionBench,
 }
 
 

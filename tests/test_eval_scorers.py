@@ -172,3 +172,47 @@ def test_unknown_layout_names_expected_fields(tmp_path: Path) -> None:
 def test_unknown_benchmark() -> None:
     with pytest.raises(UserError, match="unknown benchmark 'popee'"):
         get_benchmark("popee")
+
+
+# ---- HallusionBench
+
+
+def hb_record(category: str, subcategory: str, set_id: int, figure_id: int, question_id: int, gt: str, visual: str = "1") -> dict:
+    return {"category": category, "subcategory": subcategory, "visual_input": visual, "set_id": str(set_id), "figure_id": str(figure_id),
+            "sample_note": "", "question_id": str(question_id), "question": "Is it so?", "gt_answer_details": "", "gt_answer": gt,
+            "filename": None}  # fmt: skip
+
+
+def test_hallusionbench_grouping_and_vs_figure_zero_exception(tmp_path: Path) -> None:
+    records = [
+        hb_record("VS", "chart", 0, 0, 0, "1", visual="0"),  # image-free: in aAcc and qAcc, not in fAcc
+        hb_record("VS", "chart", 0, 1, 0, "1"),
+        hb_record("VS", "chart", 0, 1, 1, "0"),
+        hb_record("VD", "illusion", 3, 0, 0, "1"),  # VD figure 0 is a real figure: counted in fAcc
+        hb_record("VD", "illusion", 3, 1, 0, "0"),
+    ]
+    path = tmp_path / "HallusionBench.json"
+    path.write_text(json.dumps(records))
+    for r in records[1:]:
+        image = tmp_path / r["category"] / r["subcategory"] / f"{r['set_id']}_{r['figure_id']}.png"
+        image.parent.mkdir(parents=True, exist_ok=True)
+        image.write_bytes(b"png")
+    bench = get_benchmark("hallusionbench")
+    items = bench.load(path, tmp_path)
+    assert [bool(i.images) for i in items] == [False, True, True, True, True]
+    answers = ["No.", "Yes", "No", "Yes", "Yes"]  # wrong, right, right, right, wrong
+    result = bench.score(items, dict(zip([i.id for i in items], answers)))
+    m = result["metrics"]
+    assert m["aAcc"] == pytest.approx(60.0)
+    # figures: VS_chart_0_1 (right, right) ok; VD_illusion_3_0 (right) ok; VD_illusion_3_1 (wrong) -> 2/3
+    assert m["fAcc"] == pytest.approx(200 / 3)
+    # pairs: VS_chart_0_0 (wrong, right) no; VS_chart_0_1 (right) ok; VD_illusion_3_0 (right, wrong) no -> 1/3
+    assert m["qAcc"] == pytest.approx(100 / 3)
+    assert result["counts"]["figures"] == 3 and result["counts"]["image_free"] == 1
+
+
+@needs_shared
+def test_official_hallusionbench_loads_all_questions() -> None:
+    items = get_benchmark("hallusionbench").load(SHARED / "hallusionbench" / "HallusionBench.json", SHARED)
+    assert len(items) == 1129 and sum(not item.images for item in items) == 178
+    assert len({item.id for item in items}) == 1129
