@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 
 from eval_hooks.base import Benchmark
+from eval_hooks.benchmarks.amber import AmberDiscriminative
 from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
@@ -16,6 +17,7 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "oric_bench_r1": OricBenchR1,
     "pope": Pope,
     "hallusionbench": HallusionBench,
+    "amber_discriminative": AmberDiscriminative,
 }
 
 

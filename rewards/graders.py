@@ -177,3 +177,16 @@ def pope_yes_no(text: Any) -> YesNo:
     words = first_sentence.split(" ")  # split on spaces only, as the official script does
     return "no" if any(w in ("No", "not", "no") for w in words) else "yes"
 
+
+
+def amber_yes_no(text: Any) -> YesNo | None:
+    """AMBER's official discriminative parsing: the text before the first period if it is exactly
+    Yes/yes/No/no; otherwise "no" when the whole answer contains the substrings "No", "not" or "no"
+    (substrings, as officially: "snowboard" contains "no"); None (never correct) otherwise."""
+    text = completion_text(text) or ""
+    head = text[:_MAX_SCAN_CHARS].split(".")[0]
+    if head in ("Yes", "yes", "No", "no"):
+        return head.lower()  # type: ignore[return-value]
+    if "No" in text or "not" in text or "no" in text:
+        return "no"
+    return None

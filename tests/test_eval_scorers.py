@@ -216,3 +216,46 @@ def test_official_hallusionbench_loads_all_questions() -> None:
     items = get_benchmark("hallusionbench").load(SHARED / "hallusionbench" / "HallusionBench.json", SHARED)
     assert len(items) == 1129 and sum(not item.images for item in items) == 178
     assert len({item.id for item in items}) == 1129
+
+
+# ---- AMBER discriminative
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("Yes.", "yes"), ("no", "no"), ("Yes, there is a snowboard.", "no"), ("There is not one", "no"), ("Sure", None)],
+)  # fmt: skip
+def test_amber_official_parsing(text: str, expected: str | None) -> None:
+    from rewards.graders import amber_yes_no
+
+    assert amber_yes_no(text) == expected
+
+
+def test_amber_metrics_with_no_as_positive(tmp_path: Path) -> None:
+    (tmp_path / "query").mkdir()
+    annotations = [{"id": i + 1, "type": "generative"} for i in range(2)] + [
+        {"id": 3, "type": "discriminative-hallucination", "truth": "yes"},
+        {"id": 4, "type": "discriminative-hallucination", "truth": "no"},
+        {"id": 5, "type": "discriminative-attribute-state", "truth": "no"},
+        {"id": 6, "type": "discriminative-relation", "truth": "yes"},
+    ]
+    (tmp_path / "annotations.json").write_text(json.dumps(annotations))
+    queries = [{"id": i, "image": "a.jpg", "query": "Is there a cup?"} for i in (3, 4, 5, 6)]
+    (tmp_path / "query" / "query_discriminative.json").write_text(json.dumps(queries))
+    (tmp_path / "query" / "a.jpg").write_bytes(b"x")
+    bench = get_benchmark("amber_discriminative")
+    items = bench.load(tmp_path / "query" / "query_discriminative.json")
+    result = bench.score(items, {"3": "Yes", "4": "No", "5": "Yes", "6": "No"})
+    m = result["metrics"]
+    assert m["accuracy"] == pytest.approx(100 * 2 / 4.001)
+    assert m["precision"] == pytest.approx(100 * 1 / 2.001)  # answered no: 4 (right), 6 (wrong)
+    assert m["recall"] == pytest.approx(100 * 1 / 2.001)  # truth no: 4 (found), 5 (missed)
+    assert m["existence/accuracy"] == pytest.approx(100 * 2 / 2.001)
+    assert m["relation/recall"] == 0.0  # no "no" question in the group: no division by zero
+
+
+@needs_shared
+def test_official_amber_queries_load() -> None:
+    items = get_benchmark("amber_discriminative").load(SHARED / "amber" / "query" / "query_discriminative.json", SHARED)
+    assert len(items) == 14216
+    assert {item.meta["type"] for item in items} == {"existence", "attribute_state", "attribute_number", "attribute_action", "relation"}
