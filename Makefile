@@ -15,7 +15,6 @@ test-fast: setup
 
 lint: setup
 	.venv/bin/ruff check .
-	.venv/bin/ruff format --check finetune rewards veritune
 
 bench: setup
 	.venv/bin/python benchmarks/run_all.py
