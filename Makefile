@@ -1,5 +1,5 @@
 # One command per habit. Each target sets up .venv first (idempotent).
-.PHONY: setup demo test test-fast lint bench
+.PHONY: setup demo test lint bench
 
 setup:
 	bash scripts/setup.sh
@@ -9,9 +9,6 @@ demo:
 
 test:
 	bash scripts/test.sh
-
-test-fast: setup
-	.venv/bin/pytest -m "not slow"
 
 lint: setup
 	.venv/bin/ruff check .
