@@ -117,3 +117,22 @@ def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
     recipe.write_text("accelerate_config: recipes/accelerate/nope.yaml\n")
     with pytest.raises(UserError, match="accelerate_config: recipes/accelerate/nope.yaml does not exist"):
         parse_recipe([str(recipe)], GRPO_TYPES)
+
+
+@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "recipes").glob("*finer*.yaml")), ids=lambda p: p.name)
+def test_dpo_recipe_loads(recipe: Path) -> None:
+    from finetune.configs import DPOScriptArguments, VeritunDPOConfig
+
+    script_args, training_args, model_args = parse_recipe([str(recipe), *ON_CPU], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig))
+    assert model_args.model_name_or_path and training_args.beta == 0.1 and training_args.loss_type == ["sigmoid"]
+    assert (REPO_ROOT / script_args.accelerate_config).is_file()
+
+
+@pytest.mark.parametrize("config", sorted((REPO_ROOT / "recipes" / "accelerate").glob("*.yaml")), ids=lambda p: p.name)
+def test_accelerate_config_loads(config: Path) -> None:
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    loaded = load_config_from_file(str(config))
+    assert loaded.num_processes >= 1 and loaded.num_machines >= 1
+    if "zero" in config.name:
+        assert loaded.deepspeed_config["zero_stage"] == int(config.name[4])
