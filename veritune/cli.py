@@ -25,6 +25,7 @@ COMMAND_MODULES: list[tuple[str | None, str]] = [
     ("build", "data_builders.finer.build"),
     ("build", "data_builders.finer.synthetic"),
     ("eval", "eval_hooks.cli"),
+    (None, "eval_hooks.report"),
 ]
 
 GROUP_HELP = {

@@ -120,6 +120,7 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
             "--data", f"oric_bench_r1={paths['oric_bench']}", "--image-root", str(paths["world"] / "val" / "images"),
             "--out", str(paths["eval"] / name),
         )  # fmt: skip
+    _veritune("report", str(paths["run"]))
     _summarise(paths)
     return paths
 
@@ -140,6 +141,7 @@ def _summarise(paths: dict[str, Path]) -> None:
             shown = ", ".join(f"{k}={metrics[k]:.1f}" for k in ("macro/f1", "yes/f1", "no/f1", "yes_proportion"))
             print(f"ORIC-Bench {name:8s} {shown}  ({metrics_file})")
     print(f"eval hook results: {paths['run'] / 'eval'} (one folder per checkpoint)")
+    print(f"report:            {paths['run'] / 'report.html'} (open it in a browser; works offline)")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,0 +1,33 @@
+"""The static HTML report of a run: training curves, eval metrics per checkpoint, tables."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from eval_hooks.report import write_report
+from veritune.cli import main
+from veritune.errors import UserError
+
+
+def test_report_plots_training_and_eval(tmp_path: Path) -> None:
+    history = [{"step": s, "loss": 0.1 * s, "reward": 0.5 + 0.1 * s, "rewards/accuracy_reward/mean": 0.2 * s} for s in (1, 2, 3)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
+    for step, f1 in ((1, 40.0), (3, 60.0)):
+        folder = tmp_path / "eval" / f"checkpoint-{step}" / "oric_bench"
+        folder.mkdir(parents=True)
+        metrics = {"macro/f1": f1, "yes/f1": f1, "no/f1": f1 - 5, "yes/precision": 50.0, "yes/recall": 70.0,
+                   "no/precision": 45.0, "no/recall": 30.0, "yes_proportion": 55.0}  # fmt: skip
+        (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, "tables": {"confusion": [{"true": "yes", "pred_yes": 3}]}, "counts": {}}))
+    assert main(["report", str(tmp_path)]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert page.count("<svg") == 4  # reward, loss, headline metrics, yes-proportion
+    assert "macro/f1" in page and "Per class at step 3" in page and "confusion at step 3" in page
+    assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+
+
+def test_report_of_an_empty_directory(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no trainer_state.json and no eval results"):
+        write_report(tmp_path)
