@@ -23,8 +23,14 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 
 def step_times(output_dir: Path) -> list[float]:
+    """Per-step times: TRL's logged ``step_time`` for GRPO; for DPO (which logs none), the mean step time
+    from the run's train_runtime (first-step warm-up included on both sides)."""
     state = json.loads((output_dir / "trainer_state.json").read_text())
-    return [row["step_time"] for row in state["log_history"] if "step_time" in row][1:]
+    times = [row["step_time"] for row in state["log_history"] if "step_time" in row][1:]
+    if times:
+        return times
+    runtime = next(row["train_runtime"] for row in state["log_history"] if "train_runtime" in row)
+    return [runtime / state["global_step"]]
 
 
 def run(command: list[str]) -> None:
@@ -48,23 +54,36 @@ def main() -> None:
         tmp_path = Path(tmp)
         model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0)
         data, images = write_oric_fixture(tmp_path / "data", num_items=16)
-        times: dict[str, list[float]] = {"veritune": [], "plain TRL": []}
+        times: dict[str, list[float]] = {"veritune GRPO": [], "plain TRL GRPO": [], "veritune DPO": [], "plain TRL DPO": []}
+        sys.path.insert(0, str(REPO_ROOT / "tests"))
+        from helpers import write_finer_fixture
+
+        finer = write_finer_fixture(tmp_path / "finer", num_images=16)
         for repeat in range(args.repeats):
             out = tmp_path / f"veritune-{repeat}"
             run([sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(model),
                  "--dataset_path", str(data), "--image_root", str(images), "--output_dir", str(out),
                  "--max_steps", str(args.steps), "--save_strategy", "no", "--report_to", "none",
                  "--max_prompt_length", "100000"])  # fmt: skip
-            times["veritune"] += step_times(out)
+            times["veritune GRPO"] += step_times(out)
             out = tmp_path / f"plain-{repeat}"
             run([sys.executable, "benchmarks/plain_trl_grpo.py", str(model), str(data), str(images), str(out), str(args.steps)])
-            times["plain TRL"] += step_times(out)
+            times["plain TRL GRPO"] += step_times(out)
+            out = tmp_path / f"veritune-dpo-{repeat}"
+            run([sys.executable, "finetune/dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", str(model),
+                 "--dataset_path", str(finer), "--output_dir", str(out), "--max_steps", str(args.steps),
+                 "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
+            times["veritune DPO"] += step_times(out)
+            out = tmp_path / f"plain-dpo-{repeat}"
+            run([sys.executable, "benchmarks/plain_trl_dpo.py", str(model), str(finer), str(out), str(args.steps)])
+            times["plain TRL DPO"] += step_times(out)
 
     mean = {name: statistics.mean(values) for name, values in times.items()}
     print("| runner | mean step time (s) | steps measured |\n| --- | --- | --- |")
     for name, values in times.items():
         print(f"| {name} | {mean[name]:.3f} | {len(values)} |")
-    print(f"\nratio veritune / plain TRL: {mean['veritune'] / mean['plain TRL']:.3f} (target <= 1.05)")
+    print(f"\nGRPO ratio veritune / plain TRL: {mean['veritune GRPO'] / mean['plain TRL GRPO']:.3f} (target <= 1.05)")
+    print(f"DPO ratio veritune / plain TRL: {mean['veritune DPO'] / mean['plain TRL DPO']:.3f} (target <= 1.05)")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # (name, script and arguments, what it measures)
 BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("rewards", ["benchmarks/bench_rewards.py"], "ORIC reward throughput (issue 7.4)"),
-    ("wrapper_overhead", ["benchmarks/bench_wrapper_overhead.py"], "finetune/grpo.py vs plain TRL, same tiny configuration (7.1)"),
+    ("wrapper_overhead", ["benchmarks/bench_wrapper_overhead.py"], "finetune/grpo.py and finetune/dpo.py vs plain TRL, same tiny configurations (7.1)"),
     ("oric_builder", ["benchmarks/bench_oric_builder.py"], "ORIC builder on COCO-scale annotations, CLIP, judge (7.2)"),
     ("finer_builder", ["benchmarks/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
     ("eval_runner", ["benchmarks/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
