@@ -75,10 +75,12 @@ def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
     return model.eval(), processor
 
 
-def _batches(items: list[EvalItem], processor: Any, batch_size: int) -> Iterator[list[EvalItem]]:
+def _batches(items: list[EvalItem], processor: Any, batch_size: int, sort_by_length: bool = True) -> Iterator[list[EvalItem]]:
+    """Batches of equal budget and image count; sorted by prompt length so that little padding is needed
+    (``sort_by_length=False`` keeps the file order, for the before/after benchmark)."""
     tokenizer = getattr(processor, "tokenizer", processor)
-    lengths = {item.id: len(tokenizer(item.prompt)["input_ids"]) for item in items}
-    ordered = sorted(items, key=lambda it: (it.max_new_tokens, len(it.images), lengths[it.id]))
+    lengths = {item.id: len(tokenizer(item.prompt)["input_ids"]) for item in items} if sort_by_length else {}
+    ordered = sorted(items, key=lambda it: (it.max_new_tokens, len(it.images), lengths.get(it.id, 0)))
     batch: list[EvalItem] = []
     for item in ordered:
         if batch and (len(batch) == batch_size or (item.max_new_tokens, len(item.images)) != (batch[0].max_new_tokens, len(batch[0].images))):
@@ -112,6 +114,7 @@ def run_items(
     *,
     batch_size: int = 8,
     desc: str = "eval",
+    sort_by_length: bool = True,
 ) -> dict[str, str]:
     """Generate answers for every item not yet in ``predictions_path``; return all predictions.
 
@@ -132,7 +135,7 @@ def run_items(
     drop_torn_tail(shard_path)
     with state.split_between_processes(todo) as mine, shard_path.open("a", encoding="utf-8") as handle:
         bar = tqdm(total=len(mine), desc=desc, unit="item", disable=not state.is_main_process)
-        for batch in _batches(list(mine), processor, batch_size):
+        for batch in _batches(list(mine), processor, batch_size, sort_by_length):
             answers = generate_batch(model, processor, batch)
             for item, answer in zip(batch, answers):
                 handle.write(json.dumps({"id": item.id, "prediction": answer}, ensure_ascii=False) + "\n")
