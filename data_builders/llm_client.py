@@ -5,13 +5,16 @@ Every builder and judge that asks an LLM goes through :class:`ChatClient`:
 - the API key is read from an environment variable only (never logged, never cached);
 - every answer is stored in SQLite keyed by the full request (model, messages, sampling settings), so an
   interrupted build resumes and a rerun sends no request that was already answered;
-- requests run on a bounded thread pool; timeouts, connection errors, 429 and 5xx are retried with
-  exponential backoff; an endpoint still unreachable after the retries is a one-line error.
+- requests run on a bounded thread pool (identical prompts in one batch are sent once); timeouts,
+  connection errors, malformed bodies, 408/429 and every 5xx are retried with exponential backoff (a
+  ``Retry-After`` header, when larger, is honoured); an endpoint still failing after the retries is a
+  one-line :class:`~veritune.errors.UserError`, and the answers received before it stay cached.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import json
 import os
 import sqlite3
@@ -27,7 +30,8 @@ from tqdm import tqdm
 from veritune.errors import UserError
 
 Prompt = str | list[dict[str, Any]]
-RETRYABLE_STATUS = {408, 409, 429, 500, 502, 503, 504}
+RETRYABLE_STATUS = {408, 409, 429}  # plus every 5xx
+MAX_RETRY_AFTER = 120.0  # seconds: a longer Retry-After is capped
 
 
 class ChatClient:
@@ -84,27 +88,26 @@ class ChatClient:
     def complete(self, prompt: Prompt, *, system: str | None = None) -> str:
         """The answer to one prompt (a user message string, or a list of chat messages)."""
         payload = self._payload(prompt, system)
-        key = self._key(payload)
-        cached = self._cached(key)
-        if cached is not None:
-            with self._lock:
-                self.cache_hits += 1
-            return cached
-        answer = self._request(payload)
-        with self._lock:
-            self._db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", (key, self.model, answer))
-        return answer
+        return self._answer(self._key(payload), payload)
 
     def complete_many(self, prompts: list[Prompt], *, system: str | None = None, desc: str = "LLM") -> list[str]:
-        """Answers to ``prompts`` in order, ``concurrency`` requests at a time, with a progress bar."""
-        answers: list[str] = [""] * len(prompts)
+        """Answers to ``prompts`` in order, ``concurrency`` requests at a time, with a progress bar.
+
+        A prompt repeated in the batch is sent once (the repeats count as cache hits).
+        """
+        payloads = [self._payload(prompt, system) for prompt in prompts]
+        keys = [self._key(payload) for payload in payloads]
+        unique = dict(zip(keys, payloads))  # first payload per key, in order
+        with self._lock:
+            self.cache_hits += len(keys) - len(unique)
+        found: dict[str, str] = {}
         self._stop.clear()
         pool = ThreadPoolExecutor(max_workers=self.concurrency)
         try:
-            with tqdm(total=len(prompts), desc=desc, unit="req") as bar:
-                futures = [pool.submit(self.complete, prompt, system=system) for prompt in prompts]
-                for index, future in enumerate(futures):
-                    answers[index] = future.result()
+            with tqdm(total=len(unique), desc=desc, unit="req", disable=not unique) as bar:
+                futures = {key: pool.submit(self._answer, key, payload) for key, payload in unique.items()}
+                for key, future in futures.items():
+                    found[key] = future.result()
                     bar.update(1)
         except BaseException:
             # One request out of retries (or Ctrl-C) ends the batch: nothing more is sent, answers so far stay cached.
@@ -112,9 +115,16 @@ class ChatClient:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
-        return answers
+        return [found[key] for key in keys]
+
+    def __enter__(self) -> ChatClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def close(self) -> None:
+        """Close the cache database."""
         self._db.close()
 
     # ---- internals
@@ -132,6 +142,17 @@ class ChatClient:
     def _key(payload: dict[str, Any]) -> str:
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
+    def _answer(self, key: str, payload: dict[str, Any]) -> str:
+        cached = self._cached(key)
+        if cached is not None:
+            with self._lock:
+                self.cache_hits += 1
+            return cached
+        answer = self._request(payload)
+        with self._lock:
+            self._db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", (key, self.model, answer))
+        return answer
+
     def _cached(self, key: str) -> str | None:
         with self._lock:
             row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
@@ -143,10 +164,11 @@ class ChatClient:
         api_key = os.environ.get(self.api_key_env)
         if api_key:
             headers["Authorization"] = f"Bearer {api_key}"
-        last_error = "no attempt made"
+        last_error, wait = "no attempt made", 0.0
         for attempt in range(self.max_retries + 1):
-            if attempt and self._stop.wait(self.backoff * 2 ** (attempt - 1)):
+            if attempt and self._stop.wait(max(wait, self.backoff * 2 ** (attempt - 1))):
                 break
+            wait = 0.0
             with self._lock:
                 self.requests_sent += 1
             request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
@@ -159,13 +181,23 @@ class ChatClient:
                 return content
             except urllib.error.HTTPError as err:
                 last_error = f"HTTP {err.code}"
-                if err.code not in RETRYABLE_STATUS:
-                    raise UserError(f"LLM endpoint {self.url} refused the request: HTTP {err.code}") from None
-            except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as err:
+                if err.code not in RETRYABLE_STATUS and err.code < 500:
+                    hint = f" (check the API key in ${self.api_key_env})" if err.code in (401, 403) else ""
+                    raise UserError(f"LLM endpoint {self.url} refused the request: HTTP {err.code}{hint}") from None
+                wait = _retry_after(err.headers.get("Retry-After") if err.headers else None)
+            except (urllib.error.URLError, TimeoutError, OSError, http.client.HTTPException) as err:
                 last_error = f"{type(err).__name__}: {getattr(err, 'reason', err)}"
-            except (json.JSONDecodeError, KeyError, IndexError, TypeError) as err:
+            except (ValueError, KeyError, IndexError, TypeError) as err:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
                 last_error = f"malformed response ({type(err).__name__})"
         raise UserError(
             f"LLM endpoint {self.url} unreachable after {self.max_retries + 1} attempts ({last_error}); "
             "answers received so far are cached, rerun to resume"
         )
+
+
+def _retry_after(value: str | None) -> float:
+    """Seconds from a ``Retry-After`` header (delta-seconds form; an HTTP date or junk counts as 0), capped."""
+    try:
+        return min(max(float(value), 0.0), MAX_RETRY_AFTER) if value else 0.0
+    except ValueError:
+        return 0.0

@@ -44,6 +44,8 @@ SCENES: dict[str, tuple[tuple[int, int, int], list[str]]] = {
     "office": ((210, 215, 230), ["laptop", "cup", "umbrella", "apple", "bench"]),
 }
 OUT_OF_CONTEXT_RATE = 0.15
+MIN_OBJECTS, MAX_OBJECTS = 2, 6  # objects drawn per image
+CROWD_RATE = 0.05  # share of boxes marked iscrowd
 
 
 def _draw(draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, float, float, float], colour: tuple[int, int, int]) -> None:
@@ -70,18 +72,17 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
         width, height = image_size, int(image_size * rng.uniform(0.7, 1.0))
         image = Image.new("RGB", (width, height), background)
         draw = ImageDraw.Draw(image)
-        count = rng.randint(3, 7)
         names = []
-        for _ in range(count):
+        for _ in range(rng.randint(MIN_OBJECTS, MAX_OBJECTS)):
             pool = [c[0] for c in CATEGORIES] if rng.random() < OUT_OF_CONTEXT_RATE else typical
             names.append(rng.choice(pool))
-        if len(set(names)) < 2:  # most images hold at least two classes, as COCO images do
-            names.append(rng.choice([n for n in typical if n != names[0]]))
+        if len(set(names)) < 2:  # every image holds at least two classes, as most COCO images do
+            names[-1] = rng.choice([n for n in typical if n != names[0]])
         for name in names:
             # Sizes span COCO's small/medium/large tiers relative to a 640-pixel image.
-            w = rng.uniform(0.08, 0.55) * width
-            h = rng.uniform(0.08, 0.55) * height
-            x, y = rng.uniform(0, width - w), rng.uniform(0, height - h)
+            w = round(rng.uniform(0.08, 0.55) * width, 2)
+            h = round(rng.uniform(0.08, 0.55) * height, 2)
+            x, y = round(rng.uniform(0, width - w), 2), round(rng.uniform(0, height - h), 2)
             shape, colour = styles[name]
             _draw(draw, shape, (x, y, w, h), colour)
             annotations.append(
@@ -89,10 +90,10 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
                     "id": len(annotations) + 1,
                     "image_id": image_id,
                     "category_id": category_ids[name],
-                    "bbox": [round(x, 2), round(y, 2), round(w, 2), round(h, 2)],
+                    "bbox": [x, y, w, h],
                     "area": round(w * h, 2),
-                    "iscrowd": 1 if rng.random() < 0.05 else 0,
-                    "segmentation": [[x, y, x + w, y, x + w, y + h, x, y + h]],
+                    "iscrowd": 1 if rng.random() < CROWD_RATE else 0,
+                    "segmentation": [[x, y, round(x + w, 2), y, round(x + w, 2), round(y + h, 2), x, round(y + h, 2)]],
                 }
             )
         file_name = f"SYN_{split}2014_{image_id:012d}.jpg"
@@ -113,6 +114,10 @@ def build_synthetic_world(
     image_size: int = 224,
 ) -> dict[str, Path]:
     """Draw a train and a val split with COCO-format annotations under ``out_dir``.
+
+    Each image holds 2-6 objects of at least two classes, mostly from its scene's classes; boxes overlap
+    freely and about 5% are ``iscrowd``. The default sizes (120 / 60 images) leave the demo enough image
+    pairs for its 32 + 32 training and 24 + 24 benchmark questions at one question per image.
 
     Returns the paths ``train_annotations``, ``train_images``, ``val_annotations``, ``val_images``.
     """
@@ -144,7 +149,7 @@ def generate_coco_scale_annotations(
         width, height = 640, rng.choice((427, 480, 512))
         images.append({"id": image_id, "file_name": f"COCO_train2014_{image_id:012d}.jpg", "width": width, "height": height})
         group = groups[image_id % 12]
-        for _ in range(max(1, int(rng.expovariate(1 / boxes_per_image_mean)))):
+        for _ in range(max(1, round(rng.expovariate(1 / boxes_per_image_mean)))):  # mean ~ boxes_per_image_mean
             category = rng.choice(group) if rng.random() > OUT_OF_CONTEXT_RATE else rng.randrange(num_classes)
             w, h = rng.uniform(8, 320), rng.uniform(8, 240)
             x, y = rng.uniform(0, width - w), rng.uniform(0, height - h)

@@ -1,56 +1,76 @@
 """The eval hook: after each checkpoint save, evaluate that checkpoint and log the metrics.
 
 Recipes enable it by name (``eval_on_save: true``, ``eval_benchmarks: [oric_bench_r1]``, ``eval_limit``
-for quick hooks). Results land in ``OUTPUT_DIR/eval/checkpoint-N/<benchmark>/``; metrics are logged as
-``eval/<benchmark>/<metric>`` at the checkpoint's step to W&B (with per-category tables and sample
-predictions) and into the trainer's log history. An eval failure is logged and never stops training.
+for quick hooks). After each save, the live model is evaluated in-process (in eval mode, train mode
+restored afterwards) and the results land in ``OUTPUT_DIR/eval/checkpoint-N/<benchmark>/``, the same
+files ``veritune eval watch`` writes. The metrics go
 
-The live model is evaluated in-process on the main process. Under DeepSpeed ZeRO-3 the weights are
-sharded across ranks, so run ``veritune eval watch`` as a separate job instead.
+- to the trainer's log history and to every ``report_to`` integration (W&B, TensorBoard, MLflow, the
+  console), the way the Trainer's own eval metrics do, as ``eval/<benchmark>/<metric>`` at the
+  checkpoint's step;
+- to the active W&B run, with the per-category tables and a table of sample predictions
+  (``wandb.Table``).
+
+Distributed runs: every process takes part; each answers a share of every batch (see
+``eval_hooks/runner.py``). Under DeepSpeed ZeRO-3 the weights are sharded, so generation runs on all ranks
+in lockstep with ``synced_gpus=True``. A failing benchmark is logged and skipped, and never stops
+training (a crash of one rank inside generation would still stall the others, as in any collective).
+For long benchmarks, prefer ``veritune eval watch`` as a separate job: training does not wait for it.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+from transformers.trainer_callback import CallbackHandler
+
+from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark
 
 logger = logging.getLogger("veritune.eval")
 
 
 def flat_metrics(name: str, result: dict[str, Any]) -> dict[str, float]:
+    """``{"eval/<benchmark>/<metric>": value}`` of one benchmark's result."""
     return {f"eval/{name}/{key}": float(value) for key, value in result["metrics"].items()}
 
 
-def log_to_wandb(results: dict[str, dict[str, Any]], step: int, predictions_dir: Path) -> None:
-    """Log metrics, per-category tables and a sample of predictions to the active W&B run."""
-    try:
-        import wandb
-    except ImportError:
-        return
-    if wandb.run is None:
-        return
+def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, scalars: bool = True) -> dict[str, Any]:
+    """What one checkpoint's evaluation logs to W&B: the metrics (unless ``scalars=False``), each
+    per-category table and a table of sample predictions, at ``train/global_step = step``."""
     payload: dict[str, Any] = {}
     for name, result in results.items():
-        payload.update(flat_metrics(name, result))
-        for table_name, rows in result.get("tables", {}).items():
+        if scalars:
+            payload.update(flat_metrics(name, result))
+        tables = {**result.get("tables", {}), "samples": result.get("samples", [])}
+        for table_name, rows in tables.items():
             if rows:
-                columns = sorted({key for row in rows for key in row})
-                payload[f"eval/{name}/{table_name}"] = wandb.Table(columns=columns, data=[[row.get(c) for c in columns] for row in rows])
-        sample = (predictions_dir / name / "predictions.jsonl").read_text(encoding="utf-8").splitlines()[:20]
-        if sample:
-            import json
-
-            rows = [json.loads(line) for line in sample]
-            payload[f"eval/{name}/samples"] = wandb.Table(columns=["id", "prediction"], data=[[r["id"], r["prediction"]] for r in rows])
+                columns = list(dict.fromkeys(key for row in rows for key in row))
+                data = [[_cell(row.get(column)) for column in columns] for row in rows]
+                payload[f"eval/{name}/{table_name}"] = wandb.Table(columns=columns, data=data)
     payload["train/global_step"] = step
-    wandb.log(payload)
+    return payload
+
+
+def _cell(value: Any) -> Any:
+    return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
 class EvalHookCallback(TrainerCallback):
-    """Evaluate every saved checkpoint on ``benchmarks`` (see the module docstring)."""
+    """Evaluate every saved checkpoint on ``benchmarks`` (see the module docstring).
+
+    Args:
+        benchmarks: registry names or dotted paths (``eval_benchmarks`` in a recipe).
+        data_root: the folder holding every benchmark's files in the layout of docs/EVALUATION.md.
+        limit: at most this many questions per benchmark (quick hooks).
+        batch_size: items per ``generate`` call, per process.
+        data: explicit ``{benchmark: file or folder}``, instead of ``data_root``'s layout.
+        image_root: images of the ``data`` files.
+        max_new_tokens: one generation budget for every item (default: each benchmark's own).
+    """
 
     def __init__(
         self,
@@ -61,39 +81,90 @@ class EvalHookCallback(TrainerCallback):
         batch_size: int = 8,
         data: dict[str, str] | None = None,
         image_root: str | None = None,
+        max_new_tokens: int | None = None,
     ) -> None:
-        self.benchmarks = benchmarks
+        self.benchmarks = list(benchmarks)
         self.data_root = Path(data_root) if data_root else None
-        self.data = {k: Path(v) for k, v in (data or {}).items()}
+        self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None
         self.limit = limit
         self.batch_size = batch_size
+        self.max_new_tokens = max_new_tokens
         self.processor: Any = None
+        self._prepared: dict[str, PreparedBenchmark] = {}
+        self._handler: CallbackHandler | None = None
+
+    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # Callbacks get no handle on the Trainer; the caller of this hook is the Trainer's CallbackHandler,
+        # through which the eval metrics reach every report_to integration like the Trainer's own logs.
+        frame = sys._getframe(1)
+        while frame is not None and self._handler is None:
+            caller = frame.f_locals.get("self")
+            if isinstance(caller, CallbackHandler):
+                self._handler = caller
+            frame = frame.f_back
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.processor = kwargs.get("processing_class")
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        if not state.is_world_process_zero:
-            return
         model = kwargs.get("model")
-        out_dir = Path(args.output_dir) / "eval" / f"checkpoint-{state.global_step}"
-        try:
-            from eval_hooks.evaluate import evaluate
+        processor = kwargs.get("processing_class") or self.processor
+        step = state.global_step
+        results = self.evaluate_model(model, processor, Path(args.output_dir) / "eval" / f"checkpoint-{step}", step)
+        if results and state.is_world_process_zero:
+            self.log_results(args, state, control, results)
 
-            was_training = model.training
-            model.eval()
-            try:
-                results = evaluate(
-                    model, self.processor, self.benchmarks, out_dir, data_root=self.data_root, data=self.data,
-                    image_root=self.image_root, limit=self.limit, batch_size=self.batch_size,
-                )  # fmt: skip
-            finally:
-                model.train(was_training)
-        except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
-            logger.error("eval hook failed at step %d (training continues): %s: %s", state.global_step, type(err).__name__, err)
-            return
+    def evaluate_model(self, model: Any, processor: Any, out_dir: Path, step: int) -> dict[str, dict[str, Any]]:
+        """Evaluate the live model on each benchmark (every process calls this); ``{name: result}`` on the
+        main process. A benchmark that fails is logged and left out."""
+        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+        from eval_hooks.runner import TransformersBackend
+
+        if model is None or processor is None:
+            logger.error("eval hook at step %d: the trainer passed no model or processor; skipped", step)
+            return {}
+        backend = TransformersBackend(model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=f"{out_dir.parent.parent.name}/checkpoint-{step}")
+        results: dict[str, dict[str, Any]] = {}
+        was_training = model.training
+        model.eval()
+        try:
+            for name in self.benchmarks:
+                try:
+                    if name not in self._prepared:
+                        self._prepared[name] = prepare_benchmark(name, data_root=self.data_root, data=self.data, image_root=self.image_root,
+                                                                 limit=self.limit, max_new_tokens=self.max_new_tokens)  # fmt: skip
+                    result = evaluate_prepared(backend, self._prepared[name], out_dir, batch_size=self.batch_size)
+                except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
+                    logger.error("eval hook: %s failed at step %d (training continues): %s: %s", name, step, type(err).__name__, err)
+                    continue
+                if result:
+                    results[name] = result
+        finally:
+            model.train(was_training)
+        return results
+
+    def log_results(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, results: dict[str, dict[str, Any]]) -> None:
+        """Log to the log history, every ``report_to`` integration and W&B (main process only)."""
         metrics = {key: value for name, result in results.items() for key, value in flat_metrics(name, result).items()}
         state.log_history.append({**metrics, "step": state.global_step})
-        log_to_wandb(results, state.global_step, out_dir)
-        logger.info("eval at step %d: %s", state.global_step, {k: round(v, 2) for k, v in metrics.items() if k.endswith("f1")})
+        via_trainer = False
+        if self._handler is not None:
+            # "eval_x" is how integrations recognise eval metrics: they log it as "eval/x" (W&B, TensorBoard).
+            logs = {f"eval_{key.removeprefix('eval/')}": value for key, value in metrics.items()}
+            others = [cb for cb in self._handler.callbacks if cb is not self]
+            via_trainer = any(type(cb).__name__ == "WandbCallback" for cb in others)
+            for callback in others:
+                try:
+                    callback.on_log(args, state, control, logs=dict(logs), model=self._handler.model)
+                except Exception as err:  # noqa: BLE001 - a reporting failure must not stop training either
+                    logger.error("eval hook: %s could not log the metrics: %s", type(callback).__name__, err)
+        try:
+            import wandb
+        except ImportError:
+            wandb = None
+        if wandb is not None and wandb.run is not None:
+            wandb.run.log(wandb_payload(results, state.global_step, wandb, scalars=not via_trainer))
+        summary = "; ".join(f"{key}={value:.4g}" for key, value in metrics.items() if key.count("/") == 2 or "/macro/" in key)
+        logger.info("eval at step %d: %s", state.global_step, summary)

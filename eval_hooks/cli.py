@@ -1,12 +1,14 @@
-"""``veritune eval run`` (generate and score) and ``veritune eval score`` (re-score, no model)."""
+"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears) and
+``eval score`` (re-score a predictions file, no model)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
-from eval_hooks.evaluate import evaluate, rescore
+from eval_hooks.evaluate import evaluate, headline_metrics, parse_benchmark_names, prepare_benchmarks, rescore
 from eval_hooks.registry import BENCHMARKS
 from veritune.errors import UserError
 
@@ -15,37 +17,54 @@ def _data_overrides(values: list[str]) -> dict[str, Path]:
     overrides = {}
     for value in values:
         name, sep, path = value.partition("=")
-        if not sep:
+        if not sep or not name or not path:
             raise UserError(f"--data {value!r}: expected BENCHMARK=PATH")
         overrides[name] = Path(path)
     return overrides
+
+
+def summary_table(results: dict[str, dict[str, Any]]) -> str:
+    """A plain-text table: one row per benchmark and headline metric, with the item counts."""
+    rows = [("benchmark", "items", "answered", "missing img", "metric", "value")]
+    for name, result in results.items():
+        counts = result.get("counts", {})
+        first = (name, str(counts.get("items", "")), str(counts.get("predicted", "")), str(counts.get("missing_images", 0)))
+        for index, (metric, value) in enumerate(headline_metrics(result).items()):
+            rows.append((*(first if index == 0 else ("", "", "", "")), metric, f"{value:.4g}"))
+        if not headline_metrics(result):
+            rows.append((*first, "", ""))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.rjust(w) if i in (1, 2, 3, 5) else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark")
+    parser.add_argument("--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)")
+    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH", help="a benchmark's file or folder (repeatable)")
+    parser.add_argument("--image-root", type=Path, help="images of the --data files")
+    parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
+    parser.add_argument("--batch-size", type=int, default=8, help="items per generate call (per process); vLLM: try 256")
+    parser.add_argument("--max-new-tokens", type=int, help="generation budget for every item (default: each benchmark's own)")
+    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"], help="vllm only when installed")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the eval commands."""
     run = subparsers.add_parser("run", help="generate answers with a model and score them")
     run.add_argument("--model", required=True, help="checkpoint directory or hub id")
-    run.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BENCHMARKS)}")
-    run.add_argument("--data-root", type=Path, help="directory holding every benchmark's files (docs/EVALUATION.md)")
-    run.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH", help="a benchmark's file or folder")
-    run.add_argument("--image-root", type=Path, help="images for the --data files")
-    run.add_argument("--out", type=Path, required=True)
-    run.add_argument("--limit", type=int, help="at most N questions per benchmark")
-    run.add_argument("--batch-size", type=int, default=8)
-    run.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    run.add_argument("--out", type=Path, required=True, help="results go to OUT/<benchmark>/{predictions.jsonl,metrics.json}")
+    _add_data_arguments(run)
     run.set_defaults(handler=_run)
 
-    watcher = subparsers.add_parser("watch", help="evaluate each new checkpoint of a training run")
-    watcher.add_argument("run_dir", type=Path)
-    watcher.add_argument("--benchmarks", required=True)
-    watcher.add_argument("--data-root", type=Path)
-    watcher.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH")
-    watcher.add_argument("--image-root", type=Path)
-    watcher.add_argument("--limit", type=int)
-    watcher.add_argument("--batch-size", type=int, default=8)
+    watcher = subparsers.add_parser("watch", help="evaluate each new checkpoint of a training run as it appears")
+    watcher.add_argument("run_dir", type=Path, help="the training run's output_dir (holds checkpoint-N folders)")
+    _add_data_arguments(watcher)
     watcher.add_argument("--interval", type=float, default=60.0, help="seconds between looks for new checkpoints")
-    watcher.add_argument("--timeout", type=float, help="give up after this many seconds")
-    watcher.add_argument("--once", action="store_true", help="one pass over the existing checkpoints, then exit")
+    watcher.add_argument("--timeout", type=float, help="stop when no new checkpoint has appeared for this many seconds")
+    watcher.add_argument("--once", action="store_true", help="evaluate the checkpoints there now, then exit")
     watcher.set_defaults(handler=_watch)
 
     score = subparsers.add_parser("score", help="score a predictions file (no model is loaded)")
@@ -57,18 +76,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.set_defaults(handler=_score)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from eval_hooks.runner import load_model
+def _prepare(args: argparse.Namespace) -> list:
+    names = parse_benchmark_names(args.benchmarks)
+    return prepare_benchmarks(names, data_root=args.data_root, data=_data_overrides(args.data), image_root=args.image_root,
+                              limit=args.limit, max_new_tokens=args.max_new_tokens)  # fmt: skip
 
-    names = [name.strip() for name in args.benchmarks.split(",") if name.strip()]
-    model, processor = load_model(args.model, args.dtype)
-    results = evaluate(
-        model, processor, names, args.out, data_root=args.data_root, data=_data_overrides(args.data),
-        image_root=args.image_root, limit=args.limit, batch_size=args.batch_size,
-    )  # fmt: skip
-    for name, result in results.items():
-        headline = {k: round(v, 2) for k, v in result["metrics"].items() if "/" not in k or k.startswith("macro/")}
-        print(f"{name}: {json.dumps(headline)}  -> {args.out / name / 'metrics.json'}")
+
+def _run(args: argparse.Namespace) -> int:
+    from accelerate import PartialState
+
+    from eval_hooks.runner import get_backend
+
+    prepared = _prepare(args)  # before the model loads: a wrong path fails fast
+    backend = get_backend(args.backend, args.model, args.dtype)
+    results = evaluate(backend, prepared, args.out, batch_size=args.batch_size)
+    if PartialState().is_main_process:
+        print(summary_table(results))
+        print(f"results: {args.out}/<benchmark>/metrics.json")
     return 0
 
 
@@ -77,10 +101,9 @@ def _watch(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         raise UserError(f"run directory not found: {args.run_dir}")
-    names = [name.strip() for name in args.benchmarks.split(",") if name.strip()]
-    steps = watch(args.run_dir, names, data_root=args.data_root, data=_data_overrides(args.data), image_root=args.image_root,
-                  limit=args.limit, batch_size=args.batch_size, interval=args.interval, once=args.once, timeout=args.timeout)  # fmt: skip
-    print(f"evaluated checkpoints: {steps or 'none new'}")
+    steps = watch(args.run_dir, _prepare(args), batch_size=args.batch_size, interval=args.interval, once=args.once,
+                  idle_timeout=args.timeout, backend=args.backend, dtype=args.dtype)  # fmt: skip
+    print(f"evaluated checkpoints: {', '.join(map(str, steps)) or 'none new'}")
     return 0
 
 

@@ -1,45 +1,111 @@
-"""Evaluate a model on several benchmarks and write ``OUT/<benchmark>/{predictions.jsonl,metrics.json}``."""
+"""Evaluate a model on benchmarks: ``OUT/<benchmark>/{predictions.jsonl,metrics.json}``.
+
+Shared by ``veritune eval run``, ``veritune eval watch`` and the training eval hook. Benchmarks are
+prepared (located, loaded, limited) before any model is loaded, so a wrong path fails in a second.
+"""
 
 from __future__ import annotations
 
+import logging
+import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.registry import get_benchmark
-from eval_hooks.runner import PREDICTIONS_FILE, read_predictions, run_items
+from eval_hooks.runner import PREDICTIONS_FILE, Backend, read_predictions, run_items
 from veritune.errors import UserError
 from veritune.io import atomic_write_json
 
+logger = logging.getLogger("veritune.eval")
+
 METRICS_FILE = "metrics.json"
+SAMPLE_PREDICTIONS = 20  # rows of the sample-predictions table kept in metrics.json and logged to W&B
+_PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")  # "17/p2": question 17 asked with its third paraphrase
+
+
+@dataclass
+class PreparedBenchmark:
+    """A benchmark's items, ready to run: where they came from and how many were kept."""
+
+    name: str
+    benchmark: Benchmark
+    items: list[EvalItem]
+    data_path: Path
+    image_root: Path | None
+    limit: int | None = None
+    max_new_tokens: int | None = None
+
+
+def parse_benchmark_names(text: str | list[str]) -> list[str]:
+    """Benchmark names from ``"a,b"`` or a list, in order, without repeats; an empty list is an error."""
+    parts = text.split(",") if isinstance(text, str) else [p for entry in text for p in str(entry).split(",")]
+    names = list(dict.fromkeys(p.strip() for p in parts if p.strip()))
+    if not names:
+        raise UserError("--benchmarks: give at least one benchmark name")
+    return names
 
 
 def resolve_paths(name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None) -> tuple[Path, Path | None]:
     """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``."""
     benchmark = get_benchmark(name)
     if name in data:
-        return data[name], image_root
+        return Path(data[name]), image_root
     if data_root is None:
         raise UserError(f"{name}: give --data-root DIR (expects {benchmark.data_layout}) or --data {name}=PATH")
-    data_path, default_images = benchmark.default_paths(data_root)
+    data_path, default_images = benchmark.default_paths(Path(data_root))
     return data_path, image_root or default_images
 
 
-def limit_items(items: list, limit: int | None) -> list:
-    """The first ``limit`` questions (all paraphrases of a question stay together)."""
+def limit_items(items: list[EvalItem], limit: int | None) -> list[EvalItem]:
+    """The items of the first ``limit`` questions; the paraphrases of a question (ids ``Q/p0``, ``Q/p1``,
+    ...) count as one question and stay together."""
     if limit is None:
         return items
-    keep, questions = [], []
+    if limit < 1:
+        raise UserError(f"--limit: must be at least 1, got {limit}")
+    keep, questions = [], set()
     for item in items:
-        question = item.id.split("/")[0] if "/p" in item.id else item.id
+        match = _PARAPHRASE_ID.match(item.id)
+        question = match.group(1) if match else item.id
         if question not in questions:
             if len(questions) == limit:
                 continue
-            questions.append(question)
+            questions.add(question)
         keep.append(item)
     return keep
 
 
-def score_benchmark(name: str, items: list, predictions: dict[str, str]) -> dict[str, Any]:
+def prepare_benchmark(
+    name: str,
+    *,
+    data_root: Path | None = None,
+    data: dict[str, Path] | None = None,
+    image_root: Path | None = None,
+    limit: int | None = None,
+    max_new_tokens: int | None = None,
+) -> PreparedBenchmark:
+    """Locate and load one benchmark, keep its first ``limit`` questions, set the generation budget."""
+    benchmark = get_benchmark(name)
+    data_path, images = resolve_paths(name, data_root, data or {}, image_root)
+    if not data_path.exists():
+        raise UserError(f"{name}: {data_path} not found (expected {benchmark.data_layout or 'the benchmark file'})")
+    items = limit_items(benchmark.load(data_path, images), limit)
+    if max_new_tokens is not None:
+        if max_new_tokens < 1:
+            raise UserError(f"--max-new-tokens: must be at least 1, got {max_new_tokens}")
+        for item in items:
+            item.max_new_tokens = max_new_tokens
+    return PreparedBenchmark(name, benchmark, items, data_path, images, limit, max_new_tokens)
+
+
+def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmark]:
+    """:func:`prepare_benchmark` for each name (every bad name or path is reported before a model loads)."""
+    return [prepare_benchmark(name, **kwargs) for name in names]
+
+
+def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark."""
     known = {item.id for item in items}
     stray = [key for key in predictions if key not in known]
@@ -53,33 +119,53 @@ def score_benchmark(name: str, items: list, predictions: dict[str, str]) -> dict
     return result
 
 
-def evaluate(
-    model: Any,
-    processor: Any,
-    benchmarks: list[str],
-    out_dir: Path,
-    *,
-    data_root: Path | None = None,
-    data: dict[str, Path] | None = None,
-    image_root: Path | None = None,
-    limit: int | None = None,
-    batch_size: int = 8,
-) -> dict[str, dict[str, Any]]:
-    """Run and score each benchmark; resumes from existing predictions files."""
+def sample_rows(items: list[EvalItem], predictions: dict[str, str], count: int = SAMPLE_PREDICTIONS) -> list[dict[str, Any]]:
+    """The first ``count`` answered items as table rows: id, prompt, reference answer, prediction."""
+    rows = []
+    for item in items:
+        if item.id in predictions:
+            reference = next((item.meta[k] for k in ("label", "answer", "gt_answer") if k in item.meta), None)
+            rows.append({"id": item.id, "prompt": item.prompt, "reference": reference, "prediction": predictions[item.id]})
+            if len(rows) == count:
+                break
+    return rows
+
+
+def evaluate_prepared(backend: Backend, prepared: PreparedBenchmark, out_dir: Path, *, batch_size: int = 8) -> dict[str, Any]:
+    """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl``) and score it.
+
+    Every process of a distributed run calls this; the main process scores, writes ``metrics.json`` and
+    returns the result, the others return ``{}``.
+    """
     from accelerate import PartialState
 
+    bench_dir = Path(out_dir) / prepared.name
+    predictions = run_items(backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name)
+    if not PartialState().is_main_process:
+        return {}
+    missing = sorted({str(path) for item in prepared.items for path in item.missing_images})
+    if missing:
+        skipped = sum(bool(item.missing_images) for item in prepared.items)
+        logger.warning("%s: %d item(s) skipped, %d image(s) missing or unreadable, first: %s", prepared.name, skipped, len(missing), ", ".join(missing[:3]))
+    result = score_benchmark(prepared.name, prepared.items, predictions)
+    result["data"] = {"path": str(prepared.data_path), "image_root": str(prepared.image_root) if prepared.image_root else None,
+                      "limit": prepared.limit}  # fmt: skip
+    result["generation"] = {"backend": backend.name, "model": backend.model_name, "greedy": True, "batch_size": batch_size,
+                            "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items})}  # fmt: skip
+    result["missing_images"] = missing[:100]
+    result["samples"] = sample_rows(prepared.items, predictions)
+    atomic_write_json(bench_dir / METRICS_FILE, result)
+    return result
+
+
+def evaluate(backend: Backend, prepared: list[PreparedBenchmark], out_dir: Path, *, batch_size: int = 8) -> dict[str, dict[str, Any]]:
+    """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
+    main process."""
     results = {}
-    for name in benchmarks:
-        benchmark = get_benchmark(name)
-        data_path, images = resolve_paths(name, data_root, data or {}, image_root)
-        items = limit_items(benchmark.load(data_path, images), limit)
-        bench_dir = out_dir / name
-        predictions = run_items(model, processor, items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=name)
-        if PartialState().is_main_process:
-            result = score_benchmark(name, items, predictions)
-            result["data"] = {"path": str(data_path), "image_root": str(images) if images else None, "limit": limit}
-            atomic_write_json(bench_dir / METRICS_FILE, result)
-            results[name] = result
+    for entry in prepared:
+        result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size)
+        if result:
+            results[entry.name] = result
     return results
 
 
@@ -91,3 +177,8 @@ def rescore(
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
     return score_benchmark(name, items, read_predictions(predictions_path))
+
+
+def headline_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The metrics worth a summary line: top-level ones and macro averages (not per class or subset)."""
+    return {key: value for key, value in result["metrics"].items() if "/" not in key or key.startswith("macro/")}

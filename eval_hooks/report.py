@@ -1,9 +1,14 @@
 """``veritune report RUN_DIR``: a static HTML report of a training run that opens offline.
 
-Plots (inline SVG, no scripts, no network) of the training rewards and loss from ``trainer_state.json``
-and of every headline eval metric against the checkpoint step, read from
-``RUN_DIR/eval/checkpoint-N/<benchmark>/metrics.json``; the newest checkpoint's per-class tables
-(precision/recall/F1, yes-proportion) and confusion matrices.
+One self-contained file: plots are inline SVG drawn here (no scripts, no fonts or styles fetched, no
+plotting library), with each point's value as a hover title. It shows
+
+- training curves from ``trainer_state.json``: rewards (GRPO's total and per-function means, DPO's
+  chosen/rejected/margins/accuracies), loss and a few other health signals;
+- for each benchmark evaluated under ``RUN_DIR/eval/checkpoint-N/<benchmark>/metrics.json``: a table of
+  the headline metrics per checkpoint, every metric against the training step (grouped: headline,
+  yes-proportion, per class, per paraphrase or subset), the confusion matrices of the first and the last
+  checkpoint, the last checkpoint's per-category tables and sample predictions.
 """
 
 from __future__ import annotations
@@ -11,115 +16,290 @@ from __future__ import annotations
 import argparse
 import html
 import json
+import math
 import re
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from veritune.errors import UserError
 from veritune.io import atomic_write_text
 
-COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+YES_PROPORTION_KEYS = ("yes_proportion", "yes_ratio")
+# Training curves, in this order; rewards are found by prefix (GRPO: reward, rewards/<fn>/mean; DPO: rewards/*).
+TRAINING_CURVES = {
+    "loss": ("loss",),
+    "completion length (tokens)": ("completions/mean_length", "completion_length"),
+    "KL to the reference": ("kl",),
+    "entropy": ("entropy",),
+    "gradient norm": ("grad_norm",),
+    "learning rate": ("learning_rate",),
+}
+STYLE = """
+body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
+h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
+.grid{display:flex;flex-wrap:wrap;gap:8px}.muted{color:#666;font-size:13px}
+table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f4f4f4}td.text{text-align:left;max-width:520px;white-space:pre-wrap;word-break:break-word}
+svg{background:#fff;border:1px solid #eee}
+"""
 
 
-def svg_plot(title: str, series: dict[str, list[tuple[float, float]]], width: int = 460, height: int = 220) -> str:
-    """A line plot of one or more ``(x, y)`` series as an inline SVG element."""
+# ---------------------------------------------------------------------------------------------- drawing
+
+
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About ``count`` round tick values covering ``[low, high]``."""
+    if high <= low:
+        high = low + 1.0
+    raw = (high - low) / max(count - 1, 1)
+    magnitude = 10 ** math.floor(math.log10(raw))
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
+    first = math.floor(low / step) * step
+    ticks, value = [], first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    if ticks[-1] < high:
+        ticks.append(round(value, 12))
+    return ticks
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.2e}"
+
+
+def svg_line_plot(title: str, series: dict[str, list[tuple[float, float]]], *, x_label: str = "step", width: int = 560, height: int = 250) -> str:
+    """A line plot of one or more ``(x, y)`` series as an inline SVG element ("" when there is no point)."""
+    series = {name: sorted(points) for name, points in series.items() if points}
     points = [p for values in series.values() for p in values]
     if not points:
         return ""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
-    y0, y1 = min(ys), max(ys) if max(ys) > min(ys) else min(ys) + 1
-    left, right, top, bottom = 48, 12, 24, 28
+    x_ticks, y_ticks = nice_ticks(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1), nice_ticks(min(ys), max(ys))
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
+    legend_width = min(190, 12 + 7 * max(len(name) for name in series))
+    left, right, top, bottom = 52, legend_width + 12, 28, 36
+    plot_w, plot_h = width - left - right, height - top - bottom
 
     def sx(x: float) -> float:
-        return left + (x - x0) / (x1 - x0) * (width - left - right)
+        return left + (x - x0) / (x1 - x0) * plot_w
 
     def sy(y: float) -> float:
-        return height - bottom - (y - y0) / (y1 - y0) * (height - top - bottom)
+        return top + plot_h - (y - y0) / (y1 - y0) * plot_h
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" aria-label="{html.escape(title)}">',
-             f'<text x="{left}" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
-             f'<line x1="{left}" y1="{height - bottom}" x2="{width - right}" y2="{height - bottom}" stroke="#888"/>',
-             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{height - bottom}" stroke="#888"/>',
-             f'<text x="4" y="{top + 8}" font-size="10">{y1:.3g}</text><text x="4" y="{height - bottom}" font-size="10">{y0:.3g}</text>',
-             f'<text x="{left}" y="{height - 8}" font-size="10">step {x0:g}</text>',
-             f'<text x="{width - right - 60}" y="{height - 8}" font-size="10">step {x1:g}</text>']  # fmt: skip
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="{html.escape(title)}" font-family="sans-serif">',
+             f'<text x="{left}" y="17" font-size="13" font-weight="bold">{html.escape(title)}</text>']  # fmt: skip
+    for y in y_ticks:
+        parts.append(f'<line x1="{left}" y1="{sy(y):.1f}" x2="{left + plot_w}" y2="{sy(y):.1f}" stroke="#eee"/>')
+        parts.append(f'<text x="{left - 5}" y="{sy(y) + 3.5:.1f}" font-size="10" text-anchor="end" fill="#555">{_fmt(y)}</text>')
+    for x in x_ticks:
+        parts.append(f'<line x1="{sx(x):.1f}" y1="{top + plot_h}" x2="{sx(x):.1f}" y2="{top + plot_h + 4}" stroke="#888"/>')
+        parts.append(f'<text x="{sx(x):.1f}" y="{top + plot_h + 15}" font-size="10" text-anchor="middle" fill="#555">{_fmt(x)}</text>')
+    parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>')
+    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#333">{html.escape(x_label)}</text>')
     for index, (name, values) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
-        path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(values))
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
-        parts += [f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="{colour}"/>' for x, y in values]
-        parts.append(f'<text x="{width - right - 150}" y="{top + 12 * (index + 1)}" font-size="10" fill="{colour}">{html.escape(name)}</text>')
+        if len(values) > 1:
+            path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+        for x, y in values:
+            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"><title>{html.escape(name)} at {x_label} {_fmt(x)}: {y:.4g}</title></circle>')
+        ly = top + 10 + 15 * index
+        parts.append(f'<line x1="{width - legend_width}" y1="{ly - 4}" x2="{width - legend_width + 14}" y2="{ly - 4}" stroke="{colour}" stroke-width="3"/>')
+        parts.append(f'<text x="{width - legend_width + 18}" y="{ly}" font-size="11">{html.escape(name)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
-def _table(rows: list[dict[str, Any]]) -> str:
+def svg_confusion(title: str, rows: list[dict[str, Any]]) -> str:
+    """A confusion matrix (rows: true label, columns: predicted) as an SVG heatmap with counts."""
+    labels = [str(row.get("true", "")) for row in rows]
+    columns = list(dict.fromkeys(key for row in rows for key in row if key != "true" and isinstance(row[key], (int, float))))
+    if not rows or not columns:
+        return ""
+    cell_w, cell_h, left, top = 86, 34, 86, 48
+    width, height = left + cell_w * len(columns) + 10, top + cell_h * len(rows) + 30
+    peak = max((float(row.get(c, 0) or 0) for row in rows for c in columns), default=0.0) or 1.0
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+             f'aria-label="{html.escape(title)}" font-family="sans-serif">',
+             f'<text x="6" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+             f'<text x="{left + cell_w * len(columns) / 2:.0f}" y="{top - 22}" font-size="11" text-anchor="middle">predicted</text>',
+             f'<text x="6" y="{top - 6}" font-size="11">true</text>']  # fmt: skip
+    for j, column in enumerate(columns):
+        parts.append(f'<text x="{left + cell_w * (j + 0.5):.0f}" y="{top - 6}" font-size="11" text-anchor="middle">{html.escape(column.removeprefix("pred_"))}</text>')
+    for i, (label, row) in enumerate(zip(labels, rows)):
+        y = top + cell_h * i
+        parts.append(f'<text x="{left - 6}" y="{y + cell_h / 2 + 4:.0f}" font-size="11" text-anchor="end">{html.escape(label)}</text>')
+        for j, column in enumerate(columns):
+            value = float(row.get(column, 0) or 0)
+            shade = value / peak
+            fill = f"rgb({int(255 - 200 * shade)},{int(255 - 140 * shade)},{int(255 - 60 * shade)})"
+            text_colour = "#fff" if shade > 0.6 else "#111"
+            x = left + cell_w * j
+            parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{fill}"/>')
+            parts.append(f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + cell_h / 2 + 4:.0f}" font-size="12" text-anchor="middle" fill="{text_colour}">{value:g}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def html_table(rows: list[dict[str, Any]], *, text_columns: tuple[str, ...] = ()) -> str:
+    """An HTML table of row dicts (union of their keys as columns); floats with 4 significant digits."""
     if not rows:
         return ""
     columns = list(dict.fromkeys(key for row in rows for key in row))
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{v:.2f}</td>" if isinstance(v, float) else f"<td>{html.escape(str(v))}</td>" for v in (row.get(c, "") for c in columns)) + "</tr>"
-        for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    body = []
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.get(column, "")
+            css = ' class="text"' if column in text_columns else ""
+            shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+            cells.append(f"<td{css}>{html.escape(shown)}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+# ---------------------------------------------------------------------------------------------- reading
 
 
 def collect_eval(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """``{benchmark: {step: metrics.json content}}`` from the run's eval folders."""
-    results: dict[str, dict[int, dict[str, Any]]] = {}
+    """``{benchmark: {step: metrics.json content}}`` from ``RUN_DIR/eval/checkpoint-N/<benchmark>/``."""
+    results: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
     eval_dir = run_dir / "eval"
-    for checkpoint in sorted(eval_dir.glob("checkpoint-*")) if eval_dir.is_dir() else []:
+    for checkpoint in eval_dir.glob("checkpoint-*") if eval_dir.is_dir() else []:
         match = CHECKPOINT.match(checkpoint.name)
         if not match:
             continue
         for metrics_file in checkpoint.glob("*/metrics.json"):
-            results.setdefault(metrics_file.parent.name, {})[int(match.group(1))] = json.loads(metrics_file.read_text())
-    return results
+            try:
+                content = json.loads(metrics_file.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, OSError) as err:
+                raise UserError(f"{metrics_file}: not a readable metrics file ({err})") from None
+            if not isinstance(content, dict) or not isinstance(content.get("metrics"), dict):
+                raise UserError(f"{metrics_file}: expected a JSON object with a 'metrics' object")
+            results[metrics_file.parent.name][int(match.group(1))] = content
+    return {name: dict(sorted(by_step.items())) for name, by_step in sorted(results.items())}
+
+
+def training_history(run_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
+    """The log history of the run's final ``trainer_state.json``, else of its newest checkpoint."""
+    candidates = [run_dir / "trainer_state.json"]
+    checkpoints = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint-*") if (m := CHECKPOINT.match(p.name))]
+    candidates += [path / "trainer_state.json" for _, path in sorted(checkpoints, reverse=True)]
+    for path in candidates:
+        if path.is_file():
+            try:
+                return list(json.loads(path.read_text(encoding="utf-8")).get("log_history", [])), path
+            except (json.JSONDecodeError, AttributeError) as err:
+                raise UserError(f"{path}: not a readable trainer state ({err})") from None
+    return [], None
+
+
+def _curve(history: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
+    return [(row["step"], float(row[key])) for row in history if "step" in row and isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)]
+
+
+def metric_groups(metrics: list[str]) -> dict[str, list[str]]:
+    """Metric names grouped for plotting: headline (no ``/``), yes-proportion, then by prefix
+    (``yes/f1`` -> ``yes``; ``p0/macro/f1`` -> ``p0/macro``)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for name in metrics:
+        last = name.rsplit("/", 1)[-1]
+        if last in YES_PROPORTION_KEYS:
+            groups["yes-proportion"].append(name)
+        else:
+            groups[name.rsplit("/", 1)[0] if "/" in name else "headline"].append(name)
+    order = ["headline", "yes-proportion", "macro", "yes", "no"]
+    return dict(sorted(groups.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
+
+
+# ---------------------------------------------------------------------------------------------- sections
+
+
+def training_section(history: list[dict[str, Any]], source: Path) -> list[str]:
+    keys = list(dict.fromkeys(key for row in history for key in row))
+    rewards = [k for k in keys if k == "reward" or (k.startswith("rewards/") and not k.endswith("/std"))]
+    parts = [f"<h2>Training</h2><p class='muted'>from {html.escape(str(source))}</p><div class='grid'>"]
+    parts.append(svg_line_plot("rewards", {k: _curve(history, k) for k in rewards}))
+    for title, candidates in TRAINING_CURVES.items():
+        parts.append(svg_line_plot(title, {k: _curve(history, k) for k in candidates if k in keys}))
+    parts.append("</div>")
+    return parts
+
+
+def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str]:
+    steps = list(by_step)
+    newest_step, newest = steps[-1], by_step[steps[-1]]
+    metric_names = list(dict.fromkeys(key for result in by_step.values() for key in result["metrics"]))
+    headline = [k for k in metric_names if "/" not in k or k.startswith("macro/")]
+    parts = [f"<h2>{html.escape(name)}</h2>"]
+    generation = newest.get("generation", {})
+    data = newest.get("data", {})
+    if generation or data:
+        parts.append(f"<p class='muted'>data: {html.escape(str(data.get('path', '?')))}; limit: {html.escape(str(data.get('limit')))}; "
+                     f"max new tokens: {html.escape(str(generation.get('max_new_tokens', '?')))}</p>")  # fmt: skip
+    table = []
+    for step, result in by_step.items():
+        counts = result.get("counts", {})
+        row: dict[str, Any] = {"step": step, **{k: result["metrics"].get(k, "") for k in headline}}
+        row.update({f"n {k}": counts[k] for k in ("items", "unresolved", "missing_images") if k in counts})
+        table.append(row)
+    parts.append("<h3>Headline metrics by checkpoint</h3>" + html_table(table))
+    parts.append("<h3>Metrics against training step</h3><div class='grid'>")
+    for group, keys in metric_groups(metric_names).items():
+        series = {k: [(s, float(r["metrics"][k])) for s, r in by_step.items() if isinstance(r["metrics"].get(k), (int, float))] for k in keys}
+        parts.append(svg_line_plot(f"{name}: {group}", series))
+    parts.append("</div>")
+    confusions = [t for t in newest.get("tables", {}) if "confusion" in t]
+    if confusions:
+        parts.append("<h3>Confusion matrices</h3><div class='grid'>")
+        for table_name in confusions:
+            for step in dict.fromkeys((steps[0], newest_step)):
+                rows = by_step[step].get("tables", {}).get(table_name, [])
+                parts.append(svg_confusion(f"{table_name}, step {step}", rows))
+        parts.append("</div>")
+    for table_name, rows in newest.get("tables", {}).items():
+        if "confusion" not in table_name and rows:
+            parts.append(f"<h3>{html.escape(table_name)} at step {newest_step}</h3>" + html_table(rows))
+    samples = [{**row, "prediction": str(row.get("prediction", ""))[:400]} for row in newest.get("samples", [])]
+    if samples:
+        parts.append(f"<h3>Sample predictions at step {newest_step}</h3>" + html_table(samples, text_columns=("prompt", "prediction", "id")))
+    return parts
 
 
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write the HTML report of ``run_dir`` (default ``RUN_DIR/report.html``) and return its path."""
+    run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
-    out = out or run_dir / "report.html"
-    sections = [f"<h1>veritune report: {html.escape(run_dir.name)}</h1>"]
-    states = [run_dir / "trainer_state.json", *sorted(run_dir.glob("checkpoint-*/trainer_state.json"), key=lambda p: p.stat().st_mtime)]
-    state_file = next((p for p in states if p.is_file()), None)
-    if state_file:
-        history = json.loads(state_file.read_text()).get("log_history", [])
-        train = {key: [(row["step"], row[key]) for row in history if key in row and isinstance(row[key], (int, float))]
-                 for key in ("reward", "rewards/accuracy_reward/mean", "rewards/format_reward/mean", "rewards/margins", "loss")}  # fmt: skip
-        sections.append("<h2>Training</h2>")
-        sections.append(svg_plot("reward", {k: v for k, v in train.items() if k.startswith("reward") and v}))
-        sections.append(svg_plot("loss", {"loss": train["loss"]}) if train["loss"] else "")
+    history, state_file = training_history(run_dir)
     results = collect_eval(run_dir)
-    for benchmark, by_step in sorted(results.items()):
-        sections.append(f"<h2>{html.escape(benchmark)}</h2>")
-        headline = sorted({k for r in by_step.values() for k in r["metrics"] if "/" not in k or k.startswith("macro/")})
-        sections.append(svg_plot(f"{benchmark}: headline metrics", {k: [(s, r["metrics"][k]) for s, r in sorted(by_step.items()) if k in r["metrics"]] for k in headline}))
-        proportions = {k: [(s, r["metrics"][k]) for s, r in sorted(by_step.items()) if k in r["metrics"]] for k in ("yes_proportion", "yes_ratio")}
-        sections.append(svg_plot(f"{benchmark}: yes-proportion", {k: v for k, v in proportions.items() if v}))
-        newest_step, newest = max(by_step.items())
-        per_class = [{"class": label, **{m: newest["metrics"][f"{label}/{m}"] for m in ("precision", "recall", "f1") if f"{label}/{m}" in newest["metrics"]}}
-                     for label in ("yes", "no") if f"{label}/f1" in newest["metrics"]]  # fmt: skip
-        if per_class:
-            sections.append(f"<h3>Per class at step {newest_step}</h3>" + _table(per_class))
-        for name, rows in newest.get("tables", {}).items():
-            sections.append(f"<h3>{html.escape(name)} at step {newest_step}</h3>" + _table(rows))
-    if not results and not state_file:
-        raise UserError(f"{run_dir}: no trainer_state.json and no eval results to report")
-    page = ("<!doctype html><html><head><meta charset='utf-8'><title>veritune report</title><style>body{font-family:sans-serif;margin:24px}"
-            "table{border-collapse:collapse;margin:8px 0}td,th{border:1px solid #ccc;padding:3px 8px}svg{margin:6px}</style></head><body>"
-            + "".join(sections) + "</body></html>")  # fmt: skip
-    return atomic_write_text(out, page)
+    if not results and state_file is None:
+        raise UserError(f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report")
+    sections = [f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
+                f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; benchmarks: {html.escape(', '.join(results) or 'none evaluated')}</p>"]  # fmt: skip
+    if state_file is not None and history:
+        sections += training_section(history, state_file)
+    for name, by_step in results.items():
+        sections += benchmark_section(name, by_step)
+    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
+            f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n")  # fmt: skip
+    return atomic_write_text(out or run_dir / "report.html", page)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune report``."""
-    parser = subparsers.add_parser("report", help="write a static HTML report of a training run")
-    parser.add_argument("run_dir", type=Path)
+    parser = subparsers.add_parser("report", help="write a static HTML report of a training run (opens offline)")
+    parser.add_argument("run_dir", type=Path, help="the training run's output_dir")
     parser.add_argument("--out", type=Path, help="default: RUN_DIR/report.html")
-    parser.set_defaults(handler=lambda args: print(f"wrote {write_report(args.run_dir, args.out)}") or 0)
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    print(f"wrote {write_report(args.run_dir, args.out)}")
+    return 0

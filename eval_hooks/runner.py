@@ -1,32 +1,56 @@
-"""The eval runner: batched greedy generation through transformers, resumable predictions files.
+"""The eval runner: batched greedy generation, resumable predictions files, sharding over processes.
 
-Items are sorted by generation budget and prompt length so that a batch pads little; prompts are left
-padded; several images per item are placed in one user turn; image-free items are batched apart.
-Predictions are appended to ``predictions.jsonl`` (one ``{"id", "prediction"}`` per line, flushed per
-batch), so an interrupted run resumes where it stopped. With several processes (``accelerate launch``),
-items are split between them and the main process merges their files.
+How a run goes:
+
+1. Items already in ``predictions.jsonl`` are done; items whose images are missing or unreadable are set
+   aside (the scorer counts them and never scores them as correct).
+2. The rest are grouped by generation budget and image count (a batch shares one ``max_new_tokens`` and
+   one image layout), sorted by estimated prompt length (text tokens plus image patches) so a batch pads
+   little, and cut into batches.
+3. With several processes (``accelerate launch``), every batch is split between them with
+   ``PartialState.split_between_processes`` (padded, so each gets the same count), each process answers
+   its share and the main process gathers the answers. All processes step through the same batches with
+   the same budget and image count, so ranks that must run every forward pass together (DeepSpeed ZeRO-3,
+   ``synced_gpus=True``) stay in lockstep.
+4. The main process appends each batch's answers to ``predictions.jsonl`` (one ``{"id", "prediction"}``
+   per line) and flushes, so an interrupted run resumes where it stopped without redoing items.
+
+Backends: :class:`TransformersBackend` (default: left padding, greedy, a live model or a checkpoint) and
+:class:`VLLMBackend` (``--backend vllm``; only when vLLM is installed, and not tested here: vLLM needs a
+GPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from eval_hooks.base import EvalItem
 from veritune.errors import UserError
 
+logger = logging.getLogger("veritune.eval")
+
 PREDICTIONS_FILE = "predictions.jsonl"
+# Qwen-VL processors turn every 28x28 pixels into one visual token; a close enough guess for sorting
+# prompts of any model by length (the sort only decides which items share a batch, never the answers).
+_PIXELS_PER_VISUAL_TOKEN = 28 * 28
+
+
+# ---------------------------------------------------------------------------------------------- files
 
 
 def read_predictions(path: Path) -> dict[str, str]:
     """``{id: prediction}`` from a predictions file; a torn last line (killed mid-write) is ignored."""
     predictions: dict[str, str] = {}
+    path = Path(path)
     if not path.is_file():
         return predictions
     with path.open(encoding="utf-8") as handle:
@@ -52,8 +76,13 @@ def drop_torn_tail(path: Path) -> None:
         path.write_bytes(data[: data.rfind(b"\n") + 1])
 
 
+# ---------------------------------------------------------------------------------------------- models
+
+
 def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
-    """Model and processor from a checkpoint directory or hub id (LoRA adapter directories too)."""
+    """Model (in eval mode, on this process's device) and processor from a checkpoint directory or hub
+    id; a LoRA adapter directory is merged into its base model."""
+    from accelerate import PartialState
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     path = Path(model_path)
@@ -67,48 +96,201 @@ def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
             model = PeftModel.from_pretrained(model, path).merge_and_unload()
         else:
             model = AutoModelForImageTextToText.from_pretrained(model_path, dtype=torch_dtype)
-        processor = AutoProcessor.from_pretrained(model_path, padding_side="left")
-    except OSError as err:
-        raise UserError(f"--model: cannot load {model_path} ({str(err).splitlines()[0]})") from None
-    if torch.cuda.is_available():
-        model = model.to("cuda")
-    return model.eval(), processor
+        processor = AutoProcessor.from_pretrained(model_path)
+    except (OSError, ValueError) as err:
+        raise UserError(f"--model: cannot load {model_path} ({str(err).strip().splitlines()[0]})") from None
+    return model.to(PartialState().device).eval(), processor
 
 
-def _batches(items: list[EvalItem], processor: Any, batch_size: int, sort_by_length: bool = True) -> Iterator[list[EvalItem]]:
-    """Batches of equal budget and image count; sorted by prompt length so that little padding is needed
-    (``sort_by_length=False`` keeps the file order, for the before/after benchmark)."""
+def chat_prompt(processor: Any, item: EvalItem) -> str:
+    """The item as one user turn (its images first, then its text), with the assistant turn opened."""
+    content = [{"type": "image"} for _ in item.images] + [{"type": "text", "text": item.prompt}]
+    return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+
+
+def load_image(path: Path) -> Image.Image:
+    with Image.open(path) as image:
+        return image.convert("RGB")
+
+
+@contextlib.contextmanager
+def left_padding(processor: Any) -> Iterator[None]:
+    """Pad on the left while generating (answers then start at the same position), restoring the
+    processor's own setting afterwards: the training loop shares this processor."""
     tokenizer = getattr(processor, "tokenizer", processor)
-    lengths = {item.id: len(tokenizer(item.prompt)["input_ids"]) for item in items} if sort_by_length else {}
-    ordered = sorted(items, key=lambda it: (it.max_new_tokens, len(it.images), lengths.get(it.id, 0)))
-    batch: list[EvalItem] = []
-    for item in ordered:
-        if batch and (len(batch) == batch_size or (item.max_new_tokens, len(item.images)) != (batch[0].max_new_tokens, len(batch[0].images))):
-            yield batch
-            batch = []
-        batch.append(item)
-    if batch:
-        yield batch
+    previous = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        yield
+    finally:
+        tokenizer.padding_side = previous
 
 
 @torch.no_grad()
-def generate_batch(model: Any, processor: Any, batch: list[EvalItem]) -> list[str]:
-    """Greedy answers to one batch of items (same budget, same number of images)."""
-    texts, images = [], []
-    for item in batch:
-        content = [{"type": "image"} for _ in item.images] + [{"type": "text", "text": item.prompt}]
-        texts.append(processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False))
-        for path in item.images:
-            with Image.open(path) as image:
-                images.append(image.convert("RGB"))
-    inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
-    output = model.generate(**inputs, max_new_tokens=batch[0].max_new_tokens, do_sample=False)
+def generate_batch(model: Any, processor: Any, batch: list[EvalItem], *, synced_gpus: bool = False) -> list[str]:
+    """Greedy answers to one batch of items that share a budget and a number of images.
+
+    ``synced_gpus`` keeps every process stepping until all have finished, as DeepSpeed ZeRO-3 needs.
+    """
+    texts = [chat_prompt(processor, item) for item in batch]
+    images = [load_image(path) for item in batch for path in item.images]
+    tokenizer = getattr(processor, "tokenizer", processor)
+    with left_padding(processor):
+        inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
+    extra = {"synced_gpus": True} if synced_gpus else {}
+    if tokenizer.pad_token_id is not None:
+        extra["pad_token_id"] = tokenizer.pad_token_id
+    output = model.generate(**inputs, max_new_tokens=batch[0].max_new_tokens, do_sample=False, use_cache=True, **extra)
     return processor.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)
 
 
+class Backend(Protocol):
+    """What the runner needs from a generation backend."""
+
+    name: str
+    model_name: str
+    tokenizer: Any
+
+    def generate(self, batch: list[EvalItem]) -> list[str]: ...
+
+
+class TransformersBackend:
+    """Generation with a transformers model: a live one (the training callback) or a loaded checkpoint."""
+
+    name = "transformers"
+
+    def __init__(self, model: Any, processor: Any, *, synced_gpus: bool = False, model_name: str | None = None) -> None:
+        self.model = model
+        self.processor = processor
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.synced_gpus = synced_gpus
+        self.model_name = model_name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+
+    @classmethod
+    def from_pretrained(cls, model_path: str | Path, dtype: str = "auto") -> TransformersBackend:
+        model, processor = load_model(model_path, dtype)
+        return cls(model, processor, model_name=str(model_path))
+
+    def generate(self, batch: list[EvalItem]) -> list[str]:
+        return generate_batch(self.model, self.processor, batch, synced_gpus=self.synced_gpus)
+
+
+class VLLMBackend:
+    """Generation with vLLM (continuous batching, paged attention): much faster on a GPU for large runs.
+
+    Used by ``veritune eval run --backend vllm`` / ``eval watch --backend vllm``. Runs as one process
+    (vLLM shards the model itself with ``tensor_parallel_size``); give it large batches (``--batch-size
+    256``): each batch is one ``LLM.generate`` call. Prompts are built with the model's own chat template,
+    exactly as with transformers, and decoding is greedy (temperature 0). LoRA adapter directories are
+    not loaded: merge them first or use the transformers backend. Untested in veritune's suite: vLLM
+    needs a GPU and is not in the test environment.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        *,
+        dtype: str = "auto",
+        max_images_per_prompt: int = 8,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+    ) -> None:
+        try:
+            from vllm import LLM, SamplingParams
+        except ImportError:
+            raise UserError("--backend vllm: vLLM is not installed (pip install vllm); use --backend transformers") from None
+        from transformers import AutoProcessor
+
+        if (Path(model_path) / "adapter_config.json").is_file():
+            raise UserError(f"--backend vllm: {model_path} is a LoRA adapter; merge it or use --backend transformers")
+        self._sampling_params = SamplingParams
+        self.llm = LLM(
+            model=str(model_path),
+            dtype=dtype,
+            seed=0,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            limit_mm_per_prompt={"image": max_images_per_prompt},
+        )
+        self.processor = AutoProcessor.from_pretrained(model_path)
+        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.model_name = str(model_path)
+
+    def generate(self, batch: list[EvalItem]) -> list[str]:
+        requests = []
+        for item in batch:
+            request: dict[str, Any] = {"prompt": chat_prompt(self.processor, item)}
+            if item.images:
+                request["multi_modal_data"] = {"image": [load_image(path) for path in item.images]}
+            requests.append(request)
+        params = self._sampling_params(temperature=0.0, max_tokens=batch[0].max_new_tokens)
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        return [output.outputs[0].text for output in outputs]
+
+
+def get_backend(name: str, model_path: str | Path, dtype: str = "auto") -> Backend:
+    """A backend by name (``transformers`` or ``vllm``) for a checkpoint directory or hub id."""
+    if name == "transformers":
+        return TransformersBackend.from_pretrained(model_path, dtype)
+    if name == "vllm":
+        return VLLMBackend(model_path, dtype=dtype)
+    raise UserError(f"--backend: unknown backend {name!r}; choose transformers or vllm")
+
+
+# ---------------------------------------------------------------------------------------------- batching
+
+
+def mark_unreadable_images(items: list[EvalItem]) -> dict[Path, tuple[int, int]]:
+    """Image sizes by path (read from the file headers only); an image that cannot be opened is added to
+    its item's ``missing_images``, so it is skipped and counted like a missing one."""
+    sizes: dict[Path, tuple[int, int]] = {}
+    bad: set[Path] = set()
+    for item in items:
+        for path in item.images:
+            if path in sizes or path in bad:
+                continue
+            try:
+                with Image.open(path) as image:
+                    sizes[path] = image.size
+            except (OSError, UnidentifiedImageError):
+                bad.add(path)
+        item.missing_images.extend(path for path in item.images if path in bad and path not in item.missing_images)
+    return sizes
+
+
+def estimated_lengths(items: list[EvalItem], tokenizer: Any, sizes: dict[Path, tuple[int, int]]) -> dict[str, int]:
+    """A guess of each item's prompt length in tokens: its text tokens plus its images' visual tokens."""
+    if not items:
+        return {}
+    text_tokens = tokenizer([item.prompt for item in items])["input_ids"]
+    return {
+        item.id: len(tokens) + sum(w * h for w, h in (sizes.get(p, (0, 0)) for p in item.images)) // _PIXELS_PER_VISUAL_TOKEN
+        for item, tokens in zip(items, text_tokens)
+    }
+
+
+def plan_batches(items: list[EvalItem], batch_size: int, lengths: dict[str, int] | None = None) -> list[list[EvalItem]]:
+    """Cut ``items`` into batches that share a budget and a number of images, each sorted by ``lengths``
+    (shortest first; ``None`` keeps the given order within a group)."""
+    lengths = lengths or {}
+    ordered = sorted(items, key=lambda it: (it.max_new_tokens, len(it.images), lengths.get(it.id, 0)))
+    batches: list[list[EvalItem]] = []
+    for item in ordered:
+        last = batches[-1] if batches else None
+        if last and len(last) < batch_size and (item.max_new_tokens, len(item.images)) == (last[0].max_new_tokens, len(last[0].images)):
+            last.append(item)
+        else:
+            batches.append([item])
+    return batches
+
+
+# ---------------------------------------------------------------------------------------------- running
+
+
 def run_items(
-    model: Any,
-    processor: Any,
+    backend: Backend,
     items: list[EvalItem],
     predictions_path: Path,
     *,
@@ -116,45 +298,47 @@ def run_items(
     desc: str = "eval",
     sort_by_length: bool = True,
 ) -> dict[str, str]:
-    """Generate answers for every item not yet in ``predictions_path``; return all predictions.
+    """Answer every item not yet in ``predictions_path``, appending as batches finish; return all answers.
 
-    Items with missing images are skipped (the scorer counts them, never as correct).
+    Every process of a distributed run calls this with the same items; each answers a share of every
+    batch and all return the same predictions. Items with missing or unreadable images are never
+    generated. ``sort_by_length=False`` keeps the file order within a group (for the benchmark script).
     """
     from accelerate import PartialState
+    from accelerate.utils import gather_object
 
+    if batch_size < 1:
+        raise UserError(f"--batch-size: must be at least 1, got {batch_size}")
     state = PartialState()
-    processor.tokenizer.padding_side = "left"
+    predictions_path = Path(predictions_path)
     done = read_predictions(predictions_path)
-    todo = [item for item in items if item.id not in done and not item.missing_images]
-    shard_path = predictions_path
-    if state.num_processes > 1:
-        shard_path = predictions_path.with_name(f"{predictions_path.stem}.rank{state.process_index}.jsonl")
-        done.update(read_predictions(shard_path))
-        todo = [item for item in todo if item.id not in done]
-    predictions_path.parent.mkdir(parents=True, exist_ok=True)
-    drop_torn_tail(shard_path)
-    with state.split_between_processes(todo) as mine, shard_path.open("a", encoding="utf-8") as handle:
-        bar = tqdm(total=len(mine), desc=desc, unit="item", disable=not state.is_main_process)
-        for batch in _batches(list(mine), processor, batch_size, sort_by_length):
-            answers = generate_batch(model, processor, batch)
-            for item, answer in zip(batch, answers):
-                handle.write(json.dumps({"id": item.id, "prediction": answer}, ensure_ascii=False) + "\n")
-                done[item.id] = answer
-            handle.flush()
-            bar.update(len(batch))
+    sizes = mark_unreadable_images(items)
+    eligible = [item for item in items if not item.missing_images]
+    todo = [item for item in eligible if item.id not in done]
+    lengths = estimated_lengths(todo, backend.tokenizer, sizes) if sort_by_length else None
+    # One batch of the plan is shared by all processes, so each of them gets about `batch_size` items.
+    batches = plan_batches(todo, batch_size * state.num_processes, lengths)
+    state.wait_for_everyone()  # every process has read the file before the main one appends to it
+    handle = None
+    if state.is_main_process and todo:
+        predictions_path.parent.mkdir(parents=True, exist_ok=True)
+        drop_torn_tail(predictions_path)
+        handle = predictions_path.open("a", encoding="utf-8")
+    bar = tqdm(total=len(eligible), initial=len(eligible) - len(todo), desc=desc, unit="item", disable=not state.is_main_process)
+    try:
+        for batch in batches:
+            with state.split_between_processes(batch, apply_padding=True) as share:
+                answers = list(zip((item.id for item in share), backend.generate(share)))
+            if state.num_processes > 1:
+                answers = gather_object(answers)
+            fresh = dict(answers)  # padding repeated the batch's last item: the dict keeps it once
+            done.update(fresh)
+            if handle is not None:
+                handle.writelines(json.dumps({"id": key, "prediction": text}, ensure_ascii=False) + "\n" for key, text in fresh.items())
+                handle.flush()
+            bar.update(len(fresh))
+    finally:
         bar.close()
-    if state.num_processes > 1:
-        state.wait_for_everyone()
-        if state.is_main_process:
-            merged = read_predictions(predictions_path)
-            for rank in range(state.num_processes):
-                part = predictions_path.with_name(f"{predictions_path.stem}.rank{rank}.jsonl")
-                merged.update(read_predictions(part))
-            with predictions_path.open("w", encoding="utf-8") as handle:
-                for key, value in merged.items():
-                    handle.write(json.dumps({"id": key, "prediction": value}, ensure_ascii=False) + "\n")
-            for rank in range(state.num_processes):
-                predictions_path.with_name(f"{predictions_path.stem}.rank{rank}.jsonl").unlink(missing_ok=True)
-        state.wait_for_everyone()
-        done = read_predictions(predictions_path)
+        if handle is not None:
+            handle.close()
     return done

@@ -7,6 +7,7 @@ A recipe is a flat YAML file whose keys map one-to-one onto these dataclasses (s
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -134,15 +135,40 @@ class DPOScriptArguments(ScriptArguments):
         metadata={"help": "Preference data format: auto, veritune (`veritune build finer`), finer (FINER-Tuning "
                   "release JSONL) or rlaif-v."},  # fmt: skip
     )
+    max_train_samples: int | None = field(
+        default=None,
+        metadata={"help": "Train on at most N preference tuples, drawn uniformly at random with `seed` (FINER App. C "
+                  "subsamples 40K/120K/160K tuples per model), in their file order."},  # fmt: skip
+    )
     eval_dataset_path: str | None = field(
         default=None,
         metadata={"help": "Validation preference data (default: the `validation` split of a veritune dataset directory)."},
     )
+    validation_ratio: float = field(
+        default=0.005,
+        metadata={"help": "When evaluation is on and `dataset_path` is a single file with no validation split, hold "
+                  "out this fraction of it (seeded) for the eval loss (FINER Table 10: 0.005). A `veritune build "
+                  "finer` directory already carries its 0.5% validation split."},  # fmt: skip
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0.0 <= self.validation_ratio < 1.0:
+            raise UserError(f"validation_ratio: must be in [0, 1), got {self.validation_ratio}")
+        if self.max_train_samples is not None and self.max_train_samples <= 0:
+            raise UserError(f"max_train_samples: must be positive, got {self.max_train_samples}")
 
 
 @dataclass
 class VeritunDPOConfig(DPOConfig):
     """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs)."""
+
+    global_batch_size: int | None = field(
+        default=None,
+        metadata={"help": "Preference tuples per optimizer step over all processes (FINER Table 10: 64). When set, "
+                  "gradient_accumulation_steps is derived from it, per_device_train_batch_size and the number of "
+                  "processes, so the recipe keeps its global batch on any GPU count that divides it."},  # fmt: skip
+    )
 
     def __post_init__(self) -> None:
         if self.precompute_ref_log_probs:
@@ -150,4 +176,24 @@ class VeritunDPOConfig(DPOConfig):
                 "precompute_ref_log_probs: not supported for vision-language models; reference log-probs are "
                 "computed online (with the adapter disabled for LoRA)"
             )
+        if self.truncation_mode == "keep_end":
+            raise UserError("truncation_mode: keep_end would cut the image tokens off the prompt; use keep_start")
         super().__post_init__()
+        if self.global_batch_size is not None:
+            self.gradient_accumulation_steps = self._accumulation_for_global_batch()
+
+    def _accumulation_for_global_batch(self) -> int:
+        per_step = self.per_device_train_batch_size * self.world_size
+        if self.global_batch_size <= 0 or self.global_batch_size % per_step:
+            raise UserError(
+                f"global_batch_size: {self.global_batch_size} is not a positive multiple of "
+                f"per_device_train_batch_size ({self.per_device_train_batch_size}) x processes ({self.world_size}); "
+                "change per_device_train_batch_size or the number of processes"
+            )
+        steps = self.global_batch_size // per_step
+        if steps != self.gradient_accumulation_steps:
+            logging.getLogger("veritune.dpo").warning(
+                "gradient_accumulation_steps %d -> %d: keeps the global batch at %d on %d process(es)",
+                self.gradient_accumulation_steps, steps, self.global_batch_size, self.world_size,
+            )  # fmt: skip
+        return steps

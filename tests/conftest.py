@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,3 +75,13 @@ def write_oric_fixture(root: Path, num_items: int = 8, seed: int = 0) -> tuple[P
 def oric_fixture(tmp_path: Path) -> tuple[Path, Path]:
     """A small ORIC-format training file and its image root."""
     return write_oric_fixture(tmp_path / "oric")
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """Undo environment variables a test leaves behind: an in-process ``wandb.init`` exports the address of
+    its service process, and a training subprocess started by a later test would otherwise attach to it."""
+    saved = dict(os.environ)
+    yield
+    os.environ.clear()
+    os.environ.update(saved)

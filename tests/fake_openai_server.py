@@ -15,13 +15,21 @@ class FakeChatServer:
     """Answers ``POST /v1/chat/completions`` with ``responder(request_json)``.
 
     ``responder`` returns the assistant's text, or ``(status, body)`` for a raw HTTP reply. ``fail_first``
-    makes the first N requests answer HTTP ``fail_status``. Every received body is kept in ``requests``.
+    makes the first N requests answer HTTP ``fail_status`` (with ``fail_headers``, e.g. ``Retry-After``).
+    Every received body is kept in ``requests`` (and its headers in ``headers``); ``max_in_flight`` is the
+    most requests handled at once.
+
+        with FakeChatServer(lambda request: "no", fail_first=2) as server:
+            ChatClient(server.base_url, "judge", cache_path=tmp / "c.sqlite").complete("Is it?")
     """
 
-    def __init__(self, responder: Responder, fail_first: int = 0, fail_status: int = 500) -> None:
+    def __init__(
+        self, responder: Responder, fail_first: int = 0, fail_status: int = 500, fail_headers: dict[str, str] | None = None
+    ) -> None:
         self.responder = responder
         self.fail_first = fail_first
         self.fail_status = fail_status
+        self.fail_headers = dict(fail_headers or {})
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.in_flight = 0
@@ -40,7 +48,7 @@ class FakeChatServer:
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
                 try:
                     if number <= server.fail_first:
-                        self._send(server.fail_status, "{}")
+                        self._send(server.fail_status, "{}", server.fail_headers)
                         return
                     reply = server.responder(body)
                     if isinstance(reply, tuple):
@@ -52,10 +60,12 @@ class FakeChatServer:
                     with server._lock:
                         server.in_flight -= 1
 
-            def _send(self, status: int, text: str) -> None:
+            def _send(self, status: int, text: str, headers: dict[str, str] | None = None) -> None:
                 data = text.encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
@@ -64,10 +74,11 @@ class FakeChatServer:
                 pass
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
     def base_url(self) -> str:
+        """The endpoint root to give a client, ``http://127.0.0.1:PORT/v1``."""
         return f"http://127.0.0.1:{self._server.server_address[1]}/v1"
 
     def __enter__(self) -> FakeChatServer:

@@ -1,162 +1,178 @@
-"""The eval runner on tiny models: batching is exact, runs resume, scores match re-scoring, the hook runs
-during training."""
+"""The eval runner and ``veritune eval run`` on tiny models: batching is exact, runs resume, images that
+are missing are skipped and counted, scores match re-scoring, two processes split the work."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import run_entry
+from eval_fixtures import write_mixed_bench, write_oric_bench
+from helpers import REPO_ROOT, entry_env
 from PIL import Image
-from wandb_offline import offline_history
 
 from eval_hooks.base import EvalItem
-from eval_hooks.runner import generate_batch, load_model, read_predictions, run_items
+from eval_hooks.runner import TransformersBackend, generate_batch, plan_batches, read_predictions, run_items
 from veritune.cli import main
 
 
 @pytest.fixture(scope="module")
-def qwen3(tiny_qwen3vl: Path):
-    return load_model(tiny_qwen3vl, "float32")
-
-
-def make_items(tmp_path: Path, count: int) -> list[EvalItem]:
-    items = []
-    for index in range(count):
-        path = tmp_path / f"{index}.png"
-        Image.new("RGB", (40 + 7 * index, 48), (index * 20 % 255, 90, 160)).save(path)
-        words = " ".join(["very"] * (index % 4))
-        items.append(EvalItem(id=str(index), prompt=f"Is there a {words} cat in the image?", images=[path], max_new_tokens=12))
-    return items
-
-
-def test_batched_equals_one_at_a_time(qwen3, tmp_path: Path) -> None:
-    model, processor = qwen3
-    items = make_items(tmp_path, 6)
-    batched = run_items(model, processor, items, tmp_path / "batched" / "predictions.jsonl", batch_size=4)
-    single = {item.id: generate_batch(model, processor, [item])[0] for item in items}
-    assert batched == single
-
-
-def test_multi_image_and_image_free_items(qwen3, tmp_path: Path) -> None:
-    model, processor = qwen3
-    pictures = make_items(tmp_path, 2)
-    items = [
-        EvalItem(id="two", prompt="Which image has more red?", images=[p.images[0] for p in pictures], max_new_tokens=6),
-        EvalItem(id="none", prompt="Is the sky blue?", images=[], max_new_tokens=6),
-    ]
-    predictions = run_items(model, processor, items, tmp_path / "p.jsonl", batch_size=2)
-    assert set(predictions) == {"two", "none"}
-
-
-def test_interrupted_run_resumes_without_redoing(qwen3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    model, processor = qwen3
-    items = make_items(tmp_path, 5)
-    path = tmp_path / "predictions.jsonl"
-    path.write_text(json.dumps({"id": "0", "prediction": "kept"}) + "\n" + json.dumps({"id": "1", "prediction": "kept"}) + "\n{\"id\": \"2\", \"pred")
-    generated: list[str] = []
-    import eval_hooks.runner as runner
-
-    original = runner.generate_batch
-    monkeypatch.setattr(runner, "generate_batch", lambda m, p, batch: generated.extend(i.id for i in batch) or original(m, p, batch))
-    predictions = run_items(model, processor, items, path, batch_size=2)
-    assert sorted(generated) == ["2", "3", "4"]
-    assert predictions["0"] == predictions["1"] == "kept"
-    assert set(read_predictions(path)) == {"0", "1", "2", "3", "4"}
-
-
-def test_missing_images_are_skipped(qwen3, tmp_path: Path) -> None:
-    model, processor = qwen3
-    items = make_items(tmp_path, 2)
-    items[1].missing_images = [Path("gone.png")]
-    assert set(run_items(model, processor, items, tmp_path / "p.jsonl")) == {"0"}
+def qwen3(tiny_qwen3vl: Path) -> TransformersBackend:
+    return TransformersBackend.from_pretrained(tiny_qwen3vl, "float32")
 
 
 @pytest.fixture(scope="module")
-def bench(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    root = tmp_path_factory.mktemp("bench")
-    records = []
-    for index in range(6):
-        Image.new("RGB", (64, 64), (30 * index, 100, 50)).save(root / f"COCO_val2014_{index:012d}.jpg")
-        name = ["cup", "apple", "dog"][index % 3]
-        article = "an" if name == "apple" else "a"
-        records.append({"id": index + 1, "image": f"COCO_val2014_{index:012d}.jpg", "target_object": name,
-                        "problem": [t.format(o=f"{article} {name}") for t in ("Is there {o} in the image?", "Does the image contain {o}?",
-                                    "Have you noticed {o} in the image?", "Can you see {o} in the image?")],
-                        "solution": "yes" if index % 2 else "no"})  # fmt: skip
-    (root / "oric_bench.json").write_text(json.dumps(records))
-    return root / "oric_bench.json", root
+def oric(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("benchmarks")
+    write_oric_bench(root)
+    return root
 
 
-def test_eval_run_then_score_match(tiny_qwen3vl: Path, bench: tuple[Path, Path], tmp_path: Path, capsys) -> None:
-    data, images = bench
-    args = ["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench,oric_bench_r1",
-            "--data", f"oric_bench={data}", "--data", f"oric_bench_r1={data}", "--image-root", str(images),
-            "--out", str(tmp_path), "--batch-size", "8"]  # fmt: skip
-    assert main(args) == 0
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def make_items(tmp_path: Path, count: int, max_new_tokens: int = 12) -> list[EvalItem]:
+    """Questions of different lengths on images of different sizes (so batches need padding)."""
+    items = []
+    for index in range(count):
+        path = tmp_path / f"{index}.png"
+        Image.new("RGB", (40 + 12 * index, 48), (index * 20 % 255, 90, 160)).save(path)
+        words = " ".join(["very"] * (index % 4))
+        items.append(EvalItem(id=str(index), prompt=f"Is there a {words} cat in the image?", images=[path], max_new_tokens=max_new_tokens))
+    return items
+
+
+def one_at_a_time(backend: TransformersBackend, items: list[EvalItem]) -> dict[str, str]:
+    return {item.id: generate_batch(backend.model, backend.processor, [item])[0] for item in items}
+
+
+def test_plan_batches_groups_by_budget_and_image_count() -> None:
+    items = [EvalItem(id=str(i), prompt="q", images=[Path("x")] * (i % 2), max_new_tokens=8 if i < 4 else 16) for i in range(8)]
+    batches = plan_batches(items, batch_size=3)
+    assert [[item.id for item in batch] for batch in batches] == [["0", "2"], ["1", "3"], ["4", "6"], ["5", "7"]]
+
+
+def test_plan_batches_sorts_by_length_and_caps_the_size() -> None:
+    items = [EvalItem(id=str(i), prompt="q") for i in range(5)]
+    batches = plan_batches(items, batch_size=2, lengths={"0": 9, "1": 3, "2": 7, "3": 1, "4": 5})
+    assert [[item.id for item in batch] for batch in batches] == [["3", "1"], ["4", "2"], ["0"]]
+
+
+def test_batched_equals_one_at_a_time(qwen3: TransformersBackend, tmp_path: Path) -> None:
+    items = make_items(tmp_path, 6)
+    batched = run_items(qwen3, items, tmp_path / "out" / "predictions.jsonl", batch_size=4)
+    assert batched == one_at_a_time(qwen3, items)
+    assert len(set(batched.values())) > 1  # the items really differ
+
+
+def test_qwen25vl_batched_equals_one_at_a_time(tiny_qwen25vl: Path, tmp_path: Path) -> None:
+    backend = TransformersBackend.from_pretrained(tiny_qwen25vl, "float32")
+    items = make_items(tmp_path, 4)
+    assert run_items(backend, items, tmp_path / "p.jsonl", batch_size=4) == one_at_a_time(backend, items)
+
+
+def test_multi_image_and_image_free_items(qwen3: TransformersBackend, tmp_path: Path) -> None:
+    from eval_fixtures import MixedImagesBench
+
+    items = MixedImagesBench().load(write_mixed_bench(tmp_path / "mixed"))
+    predictions = run_items(qwen3, items, tmp_path / "p.jsonl", batch_size=8)
+    assert sorted(predictions) == sorted(item.id for item in items)
+    assert predictions == one_at_a_time(qwen3, items)
+
+
+def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    items = make_items(tmp_path, 5)
+    path = tmp_path / "predictions.jsonl"
+    kept = [json.dumps({"id": key, "prediction": "kept"}) for key in ("0", "1")]
+    path.write_text("\n".join(kept) + '\n{"id": "2", "predic')  # killed while writing item 2
+    generated: list[str] = []
+    original = TransformersBackend.generate
+    monkeypatch.setattr(TransformersBackend, "generate", lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch))
+    predictions = run_items(qwen3, items, path, batch_size=2)
+    assert sorted(generated) == ["2", "3", "4"]
+    assert predictions["0"] == predictions["1"] == "kept"
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()][:2] == ["0", "1"]
+    assert set(read_predictions(path)) == {"0", "1", "2", "3", "4"}
+
+
+def test_eval_run_writes_results_and_prints_a_summary(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric),
+                 "--out", str(tmp_path), "--batch-size", "8", "--limit", "3"]) == 0  # fmt: skip
+    metrics = json.loads((tmp_path / "oric_bench" / "metrics.json").read_text())
+    assert metrics["counts"]["items"] == 12 and metrics["counts"]["predicted"] == 12
+    assert len(read_predictions(tmp_path / "oric_bench" / "predictions.jsonl")) == 12
+    assert metrics["generation"]["max_new_tokens"] == [32] and metrics["data"]["path"].endswith("oric/oric_bench.json")
+    assert len(metrics["samples"]) == 12 and metrics["samples"][0]["id"] == "1/p0"
+    printed = capsys.readouterr().out
+    assert "oric_bench" in printed and "macro/f1" in printed and f"{metrics['metrics']['macro/f1']:.4g}" in printed
+
+
+def test_eval_score_equals_eval_run_metrics(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    data = oric / "oric" / "oric_bench.json"
+    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench_r1", "--data", f"oric_bench_r1={data}",
+                 "--image-root", str(oric / "coco" / "val2014"), "--out", str(tmp_path), "--max-new-tokens", "16"]) == 0  # fmt: skip
     run_metrics = json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())
-    assert run_metrics["counts"]["predicted"] == 24
     capsys.readouterr()
-    assert main(["eval", "score", "oric_bench_r1", "--data", str(data), "--image-root", str(images),
+    assert main(["eval", "score", "oric_bench_r1", "--data", str(data), "--image-root", str(oric / "coco" / "val2014"),
                  "--predictions", str(tmp_path / "oric_bench_r1" / "predictions.jsonl")]) == 0  # fmt: skip
-    scored = json.loads(capsys.readouterr().out)
-    assert scored["metrics"] == run_metrics["metrics"]
-    assert (tmp_path / "oric_bench" / "metrics.json").is_file()
+    assert json.loads(capsys.readouterr().out)["metrics"] == run_metrics["metrics"]
 
 
-def test_second_family_evaluates(tiny_qwen25vl: Path, bench: tuple[Path, Path], tmp_path: Path) -> None:
-    data, images = bench
-    assert main(["eval", "run", "--model", str(tiny_qwen25vl), "--benchmarks", "oric_bench", "--data", f"oric_bench={data}",
-                 "--image-root", str(images), "--out", str(tmp_path), "--limit", "2"]) == 0  # fmt: skip
-    assert json.loads((tmp_path / "oric_bench" / "metrics.json").read_text())["counts"]["items"] == 8
+def test_max_new_tokens_caps_every_answer(qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:
+    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench_r1", "--data-root", str(oric),
+                 "--out", str(tmp_path), "--limit", "2", "--max-new-tokens", "3"]) == 0  # fmt: skip
+    answers = read_predictions(tmp_path / "oric_bench_r1" / "predictions.jsonl").values()
+    assert max(len(qwen3.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in answers) <= 3
+    assert json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())["generation"]["max_new_tokens"] == 3
 
 
-def test_eval_hook_during_grpo(tiny_qwen3vl: Path, bench: tuple[Path, Path], tmp_path: Path) -> None:
-    from conftest import write_oric_fixture
+def test_missing_and_unreadable_images_are_skipped_and_counted(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    data, images = write_oric_bench(tmp_path / "data", questions=4)
+    (images / "COCO_val2014_000000000001.jpg").unlink()  # question 2: missing
+    (images / "COCO_val2014_000000000002.jpg").write_bytes(b"not a jpeg")  # question 3: unreadable
+    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(tmp_path / "data"),
+                 "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+    metrics = json.loads((tmp_path / "out" / "oric_bench" / "metrics.json").read_text())
+    assert metrics["counts"]["missing_images"] == 8 and metrics["counts"]["predicted"] == 8
+    assert [Path(p).name for p in metrics["missing_images"]] == ["COCO_val2014_000000000001.jpg", "COCO_val2014_000000000002.jpg"]
+    predicted = set(read_predictions(tmp_path / "out" / "oric_bench" / "predictions.jsonl"))
+    assert not any(key.startswith(("2/", "3/")) for key in predicted)
 
-    data, images = bench
-    train, train_images = write_oric_fixture(tmp_path / "train")
-    result = run_entry(
-        "grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", train,
-        "--image_root", train_images, "--output_dir", tmp_path / "run", "--max_steps", "2", "--save_steps", "1",
-        "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1", "missing_bench", "--eval_limit", "2",
-        "--eval_data", f"oric_bench_r1={data}", "--eval_image_root", images,
-    )  # fmt: skip
+
+def test_mixed_image_benchmark_by_dotted_path(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    data = write_mixed_bench(tmp_path / "mixed")
+    name = "eval_fixtures.MixedImagesBench"
+    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", name, "--data", f"{name}={data}", "--out", str(tmp_path / "out")]) == 0
+    metrics = json.loads((tmp_path / "out" / name / "metrics.json").read_text())
+    assert metrics["counts"]["predicted"] == 6 and {"images_0/accuracy", "images_1/accuracy", "images_2/accuracy"} <= set(metrics["metrics"])
+
+
+def test_unknown_benchmark_fails_before_any_model_loads(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "run", "--model", str(tmp_path / "no-such-model"), "--benchmarks", "oric_bench,nope", "--data-root", str(oric), "--out", str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert "unknown benchmark 'nope'" in capsys.readouterr().err
+
+
+def test_missing_benchmark_file_names_the_expected_layout(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "run", "--model", "unused", "--benchmarks", "pope", "--data-root", str(tmp_path), "--out", str(tmp_path)])
+    assert f"pope: {tmp_path / 'pope'} not found (expected pope/coco_pope_" in capsys.readouterr().err
+
+
+def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:
+    common = ["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric), "--batch-size", "3", "--limit", "4"]
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--mixed_precision", "no",
+              "--main_process_port", str(free_port()), "-m", "veritune.cli", *common, "--out", str(tmp_path / "two")]  # fmt: skip
+    result = subprocess.run(launch, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    for step in (1, 2):
-        metrics = json.loads((tmp_path / "run" / "eval" / f"checkpoint-{step}" / "oric_bench_r1" / "metrics.json").read_text())
-        assert "macro/f1" in metrics["metrics"]
-    state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
-    assert state["global_step"] == 2  # the failing second benchmark never stopped training
-    assert "eval hook failed" in result.stderr
-    rows = offline_history(tmp_path / "run" / "wandb")
-    assert not any("eval/oric_bench_r1/macro/f1" in row for row in rows)  # one bad benchmark fails the whole hook
-
-
-def test_eval_watch_picks_up_a_checkpoint_that_appears(tiny_qwen3vl: Path, bench: tuple[Path, Path], tmp_path: Path) -> None:
-    import shutil
-    import threading
-    import time
-
-    from eval_hooks.watch import watch
-
-    data, images = bench
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    evaluated: list[int] = []
-    thread = threading.Thread(
-        target=lambda: evaluated.extend(watch(run_dir, ["oric_bench"], data={"oric_bench": data}, image_root=images, limit=1,
-                                              interval=0.2, timeout=120)),  # fmt: skip
-    )
-    thread.start()
-    time.sleep(1.0)  # the watcher is already polling an empty run directory
-    checkpoint = run_dir / "checkpoint-5"
-    shutil.copytree(tiny_qwen3vl, checkpoint)
-    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": 5, "log_history": []}))
-    (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": 5}))  # training finished
-    thread.join(timeout=150)
-    assert evaluated == [5]
-    assert json.loads((run_dir / "eval" / "checkpoint-5" / "oric_bench" / "metrics.json").read_text())["counts"]["items"] == 4
-    # Idempotent: a second pass finds nothing new.
-    assert watch(run_dir, ["oric_bench"], data={"oric_bench": data}, image_root=images, limit=1, once=True) == []
+    assert main([*common, "--out", str(tmp_path / "one")]) == 0
+    two = read_predictions(tmp_path / "two" / "oric_bench" / "predictions.jsonl")
+    assert len(two) == 16 and two == read_predictions(tmp_path / "one" / "oric_bench" / "predictions.jsonl")
+    assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 16  # written once, by the main process

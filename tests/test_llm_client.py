@@ -80,3 +80,55 @@ def test_client_errors_are_not_retried(tmp_path: Path) -> None:
         with pytest.raises(UserError, match="refused the request: HTTP 400"):
             client(server, tmp_path).complete("x")
     assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("status", [502, 520])
+def test_every_5xx_is_retried(tmp_path: Path, status: int) -> None:
+    with FakeChatServer(echo, fail_first=1, fail_status=status) as server:
+        assert client(server, tmp_path).complete("x") == "answer to x"
+    assert len(server.requests) == 2
+
+
+def test_retry_after_header_is_honoured(tmp_path: Path) -> None:
+    with FakeChatServer(echo, fail_first=1, fail_status=429, fail_headers={"Retry-After": "0.3"}) as server:
+        start = time.perf_counter()
+        client(server, tmp_path).complete("x")
+        waited = time.perf_counter() - start
+    assert waited >= 0.3 and len(server.requests) == 2  # the client's own backoff here is 0.01 s
+
+
+def test_retries_exhausted_error_keeps_earlier_answers(tmp_path: Path) -> None:
+    with FakeChatServer(echo) as server:
+        client(server, tmp_path).complete("first")
+        server.fail_first = 10**6  # from now on every request fails
+        with pytest.raises(UserError, match=r"unreachable after 3 attempts \(HTTP 500\)"):
+            client(server, tmp_path, max_retries=2).complete("second")
+        sent = len(server.requests)
+        assert client(server, tmp_path).complete("first") == "answer to first"
+    assert len(server.requests) == sent
+
+
+def test_repeated_prompts_in_a_batch_are_sent_once(tmp_path: Path) -> None:
+    with FakeChatServer(echo) as server:
+        chat = client(server, tmp_path)
+        answers = chat.complete_many(["a", "b", "a", "a"])
+    assert answers == ["answer to a", "answer to b", "answer to a", "answer to a"]
+    assert sorted(r["messages"][0]["content"] for r in server.requests) == ["a", "b"]
+    assert chat.requests_sent == 2 and chat.cache_hits == 2
+
+
+def test_rejected_key_names_the_variable_not_the_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_LLM_KEY", "sk-wrong-456")
+    with FakeChatServer(lambda request: (401, "{}")) as server:
+        with pytest.raises(UserError) as error:
+            client(server, tmp_path, api_key_env="MY_LLM_KEY").complete("x")
+    assert "HTTP 401 (check the API key in $MY_LLM_KEY)" in str(error.value)
+    assert "sk-wrong-456" not in str(error.value)
+    assert server.headers[0]["Authorization"] == "Bearer sk-wrong-456"
+
+
+def test_cache_is_keyed_by_model(tmp_path: Path) -> None:
+    with FakeChatServer(lambda request: request["model"]) as server:
+        first = ChatClient(server.base_url, "model-a", cache_path=tmp_path / "c.sqlite").complete("x")
+        second = ChatClient(server.base_url, "model-b", cache_path=tmp_path / "c.sqlite").complete("x")
+    assert (first, second) == ("model-a", "model-b") and len(server.requests) == 2

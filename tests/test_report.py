@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -23,11 +24,13 @@ def test_report_plots_training_and_eval(tmp_path: Path) -> None:
         (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, "tables": {"confusion": [{"true": "yes", "pred_yes": 3}]}, "counts": {}}))
     assert main(["report", str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text()
-    assert page.count("<svg") == 4  # reward, loss, headline metrics, yes-proportion
-    assert "macro/f1" in page and "Per class at step 3" in page and "confusion at step 3" in page
+    plots = re.findall(r'<svg[^>]*aria-label="([^"]*)"', page)
+    assert plots == ["rewards", "loss", "oric_bench: yes-proportion", "oric_bench: macro", "oric_bench: yes", "oric_bench: no",
+                     "confusion, step 1", "confusion, step 3"]  # fmt: skip
+    assert "macro/f1" in page and "Confusion matrices" in page
     assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 
 def test_report_of_an_empty_directory(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="no trainer_state.json and no eval results"):
+    with pytest.raises(UserError, match="no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json"):
         write_report(tmp_path)

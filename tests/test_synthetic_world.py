@@ -3,27 +3,69 @@
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
+import pytest
 from PIL import Image
 
-from data_builders.synthetic_world import build_synthetic_world, generate_coco_scale_annotations
+from data_builders.synthetic_world import CATEGORIES, build_synthetic_world, generate_coco_scale_annotations
 from veritune.cli import main
 
 
-def test_world_is_valid_coco(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_synthetic_world(tmp_path_factory.mktemp("world"), num_train_images=60, num_val_images=6)
+
+
+def annotations_by_image(path: Path) -> tuple[dict, dict[int, list[dict]]]:
+    data = json.loads(path.read_text())
+    by_image: dict[int, list[dict]] = defaultdict(list)
+    for annotation in data["annotations"]:
+        by_image[annotation["image_id"]].append(annotation)
+    return data, by_image
+
+
+def overlaps(a: list[float], b: list[float]) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+def test_world_is_valid_coco(world: dict[str, Path]) -> None:
     from pycocotools.coco import COCO
 
-    paths = build_synthetic_world(tmp_path, num_train_images=8, num_val_images=4)
-    coco = COCO(str(paths["train_annotations"]))
-    assert len(coco.imgs) == 8 and len(coco.cats) == 12
+    coco = COCO(str(world["train_annotations"]))
+    assert len(coco.imgs) == 60 and len(coco.cats) == 12
     for image in coco.imgs.values():
-        with Image.open(paths["train_images"] / image["file_name"]) as opened:
-            assert opened.size == (image["width"], image["height"])
-        classes = {coco.anns[a]["category_id"] for a in coco.getAnnIds(imgIds=image["id"])}
-        assert len(classes) >= 2
-    assert any(a["iscrowd"] for a in coco.anns.values()) or len(coco.anns) < 40
+        with Image.open(world["train_images"] / image["file_name"]) as opened:
+            assert opened.format == "JPEG" and opened.size == (image["width"], image["height"])
+    for annotation in coco.anns.values():
+        x, y, w, h = annotation["bbox"]
+        assert w > 0 and h > 0 and annotation["area"] == pytest.approx(w * h, abs=0.05)
+
+
+def test_file_names_are_coco_like(world: dict[str, Path]) -> None:
+    data = json.loads(world["val_annotations"].read_text())
+    assert [i["file_name"] for i in data["images"][:2]] == ["SYN_val2014_000000000001.jpg", "SYN_val2014_000000000002.jpg"]
+    assert sorted(p.name for p in world["val_images"].iterdir()) == sorted(i["file_name"] for i in data["images"])
+
+
+def test_two_to_six_objects_and_at_least_two_classes_per_image(world: dict[str, Path]) -> None:
+    _, by_image = annotations_by_image(world["train_annotations"])
+    assert len(by_image) == 60
+    assert {len(anns) for anns in by_image.values()} == {2, 3, 4, 5, 6}
+    assert min(len({a["category_id"] for a in anns}) for anns in by_image.values()) == 2
+
+
+def test_some_boxes_overlap_and_a_few_are_crowd(world: dict[str, Path]) -> None:
+    data, by_image = annotations_by_image(world["train_annotations"])
+    overlapping = sum(any(overlaps(a["bbox"], b["bbox"]) for i, a in enumerate(anns) for b in anns[i + 1 :]) for anns in by_image.values())
+    crowd = sum(a["iscrowd"] for a in data["annotations"])
+    assert overlapping > 10 and 0 < crowd < len(data["annotations"]) * 0.15
+
+
+def test_category_names_need_both_articles() -> None:
+    names = [name for name, _, _ in CATEGORIES]
+    assert "traffic light" in names and sum(name[0] in "aeiou" for name in names) >= 2 and len(set(names)) == 12
 
 
 def test_world_is_deterministic(tmp_path: Path) -> None:
@@ -34,22 +76,30 @@ def test_world_is_deterministic(tmp_path: Path) -> None:
     assert all((first["train_images"] / n).read_bytes() == (second["train_images"] / n).read_bytes() for n in names)
 
 
-def test_scene_context_drives_cooccurrence(tmp_path: Path) -> None:
-    paths = build_synthetic_world(tmp_path, num_train_images=80, num_val_images=2)
-    data = json.loads(paths["train_annotations"].read_text())
+def test_seed_changes_the_world(tmp_path: Path) -> None:
+    first = build_synthetic_world(tmp_path / "a", num_train_images=4, num_val_images=1, seed=1)
+    second = build_synthetic_world(tmp_path / "b", num_train_images=4, num_val_images=1, seed=2)
+    assert first["train_annotations"].read_bytes() != second["train_annotations"].read_bytes()
+
+
+def test_scene_context_drives_cooccurrence(world: dict[str, Path]) -> None:
+    data = json.loads(world["train_annotations"].read_text())
     names = {c["id"]: c["name"] for c in data["categories"]}
     scenes = {i["id"]: i["scene"] for i in data["images"]}
     cars = Counter(scenes[a["image_id"]] for a in data["annotations"] if names[a["category_id"]] == "car")
-    assert cars["street"] > cars["kitchen"]
+    ovens = Counter(scenes[a["image_id"]] for a in data["annotations"] if names[a["category_id"]] == "oven")
+    assert cars["street"] > cars["kitchen"] and ovens["kitchen"] > ovens["street"]
 
 
 def test_coco_scale_annotations(tmp_path: Path) -> None:
-    path = generate_coco_scale_annotations(tmp_path / "big.json", num_images=500)
+    path = generate_coco_scale_annotations(tmp_path / "big.json", num_images=2000)
     data = json.loads(path.read_text())
-    assert len(data["images"]) == 500 and len(data["categories"]) == 80
-    assert 5 * 500 < len(data["annotations"]) < 10 * 500
+    assert len(data["images"]) == 2000 and len(data["categories"]) == 80
+    assert 6.8 < len(data["annotations"]) / 2000 < 7.8  # about 7.3 boxes per image, as COCO-2014 train
+    assert all(a["bbox"][2] > 0 and a["bbox"][3] > 0 for a in data["annotations"])
 
 
 def test_cli_builds_world(tmp_path: Path, capsys) -> None:
     assert main(["build", "synthetic-world", "--out", str(tmp_path), "--train-images", "2", "--val-images", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["val_images"] == str(tmp_path / "val" / "images")
+    assert len(list((tmp_path / "train" / "images").iterdir())) == 2

@@ -71,3 +71,16 @@ def offline_config(run_dir: str | Path) -> dict[str, Any]:
         for item in items:
             config[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
     return config
+
+
+def logged_tables(rows: list[dict[str, Any]]) -> set[str]:
+    """Keys logged as ``wandb.Table`` in ``rows``: the run file stores a table either as one item whose value
+    is ``{"_type": "table-file", ...}`` or flattened into ``<key>/_type`` = ``"table-file"`` and siblings."""
+    tables = set()
+    for row in rows:
+        for key, value in row.items():
+            if isinstance(value, dict) and value.get("_type") == "table-file":
+                tables.add(key)
+            elif key.endswith("/_type") and value == "table-file":
+                tables.add(key[: -len("/_type")])
+    return tables

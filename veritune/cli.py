@@ -22,7 +22,7 @@ COMMAND_MODULES: list[tuple[str | None, str]] = [
     (None, "veritune.slurm_submit"),
     ("build", "data_builders.synthetic_world"),
     ("build", "data_builders.oric.cli"),
-    ("build", "data_builders.finer.build"),
+    ("build", "data_builders.finer.cli"),
     ("build", "data_builders.finer.synthetic"),
     ("eval", "eval_hooks.cli"),
     (None, "eval_hooks.report"),

@@ -1,30 +1,54 @@
-"""Readers for preference data into one shape for ``finetune/dpo.py``.
+"""Readers for preference data, returning TRL's conversational preference format.
 
-Formats (``fmt="auto"`` picks by layout):
-- ``veritune``: a ``veritune build finer`` directory (``train.jsonl``/``validation.jsonl`` + manifest);
-- ``finer``: the FINER-Tuning release (sharegpt-style JSONL: ``conversations`` with the human turn,
-  ``chosen``/``rejected`` as ``{"from": "gpt", "value": ...}``, ``images``, ``meta{qa_type, polarity}``);
-- ``rlaif-v``: RLAIF-V rows (``image``, ``question``, ``chosen``, ``rejected``).
+Formats (``fmt="auto"`` picks one from the layout):
 
-Rows come back with ``image_paths`` (absolute paths; images are decoded lazily by the trainer's data
-transform), conversational ``prompt``/``chosen``/``rejected``, and ``subset``/``polarity`` when known.
-Rows whose chosen equals rejected are dropped and counted; rows with missing images are listed, skipped
-and counted.
+- ``veritune``: a ``veritune build finer`` directory (``train.jsonl`` / ``validation.jsonl`` + ``manifest.json``);
+- ``finer``: the FINER-Tuning release, LLaMA-Factory's sharegpt DPO layout in JSON lines:
+  ``{"conversations": [{"from": "human", "value": "<image>\\n..."}], "chosen": {"from": "gpt", "value": ...},
+  "rejected": {...}, "images": [...], "meta": {"qa_type": "obj", "polarity": "pos", ...}}``;
+- ``rlaif-v``: RLAIF-V rows ``{ds_name, image, question, chosen, rejected, origin_dataset, origin_split, idx,
+  image_path}``, as JSON/JSON lines or the released parquet shards (a file or a directory of them), where
+  ``image`` is ``{"bytes", "path"}``.
+
+Every reader returns rows with ``images`` (absolute paths), ``prompt`` (one user turn whose content starts
+with one ``{"type": "image"}`` placeholder per image, then the text, as TRL's vision DPO expects),
+``chosen`` and ``rejected`` (assistant turns), ``subset`` and ``polarity`` (``""`` when unknown).
+
+Why paths and not images: an Arrow table cannot hold images that are opened only when a row is read, and
+opening 160K images up front costs minutes and gigabytes. :func:`with_images` sets a transform that opens
+them on access, which is what TRL's ``DPOTrainer`` sees; :func:`load_images` opens one row's list.
+
+Rows whose chosen answer equals the rejected one are dropped and counted; rows whose images are missing
+are listed, skipped and counted (:class:`PreferenceReport`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
+import os
+import re
+import tempfile
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from veritune.errors import UserError
-from veritune.io import iter_jsonl, read_json, read_json_or_jsonl
+from veritune.io import iter_jsonl, read_json
+
+logger = logging.getLogger("veritune.finer")
+
+FORMATS = ("veritune", "finer", "rlaif-v")
+_IMAGE_TOKEN = re.compile(r"\s*<image>\s*")
+_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
 
 @dataclass
 class PreferenceReport:
+    """How many rows were read and kept, what was dropped and why, and which images were missing."""
+
     total: int = 0
     kept: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
@@ -34,88 +58,271 @@ class PreferenceReport:
         return f"{self.kept}/{self.total} preference rows kept; dropped: {dict(self.dropped) or 'none'}"
 
 
-def _text(turn: Any) -> str:
-    if isinstance(turn, dict):
-        return str(turn.get("value", turn.get("content", "")))
-    if isinstance(turn, list) and turn:
-        return _text(turn[-1])
-    return str(turn)
+# ---- finding the records
 
 
-def _from_veritune(record: dict[str, Any]) -> dict[str, Any]:
-    return {"images": record["images"], "question": _text(record["prompt"]), "chosen": _text(record["chosen"]),
-            "rejected": _text(record["rejected"]), "subset": record.get("subset"), "polarity": record.get("polarity")}  # fmt: skip
+def _is_veritune_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "manifest.json").is_file() and (path / "train.jsonl").is_file()
 
 
-def _from_finer(record: dict[str, Any]) -> dict[str, Any]:
-    human = [t for t in record["conversations"] if t.get("from") in ("human", "user")]
-    question = _text(human[-1] if human else record["conversations"][-1]).replace("<image>", "").strip()
-    meta = record.get("meta") or {}
-    return {"images": record.get("images") or [], "question": question, "chosen": _text(record["chosen"]),
-            "rejected": _text(record["rejected"]), "subset": meta.get("qa_type"), "polarity": meta.get("polarity")}  # fmt: skip
+def _parquet_files(path: Path) -> list[Path]:
+    if path.is_file() and path.suffix == ".parquet":
+        return [path]
+    return sorted(path.glob("*.parquet")) if path.is_dir() else []
 
 
-def _from_rlaif(record: dict[str, Any]) -> dict[str, Any]:
-    image = record.get("image") or record.get("image_path")
-    if isinstance(image, dict):
-        image = image.get("path")
-    return {"images": [image] if image else [], "question": record["question"], "chosen": _text(record["chosen"]),
-            "rejected": _text(record["rejected"]), "subset": record.get("ds_name"), "polarity": None}  # fmt: skip
+def _iter_records(path: Path, split: str) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` for every record; ``where`` names the file and line or row for error messages."""
+    if path.is_dir() and not _parquet_files(path):
+        if not _is_veritune_dir(path):
+            raise UserError(f"{path}: not a `veritune build finer` directory (no manifest.json and train.jsonl) and holds no parquet files")
+        if split not in ("train", "validation"):
+            raise UserError(f"split {split!r}: a veritune dataset directory has 'train' and 'validation'")
+        for number, record in iter_jsonl(path / f"{split}.jsonl", what=f"{split} split"):
+            yield f"{path / f'{split}.jsonl'}, line {number}", record
+        return
+    parquet = _parquet_files(path)
+    if parquet:
+        import pyarrow.parquet as pq
+
+        for file in parquet:
+            row = 0
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=256):
+                for record in batch.to_pylist():
+                    row += 1
+                    yield f"{file}, row {row}", record
+        return
+    if not path.is_file():
+        raise UserError(f"preference data not found: {path}")
+    with path.open(encoding="utf-8") as handle:
+        head = handle.read(1 << 12).lstrip()
+    if head.startswith("["):
+        data = read_json(path, what="preference file")
+        for number, record in enumerate(data, start=1):
+            yield f"{path}, record {number}", record
+    else:
+        for number, record in iter_jsonl(path, what="preference file"):
+            yield f"{path}, line {number}", record
 
 
-READERS = {"veritune": _from_veritune, "finer": _from_finer, "rlaif-v": _from_rlaif}
-REQUIRED = {"veritune": ("images", "prompt", "chosen", "rejected"), "finer": ("conversations", "chosen", "rejected"),
-            "rlaif-v": ("question", "chosen", "rejected")}  # fmt: skip
-
-
-def detect_format(record: dict[str, Any]) -> str:
-    for fmt, keys in REQUIRED.items():
-        if all(k in record for k in keys):
-            return fmt
+def detect_format(record: Any, where: str = "preference data") -> str:
+    """The format of one record, from its fields."""
+    if isinstance(record, dict):
+        if "conversations" in record and "chosen" in record and "rejected" in record:
+            return "finer"
+        if "question" in record and "chosen" in record and "rejected" in record:
+            return "rlaif-v"
+        if "prompt" in record and "chosen" in record and "rejected" in record:
+            return "veritune"
     raise UserError(
-        "unknown preference format: expected veritune (images, prompt, chosen, rejected), FINER-Tuning "
+        f"{where}: unknown preference format; expected veritune (images, prompt, chosen, rejected), FINER-Tuning "
         "(conversations, chosen, rejected, images, meta) or RLAIF-V (image, question, chosen, rejected) fields"
     )
 
 
-def read_preference_rows(path: str | Path, image_root: str | Path | None = None, fmt: str = "auto",
-                         split: str = "train") -> tuple[list[dict[str, Any]], PreferenceReport]:  # fmt: skip
-    """Rows ``{image_paths, prompt, chosen, rejected, subset, polarity}`` from any supported file."""
+# ---- one record -> (image references, turns, chosen, rejected, subset, polarity)
+
+
+def _text(value: Any) -> str:
+    """The text of an answer: a string, a sharegpt turn, a chat message (string or typed parts), or a list of them."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        if "value" in value:
+            return _text(value["value"])
+        return _text(value.get("content", value.get("text", "")))
+    if isinstance(value, list):
+        if value and all(isinstance(v, dict) and "role" in v for v in value):
+            return _text(value[-1])
+        return "".join(_text(v) for v in value if not (isinstance(v, dict) and v.get("type") == "image"))
+    raise TypeError(f"cannot read text from {type(value).__name__}")
+
+
+def _from_veritune(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]], str, str, str, str]:
+    prompt = record["prompt"]
+    turns = [(m["role"], _text(m["content"])) for m in prompt] if isinstance(prompt, list) else [("user", _text(prompt))]
+    images = record.get("images") or ([record["image"]] if record.get("image") else [])
+    return images, turns, _text(record["chosen"]), _text(record["rejected"]), str(record.get("subset") or ""), str(record.get("polarity") or "")
+
+
+def _from_finer(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]], str, str, str, str]:
+    turns = []
+    for turn in record["conversations"]:
+        role = _ROLES.get(str(turn.get("from", turn.get("role", ""))).lower())
+        if role is None:
+            raise KeyError(f"conversations: unknown speaker {turn.get('from')!r}")
+        turns.append((role, _text(turn)))
+    meta = record.get("meta") or {}
+    return list(record.get("images") or []), turns, _text(record["chosen"]), _text(record["rejected"]), str(meta.get("qa_type") or ""), str(meta.get("polarity") or "")
+
+
+def _from_rlaif(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]], str, str, str, str]:
+    image = record.get("image")
+    reference = {"path": None, "bytes": None}
+    if isinstance(image, dict):
+        reference.update(path=image.get("path"), bytes=image.get("bytes"))
+    elif isinstance(image, str):
+        reference["path"] = image
+    reference["alternative"] = record.get("image_path")
+    has_image = any(reference.values())
+    subset = str(record.get("origin_dataset") or record.get("ds_name") or "")
+    return [reference] if has_image else [], [("user", _text(record["question"]))], _text(record["chosen"]), _text(record["rejected"]), subset, ""
+
+
+READERS = {"veritune": _from_veritune, "finer": _from_finer, "rlaif-v": _from_rlaif}
+
+
+# ---- images
+
+
+def _resolve(reference: Any, root: Path, extract_dir: Path) -> tuple[str | None, str]:
+    """An existing absolute image path for a reference, or (None, what was looked for)."""
+    if isinstance(reference, str):
+        path = Path(reference) if Path(reference).is_absolute() else root / reference
+        return (str(path), str(path)) if path.is_file() else (None, str(path))
+    tried = []
+    for key in ("path", "alternative"):
+        value = reference.get(key)
+        if value:
+            path = Path(value) if Path(value).is_absolute() else root / value
+            if path.is_file():
+                return str(path), str(path)
+            tried.append(str(path))
+    data = reference.get("bytes")
+    if data:
+        suffix = Path(reference.get("path") or "").suffix or ".jpg"
+        target = extract_dir / f"{hashlib.sha1(data).hexdigest()[:20]}{suffix}"
+        if not target.is_file():
+            extract_dir.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=extract_dir, suffix=".tmp")
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+            os.replace(tmp, target)
+        return str(target), str(target)
+    return None, tried[0] if tried else "(no image path)"
+
+
+def load_images(paths: list[str], max_pixels: int | None = None) -> list[Any]:
+    """Open one row's images as RGB, scaled down (aspect kept) to at most ``max_pixels`` pixels each."""
+    from finetune.oric_data import load_image
+
+    return [load_image(path, max_pixels or 1 << 62) for path in paths]
+
+
+def with_images(dataset: Any, max_pixels: int | None = None) -> Any:
+    """Set a transform on ``dataset`` that turns its ``images`` paths into PIL images on access; returns it."""
+
+    def open_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        batch["images"] = [load_images(paths, max_pixels) for paths in batch["images"]]
+        return batch
+
+    dataset.set_transform(open_images)
+    return dataset
+
+
+# ---- the readers
+
+
+def _prompt(turns: list[tuple[str, str]], num_images: int) -> list[dict[str, Any]]:
+    """TRL's conversational prompt: image placeholders first in the first user turn (``<image>`` tokens removed)."""
+    messages = []
+    placed = False
+    for role, text in turns:
+        text = _IMAGE_TOKEN.sub(" ", text).strip()
+        content: list[dict[str, Any]] = []
+        if role == "user" and not placed:
+            content += [{"type": "image"} for _ in range(num_images)]
+            placed = True
+        content.append({"type": "text", "text": text})
+        messages.append({"role": role, "content": content})
+    return messages
+
+
+def _answer(text: str) -> list[dict[str, Any]]:
+    return [{"role": "assistant", "content": [{"type": "text", "text": text}]}]
+
+
+def iter_preference_rows(
+    path: str | Path,
+    image_root: str | Path | None = None,
+    fmt: str = "auto",
+    *,
+    split: str = "train",
+    report: PreferenceReport | None = None,
+    extract_dir: str | Path | None = None,
+) -> Iterator[dict[str, Any]]:
+    """Rows ``{images, prompt, chosen, rejected, subset, polarity}`` from any supported layout (see the module
+    doc); ``report`` (if given) counts what was kept and dropped."""
     path = Path(path)
-    if path.is_dir():
-        manifest = read_json(path / "manifest.json", what="FINER dataset manifest") if (path / "manifest.json").is_file() else {}
-        image_root = image_root or manifest.get("image_root")
-        records = [r for _, r in iter_jsonl(path / f"{split}.jsonl", what=f"{split} split")]
-    else:
-        records = read_json_or_jsonl(path, what="preference file")
-    root = Path(image_root) if image_root else (path if path.is_dir() else path.parent)
-    report = PreferenceReport(total=len(records))
-    rows = []
-    for number, record in enumerate(records, start=1):
-        if not isinstance(record, dict):
-            raise UserError(f"{path}: row {number}: expected an object")
-        kind = detect_format(record) if fmt == "auto" else fmt
-        if kind not in READERS:
-            raise UserError(f"unknown preference format {fmt!r}; choose auto, {', '.join(READERS)}")
+    if fmt != "auto" and fmt not in READERS:
+        raise UserError(f"unknown preference format {fmt!r}; choose auto, {', '.join(READERS)}")
+    report = report if report is not None else PreferenceReport()
+    if image_root is None:
+        if _is_veritune_dir(path):
+            image_root = read_json(path / "manifest.json", what="dataset manifest").get("image_root") or path
+        else:
+            image_root = path if path.is_dir() else path.parent
+    root = Path(image_root)
+    extract = Path(extract_dir) if extract_dir else (path if path.is_dir() else path.parent) / f"{path.stem}-images"
+    for where, record in _iter_records(path, split):
+        kind = detect_format(record, where) if fmt == "auto" else fmt
         try:
-            row = READERS[kind](record)
-        except (KeyError, TypeError, IndexError) as err:
-            raise UserError(f"{path}: row {number}: malformed {kind} record ({type(err).__name__}: {err})") from None
-        if row["chosen"].strip() == row["rejected"].strip():
+            images, turns, chosen, rejected, subset, polarity = READERS[kind](record)
+        except (KeyError, TypeError, AttributeError) as err:
+            raise UserError(f"{where}: malformed {kind} record ({type(err).__name__}: {err})") from None
+        report.total += 1
+        if not turns or turns[-1][0] != "user":
+            raise UserError(f"{where}: the prompt must end with a user turn")
+        if chosen.strip() == rejected.strip():
             report.dropped["chosen_equals_rejected"] += 1
             continue
-        paths = [str(root / image) for image in row["images"]]
-        absent = [p for p in paths if not Path(p).is_file()]
+        resolved = [_resolve(reference, root, extract) for reference in images]
+        absent = [looked_for for found, looked_for in resolved if found is None]
         if absent:
             report.dropped["missing_image"] += 1
             report.missing_images += absent
             continue
-        rows.append({
-            "image_paths": paths,
-            "prompt": [{"role": "user", "content": row["question"]}],
-            "chosen": [{"role": "assistant", "content": row["chosen"]}],
-            "rejected": [{"role": "assistant", "content": row["rejected"]}],
-            "subset": row["subset"] or "", "polarity": row["polarity"] or "",
-        })  # fmt: skip
-    report.kept = len(rows)
+        report.kept += 1
+        yield {
+            "images": [found for found, _ in resolved],
+            "prompt": _prompt(turns, len(images)),
+            "chosen": _answer(chosen.strip()),
+            "rejected": _answer(rejected.strip()),
+            "subset": subset,
+            "polarity": polarity,
+        }
+
+
+def load_preference_dataset(
+    path: Path,
+    image_root: Path | None = None,
+    fmt: str = "auto",
+    *,
+    split: str = "train",
+    report: PreferenceReport | None = None,
+    extract_dir: Path | None = None,
+) -> Any:
+    """A ``datasets.Dataset`` in TRL's conversational preference format (``images`` as absolute paths; call
+    :func:`with_images` to open them on access). Raises :class:`UserError` when no row is usable."""
+    from datasets import Dataset
+
+    report = report if report is not None else PreferenceReport()
+    rows = list(iter_preference_rows(path, image_root, fmt, split=split, report=report, extract_dir=extract_dir))
+    for missing in report.missing_images[:10]:
+        logger.warning("missing image, row skipped: %s", missing)
+    if not rows:
+        raise UserError(f"{path}: no usable preference rows ({report.summary()})")
+    logger.info("%s: %s", path, report.summary())
+    return Dataset.from_list(rows)
+
+
+def read_preference_rows(
+    path: str | Path, image_root: str | Path | None = None, fmt: str = "auto", split: str = "train"
+) -> tuple[list[dict[str, Any]], PreferenceReport]:
+    """The rows as a list, with the images under ``image_paths`` (the name ``finetune/dpo.py`` reads), and the report."""
+    report = PreferenceReport()
+    rows = []
+    for row in iter_preference_rows(path, image_root, fmt, split=split, report=report):
+        row["image_paths"] = row.pop("images")
+        rows.append(row)
     return rows, report

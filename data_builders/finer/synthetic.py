@@ -1,8 +1,12 @@
-"""Scene graphs for the synthetic image world, so the FINER path runs offline in the demo and tests.
+"""Scene graphs of the synthetic image world in the FINER layout, so that the FINER builders run offline.
 
-Objects get their category as name and other categories as negatives; attributes are the drawn colour
-and a size word (with other colours and sizes as negatives); relations are the spatial relation of two
-boxes (left of, right of, above, below) with the other relations as negatives.
+    veritune build scene-graphs --annotations outputs/demo/world/train/annotations.json --out outputs/demo/finer_graphs.json
+
+Per image, each category appears once (the first box). Objects get four other categories that are absent
+from the image as negatives; attributes are the drawn colour and shape (``with a red color``, ``with a round
+shape``) with four other colours or shapes as negatives; relations link consecutive objects by the
+positions of their box centres (``is to the left of the``, ...) with the other directions and ``is inside
+the`` as negatives.
 """
 
 from __future__ import annotations
@@ -12,61 +16,80 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.synthetic_world import CATEGORIES
+from veritune.errors import UserError
 from veritune.io import atomic_write_json, read_json
 
-COLOURS = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
-SIZES = ("small", "medium-sized", "large")
-RELATIONS = ("is to the left of", "is to the right of", "is above", "is below")
+COLOURS = {"red": (220, 40, 40), "yellow": (240, 200, 60), "grey": (120, 120, 120), "blue": (30, 90, 220),
+           "green": (20, 160, 60), "purple": (150, 40, 180), "brown": (140, 90, 40), "orange": (255, 140, 0)}  # fmt: skip
+SHAPES = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
+OTHER_SHAPES = ("star", "heart")
+RELATIONS = ("is to the left of the", "is to the right of the", "is above the", "is below the")
+EXTRA_RELATION = "is inside the"
 
 
-def _colour_word(rgb: tuple[int, int, int]) -> str:
-    names = {"red": (220, 40, 40), "yellow": (240, 200, 60), "grey": (120, 120, 120), "blue": (30, 90, 220),
-             "green": (20, 160, 60), "purple": (150, 40, 180), "brown": (140, 90, 40), "orange": (255, 140, 0)}  # fmt: skip
-    return min(names, key=lambda n: sum((a - b) ** 2 for a, b in zip(names[n], rgb)))
+def colour_word(rgb: tuple[int, int, int]) -> str:
+    """The nearest named colour."""
+    return min(COLOURS, key=lambda name: sum((a - b) ** 2 for a, b in zip(COLOURS[name], rgb)))
+
+
+def spatial_relation(box_a: list[float], box_b: list[float]) -> str:
+    """Where box a's centre lies relative to box b's, along the axis of the larger offset (image y grows down)."""
+    (xa, ya, wa, ha), (xb, yb, wb, hb) = box_a, box_b
+    dx, dy = (xa + wa / 2) - (xb + wb / 2), (ya + ha / 2) - (yb + hb / 2)
+    if abs(dx) >= abs(dy):
+        return RELATIONS[0] if dx < 0 else RELATIONS[1]
+    return RELATIONS[2] if dy < 0 else RELATIONS[3]
 
 
 def scene_graphs_from_coco(annotations: Path, out: Path) -> Path:
-    """Write one scene graph per image of a synthetic-world annotation file."""
+    """Write one FINER-layout scene graph per image of a synthetic-world annotation file."""
     data = read_json(annotations, what="annotation file")
-    names = {c["id"]: c["name"] for c in data["categories"]}
-    style = {name: (shape, colour) for name, shape, colour in CATEGORIES}
+    try:
+        names = {c["id"]: c["name"] for c in data["categories"]}
+        images, anns = data["images"], data["annotations"]
+    except (KeyError, TypeError):
+        raise UserError(f"{annotations}: expected a COCO instances file (images, annotations, categories)") from None
+    style = {name: (shape, rgb) for name, shape, rgb in CATEGORIES}
     by_image: dict[int, list[dict[str, Any]]] = {}
-    for ann in data["annotations"]:
+    for ann in anns:
         by_image.setdefault(ann["image_id"], []).append(ann)
-    graphs = []
     all_names = sorted(names.values())
-    for image in data["images"]:
-        objects, relations, seen = [], [], set()
+    graphs = []
+    for image in images:
+        objects: list[dict[str, Any]] = []
+        boxes: list[list[float]] = []
+        present = {names[a["category_id"]] for a in by_image.get(image["id"], [])}
         for ann in by_image.get(image["id"], []):
             name = names[ann["category_id"]]
-            if name in seen:
+            if any(o["object"] == name for o in objects):
                 continue
-            seen.add(name)
             shape, rgb = style.get(name, ("rectangle", (128, 128, 128)))
-            colour = _colour_word(rgb)
-            size = SIZES[min(2, int(ann["area"] / (image["width"] * image["height"]) * 8))]
+            colour, form = colour_word(rgb), SHAPES[shape]
             objects.append({
-                "id": f"o{len(objects) + 1}", "name": name, "bbox": ann["bbox"],
-                "negatives": [n for n in all_names if n not in seen and n != name][:4],
-                "attributes": [
-                    {"value": colour, "negatives": [c for c in ("red", "blue", "green", "yellow", "purple") if c != colour][:4]},
-                    {"value": size, "negatives": [s for s in SIZES if s != size] + ["tiny"]},
-                ],
+                "object": name, "object_index": len(objects),
+                "neg_object": [n for n in all_names if n not in present][:4],
+                "attribute": [f"with a {colour} color", f"with a {form} shape"],
+                "neg_attribute": [[f"with a {c} color" for c in COLOURS if c != colour][:4],
+                                  [f"with a {s} shape" for s in (*SHAPES.values(), *OTHER_SHAPES) if s != form][:4]],
+                "parsed_relation": [], "neg_relation": [],
             })  # fmt: skip
-        for first, second in zip(objects, objects[1:]):
-            (x1, y1, w1, h1), (x2, y2, w2, h2) = first["bbox"], second["bbox"]
-            dx, dy = (x2 + w2 / 2) - (x1 + w1 / 2), (y2 + h2 / 2) - (y1 + h1 / 2)
-            rel = (RELATIONS[0] if dx > 0 else RELATIONS[1]) if abs(dx) >= abs(dy) else (RELATIONS[2] if dy > 0 else RELATIONS[3])
-            relations.append({"object_a": first["id"], "rel": rel, "object_b": second["id"], "negatives": [r for r in RELATIONS if r != rel]})
-        for obj in objects:
-            obj.pop("bbox")
-        graphs.append({"image": image["file_name"], "objects": objects, "relations": relations})
+            boxes.append(ann["bbox"])
+        for index in range(len(objects) - 1):
+            rel = spatial_relation(boxes[index], boxes[index + 1])
+            objects[index]["parsed_relation"].append({"object_a": index, "rel": rel, "object_b": index + 1})
+            objects[index]["neg_relation"].append([r for r in (*RELATIONS, EXTRA_RELATION) if r != rel])
+        graphs.append({"example_id": f"synthetic_{image['id']:06d}", "image": image["file_name"], "objects": objects})
     return atomic_write_json(out, graphs)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune build scene-graphs``."""
-    parser = subparsers.add_parser("scene-graphs", help="scene graphs of a synthetic world (input of `build finer`)")
-    parser.add_argument("--annotations", type=Path, required=True)
-    parser.add_argument("--out", type=Path, required=True)
-    parser.set_defaults(handler=lambda args: print(f"wrote {scene_graphs_from_coco(args.annotations, args.out)}") or 0)
+    parser = subparsers.add_parser("scene-graphs", help="FINER-layout scene graphs of a synthetic world (input of `build finer`)")
+    parser.add_argument("--annotations", type=Path, required=True, help="the synthetic world's COCO annotations")
+    parser.add_argument("--out", type=Path, required=True, help="output JSON")
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    print(f"wrote {scene_graphs_from_coco(args.annotations, args.out)}")
+    return 0

@@ -40,6 +40,13 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
     for key in ("images", "annotations", "categories"):
         if key not in data:
             raise UserError(f"{path}: missing '{key}' (a COCO instances file has images, annotations and categories)")
+        if not isinstance(data[key], list) or not all(isinstance(entry, dict) for entry in data[key]):
+            raise UserError(f"{path}: '{key}' must be a list of objects")
+    for key, fields in (("images", ("id", "file_name")), ("categories", ("id", "name")), ("annotations", ("image_id", "category_id"))):
+        for index, entry in enumerate(data[key]):
+            for field in fields:
+                if field not in entry:
+                    raise UserError(f"{path}: {key}[{index}] has no '{field}'")
     for index, annotation in enumerate(data["annotations"]):
         bbox = annotation.get("bbox")
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):

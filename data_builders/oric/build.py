@@ -1,35 +1,36 @@
 """The ORIC pipeline: annotations → ROI split → judged positives → CLIP-guided negatives → questions →
 the official ORIC release format, with provenance fields and a manifest.
 
-Pairs follow the public ORIC builder: a query image I gives the "yes" questions (its unpredictable ROI
-objects) and its most similar image I' gives the "no" questions (classes absent from I' that CLIP finds
-most plausible in I'). Each unordered pair is used once.
+Pairs follow the public ORIC builder, whose output is the official release: a query image I gives the
+"yes" questions (its ROI objects the judge cannot predict from the non-ROI classes, Alg. 1) and its most
+similar image I' gives the "no" questions (classes absent from I', ranked by CLIPScore(I', "an image
+contains {name}"), Alg. 2). A negative is therefore never a class annotated in the image it is asked
+about; it may be a class of I (the official bench does this in 59 of its 500 groups), which is what
+makes it a plausible distractor. Each unordered pair is used once, and each file lists a pair's yes
+questions, then its no questions, as the official files do.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import importlib.metadata
-import io
 import random
 import sys
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+import veritune
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, size_tier
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
 from data_builders.oric.questions import paraphrases, r1_prompt
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, atomic_write_text, read_json, sha256_file
+from veritune.io import atomic_write_json, read_json, sha256_file
 
-JUDGE_CHUNK = 256  # images whose judge queries are sent together (bounded memory, steady progress)
+JUDGE_CHUNK = 256  # query images whose judge queries are sent together (bounded memory, steady progress)
 
 
 @dataclass
@@ -47,10 +48,11 @@ class BuildSettings:
 
 @dataclass
 class BuildStats:
-    """Counts of everything skipped, and why."""
+    """Counts of everything skipped, and why, with the image files that were missing or unreadable."""
 
     skipped: Counter[str] = field(default_factory=Counter)
     missing_images: list[str] = field(default_factory=list)
+    unreadable_images: list[str] = field(default_factory=list)
     judge_answers: Counter[str] = field(default_factory=Counter)
 
 
@@ -63,40 +65,59 @@ def build_items(
     settings: BuildSettings,
     stats: BuildStats,
 ) -> list[dict[str, Any]]:
-    """ORIC questions in the official layout plus provenance fields, balanced to the requested counts."""
-    usable = []
+    """ORIC questions in the official layout plus provenance fields, up to the requested counts.
+
+    Every image whose file exists and decodes is a candidate similar image I' (Alg. 2 searches all
+    images, as the public builder does); images with at least ``min_classes`` classes are the query
+    images I, visited in a seeded random order until both counts are reached.
+    """
+    present = []
     for record in images:
-        if len(record.boxes) < settings.min_classes:
-            stats.skipped[f"fewer_than_{settings.min_classes}_classes"] += 1
-        elif not (image_root / record.file_name).is_file():
+        if (image_root / record.file_name).is_file():
+            present.append(record)
+        else:
             stats.skipped["missing_image_file"] += 1
             stats.missing_images.append(record.file_name)
-        else:
-            usable.append(record)
-    if len(usable) < 2:
-        raise UserError(f"{image_root}: fewer than two usable images (skipped: {dict(stats.skipped)})")
-
-    embeddings = clip.embed_images([image_root / r.file_name for r in usable])
-    neighbour, similarity = most_similar(embeddings)
+    embeddings, unreadable = clip.embed_images([image_root / r.file_name for r in present])
+    if unreadable:
+        bad = {str(path) for path in unreadable}
+        stats.unreadable_images.extend(r.file_name for r in present if str(image_root / r.file_name) in bad)
+        stats.skipped["unreadable_image_file"] += len(stats.unreadable_images)
+        present = [r for r in present if str(image_root / r.file_name) not in bad]
+    queries = [position for position, record in enumerate(present) if len(record.boxes) >= settings.min_classes]
+    stats.skipped[f"fewer_than_{settings.min_classes}_classes"] += len(present) - len(queries)
+    if not queries or len(present) < 2:
+        raise UserError(
+            f"{image_root}: too few usable images ({len(queries)} with at least {settings.min_classes} classes, "
+            f"{len(present)} readable in all; skipped: {dict(stats.skipped)})"
+        )
 
     rng = random.Random(settings.seed)
-    order = list(range(len(usable)))
-    rng.shuffle(order)
+    rng.shuffle(queries)
     items: list[dict[str, Any]] = []
     seen_pairs: set[tuple[int, int]] = set()
     seen_questions: set[tuple[str, str]] = set()
-    n_yes = n_no = 0
+    counts = Counter[str]()
+    wanted = {"yes": settings.num_yes, "no": settings.num_no}
     progress = tqdm(total=settings.num_yes + settings.num_no, desc=f"ORIC {settings.kind} questions", unit="q")
-    for start in range(0, len(order), JUDGE_CHUNK):
-        if n_yes >= settings.num_yes and n_no >= settings.num_no:
+
+    def done() -> bool:
+        return all(counts[label] >= wanted[label] for label in wanted)
+
+    def take(label: str, group: list[tuple[ImageRecord, str]]) -> list[tuple[ImageRecord, str]]:
+        return group[: max(0, wanted[label] - counts[label])]
+
+    for start in range(0, len(queries), JUDGE_CHUNK):
+        if done():
             break
-        chunk = order[start : start + JUDGE_CHUNK]
-        verdicts = _judge_chunk([usable[i] for i in chunk], judge, stats)
-        for index in chunk:
-            if n_yes >= settings.num_yes and n_no >= settings.num_no:
+        chunk = queries[start : start + JUDGE_CHUNK]
+        neighbours, similarities = most_similar(embeddings, chunk)  # exact, only for the images visited
+        verdicts = judge_roi_objects([present[i] for i in chunk], judge, stats)
+        for index, neighbour, similarity in zip(chunk, neighbours.tolist(), similarities.tolist()):
+            if done():
                 break
-            query, similar = usable[index], usable[int(neighbour[index])]
-            pair = tuple(sorted((query.image_id, similar.image_id)))
+            query, similar = present[index], present[neighbour]
+            pair = (min(query.image_id, similar.image_id), max(query.image_id, similar.image_id))
             if pair in seen_pairs:
                 stats.skipped["pair_already_used"] += 1
                 continue
@@ -108,36 +129,39 @@ def build_items(
             if len(absent) < settings.no_per_image:
                 stats.skipped["too_few_absent_classes"] += 1
                 continue
+            # Alg. 1, line 12: k objects at random among those judged unpredictable.
+            positives = take("yes", [(query, name) for name in rng.sample(candidates, settings.yes_per_image)])
+            # Alg. 2: the k absent classes CLIP finds most plausible in I' (stable sort: ties keep class order).
+            scores = clip.clip_scores(embeddings[neighbour], absent).tolist()
+            ranked = sorted(zip(absent, scores), key=lambda named: -named[1])[: settings.no_per_image]
+            negatives = take("no", [(similar, name) for name, _ in ranked])
+            if any((image.file_name, name) in seen_questions for image, name in positives + negatives):
+                stats.skipped["pair_repeats_a_question"] += 1  # as the public builder: the whole pair goes
+                continue
             seen_pairs.add(pair)
-            positives = rng.sample(candidates, settings.yes_per_image)
-            scores = clip.clip_scores(embeddings[int(neighbour[index])], absent)
-            ranked = sorted(zip(absent, scores.tolist()), key=lambda x: -x[1])[: settings.no_per_image]
-            common = {"similarity": round(float(similarity[index]), 6)}
-            for name in positives if n_yes < settings.num_yes else []:
-                if (query.file_name, name) in seen_questions:
-                    continue
-                seen_questions.add((query.file_name, name))
-                items.append(_item(settings.kind, query, similar, name, "yes", roi_area=areas[name], verdict="no", **common))
-                n_yes += 1
-                progress.update(1)
-            for name, score in ranked if n_no < settings.num_no else []:
-                if (similar.file_name, name) in seen_questions:
-                    continue
-                seen_questions.add((similar.file_name, name))
-                items.append(_item(settings.kind, similar, query, name, "no", clip_score=round(score, 4), **common))
-                n_no += 1
-                progress.update(1)
+            clip_of = dict(ranked)
+            for image, name in positives:
+                items.append(oric_item(settings.kind, image, similar, name, "yes", roi_area=areas[name], verdict="no", similarity=similarity))
+            for image, name in negatives:
+                items.append(oric_item(settings.kind, image, query, name, "no", clip_score=round(clip_of[name], 4), similarity=similarity))
+            for label, group in (("yes", positives), ("no", negatives)):
+                seen_questions.update((image.file_name, name) for image, name in group)
+                counts[label] += len(group)
+                progress.update(len(group))
     progress.close()
-    if n_yes < settings.num_yes or n_no < settings.num_no:
-        stats.skipped["shortfall_yes"] = max(0, settings.num_yes - n_yes)
-        stats.skipped["shortfall_no"] = max(0, settings.num_no - n_no)
+    for label in wanted:
+        if counts[label] < wanted[label]:
+            stats.skipped[f"shortfall_{label}"] = wanted[label] - counts[label]
     for number, item in enumerate(items, start=1):
         item["id"] = number
     return items
 
 
-def _judge_chunk(records: list[ImageRecord], judge: Judge, stats: BuildStats) -> dict[int, tuple[list[str], dict[str, float]]]:
-    """ROI split and judge every ROI object of these images; keep the objects judged unpredictable."""
+def judge_roi_objects(records: list[ImageRecord], judge: Judge, stats: BuildStats) -> dict[int, tuple[list[str], dict[str, float]]]:
+    """ROI split (Alg. 1) of each image and one judge query per ROI object, asked with the non-ROI classes.
+
+    Returns, per image id, the ROI objects judged unpredictable (answer "no") and the union area per class.
+    """
     queries, owners, areas_of = [], [], {}
     for record in records:
         areas = describe(record)
@@ -155,7 +179,10 @@ def _judge_chunk(records: list[ImageRecord], judge: Judge, stats: BuildStats) ->
     return result
 
 
-def _item(kind: str, image: ImageRecord, other: ImageRecord, name: str, label: str, **provenance: Any) -> dict[str, Any]:
+def oric_item(kind: str, image: ImageRecord, other: ImageRecord, name: str, label: str, **provenance: Any) -> dict[str, Any]:
+    """One question in the official layout (``kind`` "train": R1 prompt and ``<SOLUTION>`` answer; "bench": the
+    four paraphrases and a bare yes/no), followed by the provenance fields. ``other`` is the pair's other image.
+    """
     if kind == "train":
         problem: str | list[str] = r1_prompt(name)
         solution = f"<SOLUTION>{label}</SOLUTION>"
@@ -171,14 +198,17 @@ def _item(kind: str, image: ImageRecord, other: ImageRecord, name: str, label: s
         object_size=size_tier(roi_area) if roi_area is not None else None,
         judge_verdict=provenance.pop("verdict", None),
         clip_score=provenance.pop("clip_score", None),
-        image_similarity=provenance.pop("similarity"),
+        image_similarity=round(provenance.pop("similarity"), 6),
     )
     return item
 
 
 def package_versions() -> dict[str, str]:
-    versions = {"python": sys.version.split()[0]}
-    for package in ("veritune", "torch", "transformers", "pycocotools", "numpy"):
+    """Versions of Python, veritune and the packages that shape the output (for the manifest)."""
+    import importlib.metadata
+
+    versions = {"python": sys.version.split()[0], "veritune": veritune.__version__}
+    for package in ("torch", "transformers", "pycocotools", "numpy", "pillow"):
         try:
             versions[package] = importlib.metadata.version(package)
         except importlib.metadata.PackageNotFoundError:
@@ -213,7 +243,8 @@ def write_outputs(
         "settings": vars(settings),
         "counts": {"questions": len(items), "yes": counts["yes"], "no": counts["no"], "images": len({i["image"] for i in items})},
         "skipped": dict(stats.skipped),
-        "missing_images": stats.missing_images[:100],
+        "missing_images": stats.missing_images,
+        "unreadable_images": stats.unreadable_images,
         "judge_answers": dict(stats.judge_answers),
         "versions": package_versions(),
     }
@@ -227,7 +258,7 @@ def build_oric_file(
     out: Path,
     settings: BuildSettings,
     *,
-    judge_factory: Any,
+    judge_factory: Callable[[list[ImageRecord]], Judge],
     clip_model: str,
     clip_cache: Path | None,
     batch_size: int = 64,
@@ -235,57 +266,26 @@ def build_oric_file(
 ) -> tuple[Path, BuildStats]:
     """Build one ORIC file end to end (the ``veritune build oric`` / ``oric-bench`` commands)."""
     images, class_names = load_instances(annotations)
+    stats = BuildStats()
     if exclude_images:
-        images = [record for record in images if record.file_name not in exclude_images]
+        kept = [record for record in images if record.file_name not in exclude_images]
+        stats.skipped["excluded_image"] = len(images) - len(kept)
+        images = kept
     judge = judge_factory(images)
     clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
-    stats = BuildStats()
     items = build_items(images, image_root, class_names, judge, clip, settings, stats)
     return write_outputs(items, out, annotations=annotations, image_root=image_root, settings=settings, stats=stats,
                          judge=judge, clip_model=clip_model), stats  # fmt: skip
 
 
+def oric_file_images(path: Path) -> set[str]:
+    """The image files an ORIC file (official layout) asks about."""
+    data = read_json(path, what="ORIC file")
+    if not isinstance(data, list) or not all(isinstance(item, dict) and "image" in item for item in data):
+        raise UserError(f"{path}: expected an ORIC file (a JSON list of records with an 'image' field)")
+    return {item["image"] for item in data}
+
+
 def leaked_images(first: Path, second: Path) -> list[str]:
     """Image files that appear in both ORIC files (a training set must not share images with the bench)."""
-    def images(path: Path) -> set[str]:
-        data = read_json(path, what="ORIC file")
-        if not isinstance(data, list) or not all(isinstance(item, dict) and "image" in item for item in data):
-            raise UserError(f"{path}: expected an ORIC file (a JSON list of records with an 'image' field)")
-        return {item["image"] for item in data}
-
-    return sorted(images(first) & images(second))
-
-
-def write_review_html(items: list[dict[str, Any]], annotations: Path, image_root: Path, out: Path, sample: int = 300, seed: int = 0) -> Path:
-    """A static contact sheet of sampled items for human review (seed Fig. 14): thumbnail, question,
-    label, and the target's boxes drawn on yes-items."""
-    records = {r.file_name: r for r in load_instances(annotations)[0]}
-    chosen = random.Random(seed).sample(items, min(sample, len(items)))
-    cards = []
-    for item in chosen:
-        record = records.get(item["image"])
-        path = image_root / item["image"]
-        thumbnail = ""
-        if path.is_file():
-            with Image.open(path) as opened:
-                image = opened.convert("RGB")
-            if item["label"] == "yes" and record is not None:
-                draw = ImageDraw.Draw(image)
-                for x, y, w, h in record.boxes.get(item["target_object"], []):
-                    draw.rectangle([x, y, x + w, y + h], outline=(255, 0, 0), width=3)
-            image.thumbnail((256, 256))
-            buffer = io.BytesIO()
-            image.save(buffer, format="JPEG", quality=85)
-            thumbnail = f'<img src="data:image/jpeg;base64,{base64.b64encode(buffer.getvalue()).decode()}">'
-        question = item["problem"][0] if isinstance(item["problem"], list) else item["problem"].split("?")[0] + "?"
-        cards.append(
-            f'<div class="card {item["label"]}">{thumbnail}<p>{html.escape(question)}</p>'
-            f'<p><b>{item["label"]}</b> · {html.escape(item["image"])} · id {item["id"]}</p></div>'
-        )
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>ORIC review sheet</title><style>"
-        "body{font-family:sans-serif}.card{display:inline-block;width:270px;margin:6px;vertical-align:top;"
-        "border:2px solid #ccc;padding:4px}.yes{border-color:#2a2}.no{border-color:#c33}</style></head><body>"
-        f"<h1>ORIC review sheet: {len(chosen)} of {len(items)} items</h1>{''.join(cards)}</body></html>"
-    )
-    return atomic_write_text(out, page)
+    return sorted(oric_file_images(first) & oric_file_images(second))

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from functools import partial
 from pathlib import Path
 
-from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, write_review_html
+from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, oric_file_images
 from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
-from data_builders.oric.judges import get_judge
+from data_builders.oric.judges import JUDGES, get_judge
+from data_builders.oric.review import write_review_html
 from veritune.errors import UserError
 from veritune.io import read_json
 
@@ -23,22 +25,22 @@ def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--num-no", type=int, default=default_yes, help=f"no questions (default {default_yes})")
     parser.add_argument("--yes-per-image", type=int, default=2, help="present objects asked per query image")
     parser.add_argument("--no-per-image", type=int, default=2, help="absent objects asked per similar image")
-    parser.add_argument("--min-classes", type=int, default=2, help="skip images with fewer annotated classes")
-    parser.add_argument("--judge", default="cooccurrence", help="cooccurrence, openai, or a dotted path")
+    parser.add_argument("--min-classes", type=int, default=2, help="query images need this many annotated classes")
+    parser.add_argument("--judge", default="cooccurrence", help=f"{', '.join(JUDGES)}, or a dotted path to a judge factory")
     parser.add_argument("--judge-threshold", type=float, default=0.25, help="cooccurrence: P(target|context) for 'yes'")
     parser.add_argument("--llm-base-url", help="openai judge: endpoint, e.g. http://127.0.0.1:8000/v1")
     parser.add_argument("--llm-model", help="openai judge: model name")
     parser.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    parser.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"))
-    parser.add_argument("--llm-concurrency", type=int, default=8)
+    parser.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"), help="SQLite answer cache (resume)")
+    parser.add_argument("--llm-concurrency", type=int, default=8, help="openai judge: requests in flight at once")
     parser.add_argument("--llm-max-retries", type=int, default=5, help="retries per request on timeouts, 429 and 5xx")
     parser.add_argument("--clip-model", default=DEFAULT_CLIP_MODEL, help="CLIP/SigLIP hub id or directory")
-    parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"))
+    parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"), help="image embedding cache (resume)")
     parser.add_argument("--batch-size", type=int, default=64, help="CLIP embedding batch size")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--exclude-images-from", type=Path, help="never use images that appear in this ORIC file")
     parser.add_argument("--review-html", type=Path, help="also write a contact sheet of sampled items")
-    parser.add_argument("--review-sample", type=int, default=300)
+    parser.add_argument("--review-sample", type=int, default=300, help="items on the sheet, half yes and half no (paper: 300)")
     parser.set_defaults(handler=partial(_build, kind=kind))
 
 
@@ -53,11 +55,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace, kind: str) -> int:
-    if args.num_yes < 0 or args.num_no < 0:
-        raise UserError("--num-yes and --num-no must not be negative")
-    exclude = None
-    if args.exclude_images_from:
-        exclude = {item["image"] for item in read_json(args.exclude_images_from, what="ORIC file to exclude")}
+    for flag, value, least in (("--num-yes", args.num_yes, 0), ("--num-no", args.num_no, 0), ("--yes-per-image", args.yes_per_image, 1),
+                               ("--no-per-image", args.no_per_image, 1), ("--min-classes", args.min_classes, 2),
+                               ("--batch-size", args.batch_size, 1), ("--llm-concurrency", args.llm_concurrency, 1)):  # fmt: skip
+        if value < least:
+            raise UserError(f"{flag} must be at least {least} (got {value})")
+    if not args.image_root.is_dir():
+        raise UserError(f"--image-root: not a directory: {args.image_root}")
+    exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
     settings = BuildSettings(kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed)
     judge_factory = partial(
         get_judge, args.judge, threshold=args.judge_threshold, base_url=args.llm_base_url, model=args.llm_model,
@@ -72,9 +77,14 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     if args.review_html:
         write_review_html(items, args.annotations, args.image_root, args.review_html, args.review_sample, args.seed)
     yes = sum(item["label"] == "yes" for item in items)
-    print(f"wrote {out}: {yes} yes + {len(items) - yes} no questions; skipped {json.dumps(dict(stats.skipped))}")
-    for name in stats.missing_images[:5]:
-        print(f"missing image: {name}")
+    print(f"wrote {out} and {out.parent / 'manifest.json'}: {yes} yes + {len(items) - yes} no questions; "
+          f"skipped {json.dumps(dict(stats.skipped))}")  # fmt: skip
+    for what, names in (("missing", stats.missing_images), ("unreadable", stats.unreadable_images)):
+        if names:
+            more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+            print(f"{what} image files ({len(names)}, all listed in the manifest): {', '.join(names[:5])}{more}", file=sys.stderr)
+    if yes < args.num_yes or len(items) - yes < args.num_no:
+        print(f"warning: asked for {args.num_yes} yes + {args.num_no} no, the annotations gave fewer (see 'skipped')", file=sys.stderr)
     return 0
 
 

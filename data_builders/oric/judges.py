@@ -2,14 +2,15 @@
 the rest of the scene? An ROI object judged "no" is unpredictable from context and becomes a candidate
 positive question.
 
-Registry: ``JUDGES`` plus :func:`get_judge`, with a dotted-path fallback for custom judges. A judge is
-called with a list of ``(context_classes, target_class, image_id)`` queries and returns ``"yes"``, ``"no"``
-or ``None`` (unparsable answer) for each.
+Registry: ``JUDGES`` (name -> factory ``f(images, **options)``) plus :func:`get_judge`, with a dotted-path
+fallback for custom judges. A judge is called with a list of ``(context_classes, target_class, image_id)``
+queries and returns ``"yes"``, ``"no"`` or ``None`` (unparsable answer, never a candidate) for each.
 """
 
 from __future__ import annotations
 
 import importlib
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from itertools import combinations
@@ -31,7 +32,13 @@ JUDGE_PROMPT = (
 )
 
 
+# Reasoning models served without a reasoning parser put their thoughts in the answer: only what follows counts.
+_REASONING = re.compile(r"<think>.*?(</think>|$)", re.DOTALL | re.IGNORECASE)
+
+
 class Judge(Protocol):
+    """What the builder needs from a judge."""
+
     name: str
 
     def __call__(self, queries: list[Query]) -> list[str | None]: ...
@@ -91,42 +98,52 @@ class OpenAIJudge:
 
     def __call__(self, queries: list[Query]) -> list[str | None]:
         answers = self.client.complete_many([self.prompt(ctx, target) for ctx, target, _ in queries], desc="LLM judge")
-        return [extract_yes_no(answer) for answer in answers]
+        return [extract_yes_no(_REASONING.sub("", answer)) for answer in answers]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.client.model, "endpoint": self.client.url, "prompt": JUDGE_PROMPT}
 
 
-JUDGES: dict[str, Callable[..., Judge]] = {"cooccurrence": CooccurrenceJudge, "openai": OpenAIJudge}
+def _cooccurrence_judge(images: list[ImageRecord], *, threshold: float = 0.25, **_: Any) -> Judge:
+    return CooccurrenceJudge(images, threshold=threshold)
 
 
-def get_judge(
-    name: str,
+def _openai_judge(
     images: list[ImageRecord],
     *,
-    threshold: float = 0.25,
     base_url: str | None = None,
     model: str | None = None,
     api_key_env: str = "OPENAI_API_KEY",
     cache_path: str | Path = "outputs/cache/llm.sqlite",
     concurrency: int = 8,
     max_retries: int = 5,
+    **_: Any,
 ) -> Judge:
-    """Build a judge by registry name or dotted path (``pkg.module.factory(images=...)``)."""
-    if name == "cooccurrence":
-        return CooccurrenceJudge(images, threshold=threshold)
-    if name == "openai":
-        if not base_url or not model:
-            raise UserError("--judge openai needs --llm-base-url and --llm-model")
-        client = ChatClient(
-            base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries
-        )
-        return OpenAIJudge(client)
-    module_name, _, attr = name.rpartition(".")
-    try:
-        factory = getattr(importlib.import_module(module_name), attr) if module_name else None
-    except (ImportError, AttributeError):
-        factory = None
+    if not base_url or not model:
+        raise UserError("--judge openai needs --llm-base-url and --llm-model")
+    client = ChatClient(
+        base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries
+    )
+    return OpenAIJudge(client)
+
+
+# name -> factory(images, **options); options a factory does not use are ignored.
+JUDGES: dict[str, Callable[..., Judge]] = {"cooccurrence": _cooccurrence_judge, "openai": _openai_judge}
+
+
+def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
+    """Build a judge by registry name (:data:`JUDGES`) or dotted path to a factory ``f(images, **options)``.
+
+    Options: ``threshold`` (cooccurrence); ``base_url``, ``model``, ``api_key_env``, ``cache_path``,
+    ``concurrency``, ``max_retries`` (openai).
+    """
+    factory = JUDGES.get(name)
+    if factory is None and "." in name:
+        module_name, _, attr = name.rpartition(".")
+        try:
+            factory = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError):
+            factory = None
     if factory is None:
-        raise UserError(f"unknown judge {name!r}; known: {', '.join(JUDGES)} or a dotted path")
-    return factory(images=images)
+        raise UserError(f"--judge: unknown judge {name!r}; known: {', '.join(JUDGES)}, or a dotted path to a factory")
+    return factory(images, **options)

@@ -1,0 +1,139 @@
+"""``veritune build finer`` (FINER-Tuning preference tuples) and ``veritune build finer-bench`` (FINER MCQs).
+
+    veritune build finer --scene-graphs graphs.json --image-root images --out data/finer
+    veritune build finer --captions pixmo.jsonl --image-root images --out data/finer \\
+        --llm-base-url http://127.0.0.1:8000/v1 --llm-model microsoft/phi-4
+    veritune build finer-bench --scene-graphs graphs.json --image-root images --out data/finer_bench.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench
+from data_builders.finer.build import (
+    DEFAULT_MAX_TUPLES,
+    VALIDATION_RATIO,
+    build_finer_from_captions,
+    build_finer_from_scene_graphs,
+)
+from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
+from data_builders.finer.llm import DEFAULT_ATTEMPTS
+from veritune.errors import UserError
+
+
+def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
+    group = parser.add_argument_group(f"LLM ({purpose})")
+    group.add_argument("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    group.add_argument("--llm-model", help="model name sent to the endpoint (the paper used Phi-4-14B)")
+    group.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    group.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"), help="answer cache (resumes reruns)")
+    group.add_argument("--llm-concurrency", type=int, default=8)
+    group.add_argument("--llm-max-retries", type=int, default=5, help="retries per request on timeouts, 429 and 5xx")
+    group.add_argument("--llm-timeout", type=float, default=60.0)
+    group.add_argument("--llm-temperature", type=float, default=0.0)
+    group.add_argument("--llm-max-tokens", type=int, default=512)
+    group.add_argument("--llm-attempts", type=int, default=DEFAULT_ATTEMPTS, help="answers per request before a unit is skipped (bad answers are sent back with the reason)")  # fmt: skip
+
+
+def _add_filter(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("negative filtering (FINER App. B.3; optional)")
+    group.add_argument("--filter-model", help="VLM directory or hub id (AutoModelForImageTextToText) used as discriminator")
+    group.add_argument("--filter-device", help="cuda, cpu, ... (default: cuda when available)")
+    group.add_argument("--filter-max-pixels", type=int, default=448 * 448, help="images are scaled down to this many pixels")
+    group.add_argument("--filter-rounds", type=int, default=3, help="rounds of regenerate-and-check")
+    for level, name in (("obj", "objects"), ("attr", "attributes"), ("rel", "relations")):
+        group.add_argument(f"--theta-{level}", type=float, default=DEFAULT_THRESHOLDS[level],
+                           help=f"entropy threshold for {name} (Table 7, FINER-CompreCap: {DEFAULT_THRESHOLDS[level]})")  # fmt: skip
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune build finer`` and ``veritune build finer-bench``."""
+    finer = subparsers.add_parser("finer", help="FINER-Tuning DPO preference tuples (scene graphs or captions + LLM)")
+    source = finer.add_mutually_exclusive_group(required=True)
+    source.add_argument("--scene-graphs", type=Path, help="scene graphs in the FINER layout (offline, no LLM)")
+    source.add_argument("--captions", type=Path, help="JSON lines {image, caption} (needs --llm-base-url and --llm-model)")
+    finer.add_argument("--image-root", type=Path, required=True, help="directory the image paths are relative to")
+    finer.add_argument("--out", type=Path, required=True, help="output directory (train.jsonl, validation.jsonl, manifest.json)")
+    finer.add_argument("--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help=f"seeded uniform subsample (default {DEFAULT_MAX_TUPLES})")
+    finer.add_argument("--validation-ratio", type=float, default=VALIDATION_RATIO)
+    finer.add_argument("--seed", type=int, default=0)
+    _add_llm(finer, "--captions: extraction and negatives; --filter-model: regenerating negatives")
+    _add_filter(finer)
+    finer.set_defaults(handler=_build_finer)
+
+    bench = subparsers.add_parser("finer-bench", help="FINER MCQ benchmark (Multi-obj/attr/rel, Wh) from scene graphs")
+    bench.add_argument("--scene-graphs", type=Path, required=True, help="scene graphs in the FINER layout")
+    bench.add_argument("--out", type=Path, required=True, help="output CSV (a <name>.manifest.json is written beside it)")
+    bench.add_argument("--image-root", type=Path, help="skip (and list) records whose image is missing here")
+    bench.add_argument("--max-objects", type=int, default=6, help="largest k for Multi-obj (FINER-CompreCap: 6)")
+    bench.add_argument("--max-attributes", type=int, default=3, help="largest k for Multi-attr (FINER-CompreCap: 3)")
+    bench.add_argument("--max-relations", type=int, default=3, help="largest k for Multi-rel (FINER-CompreCap: 3)")
+    bench.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {','.join(SETTINGS)}")
+    bench.add_argument("--seed", type=int, default=0)
+    _add_llm(bench, "--filter-model: regenerating negatives")
+    _add_filter(bench)
+    bench.set_defaults(handler=_build_bench)
+
+
+def _client(args: argparse.Namespace, required: str | None = None) -> Any:
+    if not (args.llm_base_url and args.llm_model):
+        if required:
+            raise UserError(f"{required}: needs --llm-base-url and --llm-model")
+        return None
+    from data_builders.llm_client import ChatClient
+
+    return ChatClient(
+        args.llm_base_url, args.llm_model, cache_path=args.llm_cache, api_key_env=args.llm_api_key_env,
+        concurrency=args.llm_concurrency, max_retries=args.llm_max_retries, timeout=args.llm_timeout,
+        temperature=args.llm_temperature, max_tokens=args.llm_max_tokens,
+    )  # fmt: skip
+
+
+def _discriminator(args: argparse.Namespace) -> ChoiceDiscriminator | None:
+    if not args.filter_model:
+        return None
+    return ChoiceDiscriminator(args.filter_model, device=args.filter_device, max_pixels=args.filter_max_pixels)
+
+
+def _thresholds(args: argparse.Namespace) -> dict[str, float]:
+    return {"obj": args.theta_obj, "attr": args.theta_attr, "rel": args.theta_rel}
+
+
+def _build_finer(args: argparse.Namespace) -> int:
+    if args.captions:
+        if args.filter_model:
+            raise UserError("--filter-model: negative filtering needs four negatives per entity, which scene graphs have; use it with --scene-graphs")
+        manifest = build_finer_from_captions(
+            args.captions, args.image_root, args.out, _client(args, required="--captions"), max_tuples=args.max_tuples,
+            seed=args.seed, validation_ratio=args.validation_ratio, attempts=args.llm_attempts,
+        )  # fmt: skip
+    else:
+        manifest = build_finer_from_scene_graphs(
+            args.scene_graphs, args.image_root, args.out, max_tuples=args.max_tuples, seed=args.seed,
+            validation_ratio=args.validation_ratio, discriminator=_discriminator(args), thresholds=_thresholds(args),
+            client=_client(args), attempts=args.llm_attempts, filter_rounds=args.filter_rounds,
+        )  # fmt: skip
+    counts = manifest["counts"]
+    print(f"wrote {args.out}: {counts['train']} train + {counts['validation']} validation tuples "
+          f"({json.dumps(counts['by_subset'])}) of {counts['tuples_built']} built; skipped {json.dumps(manifest['skipped'])}")  # fmt: skip
+    for name in manifest["missing_images"][:5]:
+        print(f"missing image: {name}")
+    return 0
+
+
+def _build_bench(args: argparse.Namespace) -> int:
+    settings = BenchSettings(args.max_objects, args.max_attributes, args.max_relations,
+                             tuple(s.strip() for s in args.settings.split(",") if s.strip()), args.seed)  # fmt: skip
+    manifest = build_finer_bench(
+        args.scene_graphs, args.out, settings, image_root=args.image_root, discriminator=_discriminator(args),
+        thresholds=_thresholds(args), client=_client(args), attempts=args.llm_attempts, filter_rounds=args.filter_rounds,
+    )  # fmt: skip
+    print(f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs ({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
+          f"skipped {json.dumps(manifest['skipped'])}")  # fmt: skip
+    for name in manifest["missing_images"][:5]:
+        print(f"missing image: {name}")
+    return 0

@@ -1,0 +1,244 @@
+"""The LLM path of FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3, Figs. 16-23): long captions ->
+positive phrases Ψ+ -> negative phrases Ψ− -> preference tuples.
+
+Per caption, three rounds of requests go through the shared cached client (:class:`ChatClient`):
+
+1. extract Ψ+OBJ, Ψ+ATTR, Ψ+REL and the WH sentence (Figs. 16-18);
+2. generate Ψ−OBJ (replace the k-th object), Ψ−ATTR (replace attribute unit k), Ψ−REL (replace clause k),
+   with k drawn in code, and the positive WH pair (q+, a++) in A- or B-mode, drawn in code (Figs. 19-22);
+3. the negative WH pair (q−, a+−) from q+ (Fig. 23).
+
+Every answer is checked by :mod:`data_builders.finer.phrases`; a rejected answer is sent back with the
+reason, up to ``attempts`` times in all, and then the unit is skipped and counted. The per-caption random
+choices come from a generator seeded by (seed, image, caption), so a rerun asks exactly the same questions
+and every answer comes from the client's cache: an interrupted build resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from data_builders.finer import phrases
+from data_builders.finer.phrases import AttributePhrase, Rejected, RelationPhrase
+from data_builders.finer.prompts import (
+    ATTR_EXTRACT,
+    ATTR_NEGATIVE,
+    OBJ_EXTRACT,
+    OBJ_NEGATIVE,
+    REL_EXTRACT,
+    REL_NEGATIVE,
+    RETRY,
+    WH_NEGATIVE,
+    WH_QA_A,
+    WH_QA_B,
+    WH_SENTENCE,
+    Task,
+)
+from data_builders.finer.templates import PreferenceTuple, compose, compose_wh, join_and
+from veritune.errors import UserError
+from veritune.io import iter_jsonl
+
+DEFAULT_ATTEMPTS = 3
+
+
+@dataclass
+class Caption:
+    """One input line: the image path (relative to the image root) and its long caption."""
+
+    line: int
+    image: str
+    caption: str
+
+    def rng(self, seed: int) -> random.Random:
+        digest = hashlib.sha256(f"{seed}\0{self.image}\0{self.caption}".encode()).hexdigest()
+        return random.Random(int(digest[:16], 16))
+
+
+@dataclass
+class Ask:
+    """One request and the check its answer must pass (raises :class:`Rejected`; None = nothing to extract)."""
+
+    task: Task
+    user: str
+    check: Callable[[str], Any]
+
+
+@dataclass
+class Outcome:
+    ok: bool
+    value: Any = None
+    reason: str | None = None
+
+
+@dataclass
+class LLMStats:
+    """What the LLM path skipped and rejected, and why."""
+
+    skipped: Counter[str] = field(default_factory=Counter)
+    rejected_answers: Counter[str] = field(default_factory=Counter)
+
+
+def read_captions(path: Path) -> Iterator[Caption]:
+    """``{image, caption}`` JSON lines; a line that is not JSON or lacks a key is an error naming the line."""
+    for number, record in iter_jsonl(path, what="captions file"):
+        if not isinstance(record, dict):
+            raise UserError(f"{path}, line {number}: expected an object with 'image' and 'caption'")
+        for key in ("image", "caption"):
+            if not isinstance(record.get(key), str):
+                raise UserError(f"{path}, line {number}: '{key}' is missing or not a string")
+        yield Caption(number, record["image"].strip(), record["caption"].strip())
+
+
+def _reason_kind(reason: str) -> str:
+    """A reason without the quoted text and numbers, so that counts group by kind."""
+    return re.sub(r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"", "…", reason))
+
+
+def ask_all(client: Any, asks: list[Ask], *, attempts: int, desc: str, stats: LLMStats) -> list[Outcome]:
+    """Send every request; a rejected answer is returned to the LLM with the reason, up to ``attempts`` in all."""
+    outcomes = [Outcome(False, reason="not asked") for _ in asks]
+    conversations = [ask.task.messages(ask.user) for ask in asks]
+    pending = list(range(len(asks)))
+    for attempt in range(1, attempts + 1):
+        if not pending:
+            break
+        label = desc if attempt == 1 else f"{desc} (retry {attempt - 1})"
+        answers = client.complete_many([conversations[i] for i in pending], desc=label)
+        still = []
+        for index, answer in zip(pending, answers):
+            try:
+                outcomes[index] = Outcome(True, asks[index].check(answer))
+            except Rejected as err:
+                stats.rejected_answers[f"{asks[index].task.name}: {_reason_kind(str(err))}"] += 1
+                outcomes[index] = Outcome(False, reason=str(err))
+                conversations[index] = [
+                    *conversations[index],
+                    {"role": "assistant", "content": answer},
+                    {"role": "user", "content": RETRY.format(reason=err)},
+                ]
+                still.append(index)
+        pending = still
+    return outcomes
+
+
+def _value(outcome: Outcome, subset: str, stats: LLMStats, stage: str) -> Any:
+    """The checked value, or None after counting why there is none."""
+    if not outcome.ok:
+        stats.skipped[f"{subset}_{stage}_rejected_after_retries"] += 1
+        return None
+    if outcome.value is None:
+        stats.skipped[f"{subset}_{stage}_nothing_to_extract"] += 1
+    return outcome.value
+
+
+def _check_tagged(tag: str, then: Callable[[str], Any]) -> Callable[[str], Any]:
+    def check(answer: str) -> Any:
+        value = phrases.tagged(answer, tag)
+        return None if value is None else then(value)
+
+    return check
+
+
+def _check_pair(then: Callable[[tuple[str, str]], Any]) -> Callable[[str], Any]:
+    def check(answer: str) -> Any:
+        pair = phrases.question_answer(answer)
+        return None if pair is None else then(pair)
+
+    return check
+
+
+def tuples_from_captions(
+    captions: list[Caption], client: Any, *, seed: int, attempts: int, stats: LLMStats
+) -> list[tuple[Caption, list[PreferenceTuple]]]:
+    """Preference tuples for a batch of captions (up to eight per caption)."""
+    rngs = [c.rng(seed) for c in captions]
+
+    # 1. Positives (Figs. 16-18) and the WH sentence.
+    first = []
+    for c in captions:
+        user = f"Caption:\n{c.caption}"
+        first += [
+            Ask(OBJ_EXTRACT, user, _check_tagged("PHRASE", lambda v, c=c: phrases.check_objects(v, c.caption))),
+            Ask(ATTR_EXTRACT, user, _check_tagged("PHRASE", lambda v, c=c: phrases.check_attributes(v, c.caption))),
+            Ask(REL_EXTRACT, user, _check_tagged("PHRASE", lambda v, c=c: phrases.check_relations(v, c.caption))),
+            Ask(WH_SENTENCE, user, _check_tagged("SENTENCE", lambda v: v)),
+        ]
+    results = ask_all(client, first, attempts=attempts, desc="FINER: extract positives", stats=stats)
+    positives = []
+    for i in range(len(captions)):
+        obj, attr, rel, sentence = results[4 * i : 4 * i + 4]
+        positives.append({
+            "obj": _value(obj, "obj", stats, "positive"), "attr": _value(attr, "attr", stats, "positive"),
+            "rel": _value(rel, "rel", stats, "positive"), "wh": _value(sentence, "wh", stats, "sentence"),
+        })  # fmt: skip
+
+    # 2. Negatives (Figs. 20-22) and the positive WH pair (Fig. 19). The unit to replace is drawn in code.
+    second: list[Ask] = []
+    owners: list[tuple[int, str, Any]] = []
+    for i, (c, rng, pos) in enumerate(zip(captions, rngs, positives)):
+        if pos["obj"]:
+            units: list[str] = pos["obj"]
+            k = rng.randint(1, len(units))
+            user = f"Caption:\n{c.caption}\nPHRASE={join_and(units)}\nREPLACE_INDEX={k}"
+            second.append(Ask(OBJ_NEGATIVE, user, _check_tagged("PHRASE", lambda v, u=units, k=k, c=c: phrases.check_object_negative(u, v, k, c.caption))))  # fmt: skip
+            owners.append((i, "obj", k))
+        if pos["attr"]:
+            attr: AttributePhrase = pos["attr"]
+            k = rng.randint(1, len(attr.units))
+            user = f"ATTRIBUTE PHRASE={attr.text}\nATTRIBUTE_INDEX={k}"
+            second.append(Ask(ATTR_NEGATIVE, user, _check_tagged("PHRASE", lambda v, a=attr, k=k: phrases.check_attribute_negative(a, v, k))))  # fmt: skip
+            owners.append((i, "attr", k))
+        if pos["rel"]:
+            rel: RelationPhrase = pos["rel"]
+            k = rng.randint(1, len(rel.clauses))
+            user = f"CLAUSE_INDEX={k}\nPHRASE={rel.head} {rel.rest}"
+            second.append(Ask(REL_NEGATIVE, user, _check_tagged("PHRASE", lambda v, r=rel, k=k: phrases.check_relation_negative(r, v, k))))  # fmt: skip
+            owners.append((i, "rel", k))
+        if pos["wh"]:
+            task = rng.choice((WH_QA_A, WH_QA_B))
+            second.append(Ask(task, f"Sentence:\n{pos['wh']}", _check_pair(lambda p, s=pos["wh"]: phrases.check_wh_answer(p, s))))
+            owners.append((i, "wh", None))
+    results = ask_all(client, second, attempts=attempts, desc="FINER: generate negatives", stats=stats)
+    negatives: list[dict[str, Any]] = [{} for _ in captions]
+    for (i, subset, _k), outcome in zip(owners, results):
+        negatives[i][subset] = _value(outcome, subset, stats, "negative" if subset != "wh" else "positive_pair")
+
+    # 3. The negative WH pair (Fig. 23).
+    third, wh_owners = [], []
+    for i, neg in enumerate(negatives):
+        if neg.get("wh"):
+            question_pos = neg["wh"][0]
+            third.append(Ask(WH_NEGATIVE, f"Question:\n{question_pos}", _check_pair(lambda p, q=question_pos: phrases.check_wh_negative(p, q))))  # fmt: skip
+            wh_owners.append(i)
+    results = ask_all(client, third, attempts=attempts, desc="FINER: WH negatives", stats=stats)
+    wh_negatives = {i: _value(outcome, "wh", stats, "negative_pair") for i, outcome in zip(wh_owners, results)}
+
+    # Compose (App. G templates; WH symmetrised).
+    out = []
+    for i, (c, rng, pos, neg) in enumerate(zip(captions, rngs, positives, negatives)):
+        tuples: list[PreferenceTuple] = []
+        if pos["obj"] and neg.get("obj"):
+            tuples += compose("obj", join_and(pos["obj"]), join_and(neg["obj"]), rng)
+        if pos["attr"] and neg.get("attr"):
+            tuples += compose("attr", pos["attr"].text, neg["attr"].text, rng)
+        if pos["rel"] and neg.get("rel"):
+            tuples += compose("rel", pos["rel"].noun_phrase(), neg["rel"].noun_phrase(), rng)
+        if neg.get("wh") and wh_negatives.get(i):
+            (question_pos, answer_pos), (question_neg, answer_neg) = neg["wh"], wh_negatives[i]
+            tuples += compose_wh(question_pos, _sentence(answer_pos), question_neg, _sentence(answer_neg))
+        out.append((c, tuples))
+    return out
+
+
+def _sentence(text: str) -> str:
+    """An answer as a sentence: capital first letter, final full stop."""
+    text = text.strip()
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith((".", "!", "?")) else text + "."

@@ -1,0 +1,110 @@
+"""``veritune eval watch``: checkpoints are evaluated as they appear, once, resumably, into the training
+run's W&B run."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from eval_fixtures import make_checkpoint, write_oric_bench
+from wandb_offline import logged_tables, offline_history
+
+from eval_hooks.evaluate import prepare_benchmarks
+from eval_hooks.runner import TransformersBackend, read_predictions
+from eval_hooks.watch import training_finished, watch
+from veritune.cli import main
+
+
+@pytest.fixture(scope="module")
+def oric(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("benchmarks")
+    write_oric_bench(root, questions=2)
+    return root
+
+
+def prepared(oric: Path) -> list:
+    return prepare_benchmarks(["oric_bench"], data_root=oric, limit=1, max_new_tokens=4)
+
+
+def metrics_of(run_dir: Path, step: int) -> dict:
+    return json.loads((run_dir / "eval" / f"checkpoint-{step}" / "oric_bench" / "metrics.json").read_text())
+
+
+def test_watch_picks_up_a_checkpoint_that_appears(tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    evaluated: list[int] = []
+    thread = threading.Thread(target=lambda: evaluated.extend(watch(run_dir, prepared(oric), interval=0.2, idle_timeout=120)))
+    thread.start()
+    time.sleep(1.0)  # the watcher is already polling an empty run directory
+    half_written = run_dir / "checkpoint-3"
+    half_written.mkdir()  # weights being written, no trainer_state.json yet: not ready
+    make_checkpoint(tiny_qwen3vl, run_dir, 5)
+    time.sleep(0.5)
+    (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": 5}))  # training finished
+    thread.join(timeout=150)
+    assert not thread.is_alive() and evaluated == [5]
+    assert metrics_of(run_dir, 5)["counts"]["predicted"] == 4
+    assert not (run_dir / "eval" / "checkpoint-3").exists()
+
+
+def test_watch_skips_evaluated_checkpoints_and_resumes_a_half_done_one(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    for step in (1, 2):
+        make_checkpoint(tiny_qwen3vl, run_dir, step)
+    done = run_dir / "eval" / "checkpoint-1" / "oric_bench"
+    done.mkdir(parents=True)
+    (done / "metrics.json").write_text(json.dumps({"metrics": {"macro/f1": 1.0}, "counts": {}}))
+    half = run_dir / "eval" / "checkpoint-2" / "oric_bench"
+    half.mkdir(parents=True)
+    (half / "predictions.jsonl").write_text(json.dumps({"id": "1/p0", "prediction": "yes"}) + "\n")
+    generated: list[str] = []
+    original = TransformersBackend.generate
+    monkeypatch.setattr(TransformersBackend, "generate", lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch))
+    assert main(["eval", "watch", str(run_dir), "--benchmarks", "oric_bench", "--data-root", str(oric), "--limit", "1",
+                 "--max-new-tokens", "4", "--once"]) == 0  # fmt: skip
+    assert sorted(generated) == ["1/p1", "1/p2", "1/p3"]
+    assert read_predictions(half / "predictions.jsonl")["1/p0"] == "yes"
+    assert metrics_of(run_dir, 1) == {"metrics": {"macro/f1": 1.0}, "counts": {}}
+    assert metrics_of(run_dir, 2)["counts"]["predicted"] == 4
+    assert "evaluated checkpoints: 2" in capsys.readouterr().out
+
+
+def test_watch_logs_into_the_training_wandb_run(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "run"
+    make_checkpoint(tiny_qwen3vl, run_dir, 4)
+    (run_dir / "wandb_run.json").write_text(json.dumps({"id": "trainrun01", "project": "veritune-test", "entity": None, "group": None}))
+    assert watch(run_dir, prepared(oric), once=True) == [4]
+    history = offline_history(run_dir / "wandb")
+    rows = [row for row in history if "eval/oric_bench/macro/f1" in row]
+    assert len(rows) == 1 and rows[0]["train/global_step"] == 4
+    assert rows[0]["eval/oric_bench/macro/f1"] == pytest.approx(metrics_of(run_dir, 4)["metrics"]["macro/f1"])
+    assert "eval/oric_bench/samples" in logged_tables(history)
+    assert next((run_dir / "wandb").glob("offline-run-*-trainrun01")).is_dir()
+
+
+def test_watch_stops_when_no_checkpoint_appears_for_the_timeout(oric: Path, tmp_path: Path) -> None:
+    started = time.monotonic()
+    assert watch(tmp_path, prepared(oric), interval=0.05, idle_timeout=0.3) == []
+    assert time.monotonic() - started < 5
+
+
+def test_a_final_state_from_an_earlier_shorter_run_is_not_the_end(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 2}))
+    make_checkpoint(tiny_qwen3vl, tmp_path, 4)
+    assert not training_finished(tmp_path)
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"global_step": 4}))
+    assert training_finished(tmp_path)
+
+
+def test_watch_refuses_a_missing_run_directory(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit):
+        main(["eval", "watch", str(tmp_path / "nope"), "--benchmarks", "oric_bench", "--data-root", str(oric), "--once"])
+    assert "run directory not found" in capsys.readouterr().err
+
