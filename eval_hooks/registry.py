@@ -7,7 +7,11 @@ import importlib
 
 from eval_hooks.base import Benchmark
 from eval_hooks.benchmarks.amber import AmberDiscriminative
+from eval_hooks.benchmarks.finer import Finer
 from eval_hooks.benchmarks.hallusionbench import HallusionBench
+from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
+from eval_hooks.benchmarks.mioh import Mioh
+from eval_hooks.benchmarks.orbit import Orbit
 from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
 from veritune.errors import UserError
@@ -18,6 +22,11 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "pope": Pope,
     "hallusionbench": HallusionBench,
     "amber_discriminative": AmberDiscriminative,
+    "finer": Finer,
+    "mioh": Mioh,
+    "orbit": Orbit,
+    "mmstar": MMStar,
+    "mcq_tsv": McqTsv,
 }
 
 

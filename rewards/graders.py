@@ -190,3 +190,100 @@ def amber_yes_no(text: Any) -> YesNo | None:
     if "No" in text or "not" in text or "no" in text:
         return "no"
     return None
+
+
+# ---------------------------------------------------------------------------------------- options
+
+OPTION_LETTERS = "ABCDEFGHIJ"
+_LETTER_ALONE = re.compile(r"\A\s*\(?([A-J])\)?\s*(?:[.:)\]]|\Z|\s)")
+_LETTER_PHRASE = re.compile(r"(?i:\b(?:answer|option|choice|is)\s*(?:is|:)?\s*(?:option\s*)?)[(\[]?([A-J])[)\].,:]?(?=\s|\Z|[.,;!])")
+_LETTER_PAREN = re.compile(r"\(([A-Ja-j])\)")
+_NORMALISE = re.compile(r"[^a-z0-9]+")
+
+
+def _normalise(text: str) -> str:
+    return _NORMALISE.sub(" ", text.lower()).strip()
+
+
+def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[str | None, str]:
+    """The option letter a multiple-choice answer picks, and the rule that resolved it.
+
+    Rules, in order (the second value names the one that fired, for the resolution shares the scorers
+    report): ``"letter"``: the answer starts with a capital letter standing alone ("B", "B.",
+    "(c)" also in lower case, "B) No, but I can see ..."), or says "the answer is B" / "option B";
+    ``"option_text"``: the answer contains exactly one option's text (compared without case and
+    punctuation; the longest match wins when one option's text contains another's); otherwise
+    ``(None, "unresolved")``. Only letters present in ``options`` count when options are given.
+
+    >>> extract_option("The answer is B")
+    ('B', 'letter')
+    >>> extract_option("(c)")
+    ('C', 'letter')
+    >>> extract_option("No, but I can see a red cup.", {"A": "Yes, I can see a blue cup.", "B": "No, but I can see a red cup."})
+    ('B', 'option_text')
+    """
+    text = completion_text(text)
+    if not text:
+        return None, "unresolved"
+    text = _SOLUTION_TAG.sub(" ", text[:_MAX_SCAN_CHARS]).strip()
+    valid = set(options) if options else set(OPTION_LETTERS)
+    for pattern in (_LETTER_ALONE, _LETTER_PAREN, _LETTER_PHRASE):
+        match = pattern.search(text)
+        if match and match.group(1).upper() in valid:
+            return match.group(1).upper(), "letter"
+    if options:
+        answer = f" {_normalise(text)} "
+        hits = [letter for letter, option in options.items() if _normalise(str(option)) and f" {_normalise(str(option))} " in answer]
+        if len(hits) > 1:  # "a cup" inside "a red cup": keep the longest, if it alone is the longest
+            longest = max(len(_normalise(options[h])) for h in hits)
+            hits = [h for h in hits if len(_normalise(options[h])) == longest]
+        if len(hits) == 1:
+            return hits[0], "option_text"
+    return None, "unresolved"
+
+
+# ----------------------------------------------------------------------------------------- counts
+
+NUMBER_WORDS = {"zero": 0, "none": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                "seven": 7, "eight": 8, "nine": 9, "ten": 10}  # fmt: skip
+ROMAN_NUMERALS = {"I": 1, "II": 2, "III": 3, "IV": 4, "V": 5, "VI": 6, "VII": 7, "VIII": 8, "IX": 9, "X": 10}
+_COUNT_WITH_LIST = re.compile(r"(\d+)\s*\[")
+_INTEGER = re.compile(r"(?<![\d.])\d+(?![\d])")
+_NUMBER_WORD = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r")\b", re.IGNORECASE)
+_ROMAN_ALTERNATIVES = "|".join(sorted(ROMAN_NUMERALS, key=len, reverse=True))
+# A numeral alone, or after "is"/"are"/"answer:": "I" inside "I think" is a pronoun, not one.
+_ROMAN = re.compile(rf"\A\s*({_ROMAN_ALTERNATIVES})\s*[.!]?\s*\Z|(?i:\b(?:is|are|answer|count)\s*:?\s+)({_ROMAN_ALTERNATIVES})\b")
+
+
+def extract_count(text: Any) -> tuple[int | None, str]:
+    """The count a counting answer gives, and the rule that resolved it.
+
+    Rules, in order: ``"count_list"``: the ``<number> [<object>, ...]`` layout ORBIT asks for;
+    ``"digits"``: the first integer written in digits; ``"word"``: the first number word from zero to
+    ten ("none" is 0); ``"roman"``: an upper-case Roman numeral I..X as the whole answer or after
+    "is"/"are"/"answer:"; otherwise
+    ``(None, "unresolved")`` (ORBIT scores a missing count as 0). Counts above ten are returned as
+    they are: whether they are valid is the benchmark's decision.
+
+    >>> extract_count("3 [cup, cup, plate]")
+    (3, 'count_list')
+    >>> extract_count("There are seven birds.")
+    (7, 'word')
+    >>> extract_count("IV")
+    (4, 'roman')
+    """
+    text = completion_text(text)
+    if not text:
+        return None, "unresolved"
+    text = _SOLUTION_TAG.sub(" ", text[:_MAX_SCAN_CHARS])
+    for pattern, rule in ((_COUNT_WITH_LIST, "count_list"), (_INTEGER, "digits")):
+        match = pattern.search(text)
+        if match:
+            return int(match.group(1) if pattern is _COUNT_WITH_LIST else match.group(0)), rule
+    match = _NUMBER_WORD.search(text)
+    if match:
+        return NUMBER_WORDS[match.group(1).lower()], "word"
+    match = _ROMAN.search(text)
+    if match:
+        return ROMAN_NUMERALS[match.group(1) or match.group(2)], "roman"
+    return None, "unresolved"

@@ -284,8 +284,9 @@ def test_bench_csv_has_the_public_layout_and_seeded_answer_letters(graph_files: 
     with (tmp_path / "finer.csv").open() as handle:
         reader = csv.DictReader(handle)
         rows = list(reader)
-    assert tuple(reader.fieldnames) == CSV_COLUMNS
+    assert tuple(reader.fieldnames) == (*CSV_COLUMNS, "k")
     assert [r["qtype"] for r in rows] == ["multi_obj_pos", "multi_obj_neg"] * 2 + ["multi_attr_pos", "multi_attr_neg"] * 2 + ["multi_rel_pos", "multi_rel_neg", "wh_pos", "wh_neg"]  # fmt: skip
+    assert [r["k"] for r in rows] == ["1", "1", "2", "2", "1", "1", "2", "2", "1", "1", "", ""]
     letters = ["ABCDE"[int(r["gt_index"])] for r in rows]
     assert letters == ["D", "B", "D", "E", "E", "D", "D", "C", "E", "E", "A", "E"]  # seed 0
     for pos, neg in zip(rows[0::2], rows[1::2]):

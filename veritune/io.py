@@ -33,6 +33,21 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
     return path
 
 
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 2) -> Path:
     """Write ``data`` as JSON to ``path`` atomically."""
     return atomic_write_text(path, json.dumps(data, indent=indent, ensure_ascii=False) + "\n")
@@ -105,3 +120,28 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def read_table(path: str | os.PathLike[str], what: str = "file") -> list[dict[str, Any]]:
+    """Rows of a ``.csv``/``.tsv`` file (header row; a TSV may carry base64 images in its cells) or of a
+    JSON list / JSON lines file, as dicts. Missing or undecodable files are one-line errors."""
+    import csv
+    import sys
+
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{what} not found: {path}")
+    if path.suffix.lower() not in (".csv", ".tsv"):
+        rows = read_json_or_jsonl(path, what)
+        bad = next((i for i, row in enumerate(rows) if not isinstance(row, dict)), None)
+        if bad is not None:
+            raise UserError(f"{path}: row {bad}: expected a JSON object")
+        return rows
+    csv.field_size_limit(sys.maxsize)
+    try:
+        with path.open(encoding="utf-8", newline="") as handle:
+            return list(csv.DictReader(handle, delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
+    except UnicodeDecodeError:
+        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except csv.Error as err:
+        raise UserError(f"{path}: not a valid {path.suffix[1:].upper()} file ({err})") from None

@@ -10,7 +10,7 @@ the target), the negative one a negative attribute A− (answer: the correction 
 shuffled with a seeded generator.
 
 Output: CSV with the columns of the public release, in order (``image, qtype, question, choice1..choice5,
-gt_index``), ``gt_index`` 0-based, ``qtype`` = ``<setting>_pos`` / ``<setting>_neg``, each positive row
+gt_index``, then veritune's ``k``), ``gt_index`` 0-based, ``qtype`` = ``<setting>_pos`` / ``<setting>_neg``, each positive row
 immediately followed by its negative row (the official paired-accuracy script pairs rows 2i and 2i+1).
 """
 
@@ -45,6 +45,9 @@ from veritune.io import atomic_write_json, atomic_write_text, sha256_file
 
 SETTINGS = ("multi_obj", "multi_attr", "multi_rel", "wh")
 CSV_COLUMNS = ("image", "qtype", "question", "choice1", "choice2", "choice3", "choice4", "choice5", "gt_index")
+# One column past the public layout: the entity count k of a Multi-* pair (empty for Wh), so that the
+# eval hook can report paired accuracy per k. Readers of the public layout select columns by name.
+EXTRA_COLUMNS = ("k",)
 NUM_NEGATIVES = 4  # one correct answer and four distractors (FINER Sec. 2.4)
 MAX_CONTEXT_ATTRIBUTES = 5  # Wh: all attributes of the context object are shown (App. B.4), at most five
 
@@ -219,6 +222,8 @@ def build_mcqs(graphs: list[SceneGraph], settings: BenchSettings, stats: BenchSt
                 if pair is None:
                     stats.skipped[f"{setting}_k{k}_not_enough_entities_or_negatives"] += 1
                     continue
+                for row in pair:
+                    row["k"] = k
                 by_setting[setting] += pair
                 stats.pairs[f"{setting}_k{k}"] += 1
     return [row for setting in settings.settings for row in by_setting[setting]]
@@ -226,7 +231,7 @@ def build_mcqs(graphs: list[SceneGraph], settings: BenchSettings, stats: BenchSt
 
 def to_csv(rows: list[dict[str, Any]]) -> str:
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=CSV_COLUMNS + EXTRA_COLUMNS, lineterminator="\n", restval="")
     writer.writeheader()
     writer.writerows(rows)
     return buffer.getvalue()
@@ -269,7 +274,7 @@ def build_finer_bench(
     atomic_write_text(out, to_csv(rows))
     manifest = {
         "format": "finer-mcq-csv",
-        "columns": list(CSV_COLUMNS),
+        "columns": list(CSV_COLUMNS + EXTRA_COLUMNS),
         "source": str(scene_graphs),
         "source_sha256": sha256_file(scene_graphs),
         "image_root": str(image_root.resolve()) if image_root else None,

@@ -1,0 +1,114 @@
+"""General multiple-choice suites in VLMEvalKit's TSV layout (MMStar, MMBench, SEED-Bench, ...).
+
+Columns: ``index``, ``image`` (base64; a short value is the ``index`` of the row whose image it reuses,
+as VLMEvalKit stores repeated images) or ``image_path``, ``question``, option columns ``A``, ``B``, ...
+(empty cells are absent options), ``answer`` (a letter), and optionally ``hint``, ``category``,
+``l2-category``. Embedded images are decoded once into ``<file stem>_images/`` beside the TSV (or under
+the image root when one is given), so reruns and the runner read plain files.
+
+Prompt: the hint when present, the question, the lettered options, and a request for the letter alone.
+Scoring: the letter from the shared option grader (an explicit letter first, then an option's text);
+accuracy overall, per ``category`` and per ``l2-category`` when present.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from pathlib import Path
+from typing import Any
+
+from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, option_block, resolution_shares
+from rewards.graders import OPTION_LETTERS
+from veritune.errors import UserError
+from veritune.io import atomic_write_bytes, read_table
+
+FIELDS = ("index", "question", "answer")
+
+
+def _blank(value: Any) -> bool:
+    return value is None or str(value).strip() in ("", "nan", "NaN", "None")
+
+
+def mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
+    head = f"Hint: {hint}\n" if hint else ""
+    return f"{head}Question: {question}\nOptions:\n{option_block(options)}\nAnswer with the option's letter ({letter_list(options)}) only."
+
+
+class McqTsv(Benchmark):
+    """Any suite in VLMEvalKit's MCQ TSV layout; pass the file with ``--data mcq_tsv=FILE.tsv``."""
+
+    name = "mcq_tsv"
+    default_max_new_tokens = 16
+    data_layout = "a VLMEvalKit MCQ .tsv (index, image (base64), question, A, B, ..., answer, category)"
+    file_name = ""
+
+    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
+        path = data_root / (self.file_name or f"{self.name}.tsv")
+        return path, path.parent
+
+    def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
+        data_path = Path(data_path)
+        rows = read_table(data_path, what=f"{self.name} TSV file")
+        if not rows:
+            raise UserError(f"{data_path}: no rows (expected VLMEvalKit's MCQ columns index, image, question, A, B, ..., answer)")
+        missing = [f for f in FIELDS if f not in rows[0]] or ([] if {"image", "image_path"} & rows[0].keys() else ["image"])
+        if missing:
+            raise UserError(f"{data_path}: missing column '{missing[0]}' (VLMEvalKit MCQ files have index, image, question, A, B, ..., answer)")
+        letters = [letter for letter in OPTION_LETTERS if letter in rows[0]]
+        if len(letters) < 2:
+            raise UserError(f"{data_path}: expected option columns A, B, ... (found {', '.join(letters) or 'none'})")
+        image_dir = (Path(image_root) if image_root else data_path.parent) / f"{data_path.stem}_images"
+        by_index = {str(row["index"]): row for row in rows}
+        items = []
+        for number, row in enumerate(rows, start=2):
+            options = {letter: str(row[letter]) for letter in letters if not _blank(row.get(letter))}
+            answer = str(row["answer"]).strip().upper()
+            if answer not in options:
+                raise UserError(f"{data_path}: line {number}: answer {row['answer']!r} is not one of the options {', '.join(options)}")
+            image = self._image(data_path, number, row, by_index, image_dir)
+            hint = None if _blank(row.get("hint")) else str(row["hint"])
+            meta = {"options": options, "answer": answer, "category": str(row.get("category") or "all"),
+                    "l2_category": None if _blank(row.get("l2-category")) else str(row["l2-category"])}  # fmt: skip
+            items.append(EvalItem(id=str(row["index"]), prompt=mcq_prompt(str(row["question"]), options, hint), images=[image],
+                                  max_new_tokens=self.default_max_new_tokens, meta=meta,
+                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+        return items
+
+    @staticmethod
+    def _image(data_path: Path, number: int, row: dict[str, Any], by_index: dict[str, dict[str, Any]], image_dir: Path) -> Path:
+        """The row's image file: ``image_path`` as given, or the base64 ``image`` decoded once to disk."""
+        if _blank(row.get("image")) and not _blank(row.get("image_path")):
+            path = Path(str(row["image_path"]))
+            return path if path.is_absolute() else data_path.parent / path
+        encoded, source = str(row.get("image") or ""), str(row["index"])
+        if len(encoded) <= 64 and encoded in by_index:  # a reference to another row's image
+            source, encoded = encoded, str(by_index[encoded].get("image") or "")
+        target = image_dir / f"{source}.jpg"
+        if not target.is_file():
+            try:
+                atomic_write_bytes(target, base64.b64decode(encoded, validate=False))
+            except (binascii.Error, ValueError):
+                raise UserError(f"{data_path}: line {number}: the image cell is not base64 data") from None
+        return target
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        correct, resolution = grade_letters(items, predictions)
+        metrics: dict[str, float] = {"accuracy": 100 * sum(correct.values()) / len(correct) if correct else 0.0}
+        by_category = accuracy_table(items, correct, lambda i: i.meta["category"], "category")
+        metrics.update({f"category/{row['category']}": row["accuracy"] for row in by_category})
+        tables = {"by_category": by_category}
+        if any(item.meta["l2_category"] for item in items):
+            tables["by_l2_category"] = accuracy_table(items, correct, lambda i: i.meta["l2_category"] or "none", "l2_category")
+        metrics.update(resolution_shares(resolution))
+        counts = {"items": len(items), "missing_images": resolution["missing_image"], "unresolved": resolution["unresolved"]}
+        return {"metrics": metrics, "tables": tables, "counts": counts}
+
+
+class MMStar(McqTsv):
+    """MMStar (1,500 questions, six core capabilities) from VLMEvalKit's ``MMStar.tsv``."""
+
+    name = "mmstar"
+    data_layout = "MMStar.tsv (VLMEvalKit layout) under the data root"
+    file_name = "MMStar.tsv"
