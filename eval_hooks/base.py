@@ -49,6 +49,9 @@ class Benchmark(ABC):
     name: str = ""
     default_max_new_tokens: int = 64
     data_layout: str = ""  # where the files sit under --data-root (documented in docs/EVALUATION.md)
+    # What an answer is ("yes_no", "option", "count"): lets the optional LLM judge resolve the answers the
+    # rule-based grader cannot (eval_hooks/judge.py). Empty: the official parser decides every answer.
+    answer_format: str = ""
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         """``(data_path, image_root)`` of the benchmark's files under a data root."""

@@ -39,6 +39,24 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("LLM judge (optional: resolves answers the rules cannot; HallusionBench: judges every answer against gt_answer_details)")
+    group.add_argument("--judge-base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
+    group.add_argument("--judge-model", help="model name sent to the endpoint (recorded with the results)")
+    group.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
+    group.add_argument("--judge-cache", type=Path, default=Path("outputs/cache/judge.sqlite"), help="answer cache (a rerun sends no request)")
+
+
+def _judge(args: argparse.Namespace) -> Any:
+    if not (args.judge_base_url or args.judge_model):
+        return None
+    if not (args.judge_base_url and args.judge_model):
+        raise UserError("--judge-base-url and --judge-model: give both to use an LLM judge")
+    from eval_hooks.judge import AnswerJudge
+
+    return AnswerJudge(args.judge_base_url, args.judge_model, cache_path=args.judge_cache, api_key_env=args.judge_api_key_env)
+
+
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark")
     parser.add_argument("--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)")
@@ -49,6 +67,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="generation budget for every item (default: each benchmark's own)")
     parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"], help="vllm only when installed")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    _add_judge_arguments(parser)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -73,6 +92,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--predictions", type=Path, required=True, help="JSONL of {id, prediction}")
     score.add_argument("--image-root", type=Path)
     score.add_argument("--limit", type=int, help="the --limit the predictions were made with")
+    _add_judge_arguments(score)
     score.set_defaults(handler=_score)
 
 
@@ -88,8 +108,9 @@ def _run(args: argparse.Namespace) -> int:
     from eval_hooks.runner import get_backend
 
     prepared = _prepare(args)  # before the model loads: a wrong path fails fast
+    judge = _judge(args)
     backend = get_backend(args.backend, args.model, args.dtype)
-    results = evaluate(backend, prepared, args.out, batch_size=args.batch_size)
+    results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge)
     if PartialState().is_main_process:
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")
@@ -102,11 +123,11 @@ def _watch(args: argparse.Namespace) -> int:
     if not args.run_dir.is_dir():
         raise UserError(f"run directory not found: {args.run_dir}")
     steps = watch(args.run_dir, _prepare(args), batch_size=args.batch_size, interval=args.interval, once=args.once,
-                  idle_timeout=args.timeout, backend=args.backend, dtype=args.dtype)  # fmt: skip
+                  idle_timeout=args.timeout, backend=args.backend, dtype=args.dtype, judge=_judge(args))  # fmt: skip
     print(f"evaluated checkpoints: {', '.join(map(str, steps)) or 'none new'}")
     return 0
 
 
 def _score(args: argparse.Namespace) -> int:
-    print(json.dumps(rescore(args.benchmark, args.data, args.predictions, args.image_root, args.limit), indent=2))
+    print(json.dumps(rescore(args.benchmark, args.data, args.predictions, args.image_root, args.limit, judge=_judge(args)), indent=2))
     return 0

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.judge import AnswerJudge
 from eval_hooks.registry import get_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE, Backend, read_predictions, run_items
 from veritune.errors import UserError
@@ -105,8 +106,9 @@ def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmar
     return [prepare_benchmark(name, **kwargs) for name in names]
 
 
-def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-    """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark."""
+def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str], judge: AnswerJudge | None = None) -> dict[str, Any]:
+    """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
+    ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``)."""
     known = {item.id for item in items}
     stray = [key for key in predictions if key not in known]
     if stray:
@@ -114,8 +116,14 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
             f"{name}: {len(stray)} prediction id(s) are not in the benchmark, first: {', '.join(stray[:5])} "
             "(were they made on another file or subset?)"
         )
-    result = get_benchmark(name).score(items, predictions)
+    benchmark = get_benchmark(name)
+    resolution = None
+    if judge is not None:
+        predictions, resolution = judge.resolve(benchmark, items, predictions)
+    result = benchmark.score(items, predictions)
     result["counts"]["predicted"] = sum(item.id in predictions for item in items)
+    if resolution is not None:
+        result["answer_resolution"] = resolution
     return result
 
 
@@ -131,7 +139,9 @@ def sample_rows(items: list[EvalItem], predictions: dict[str, str], count: int =
     return rows
 
 
-def evaluate_prepared(backend: Backend, prepared: PreparedBenchmark, out_dir: Path, *, batch_size: int = 8) -> dict[str, Any]:
+def evaluate_prepared(
+    backend: Backend, prepared: PreparedBenchmark, out_dir: Path, *, batch_size: int = 8, judge: AnswerJudge | None = None
+) -> dict[str, Any]:
     """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl``) and score it.
 
     Every process of a distributed run calls this; the main process scores, writes ``metrics.json`` and
@@ -147,7 +157,7 @@ def evaluate_prepared(backend: Backend, prepared: PreparedBenchmark, out_dir: Pa
     if missing:
         skipped = sum(bool(item.missing_images) for item in prepared.items)
         logger.warning("%s: %d item(s) skipped, %d image(s) missing or unreadable, first: %s", prepared.name, skipped, len(missing), ", ".join(missing[:3]))
-    result = score_benchmark(prepared.name, prepared.items, predictions)
+    result = score_benchmark(prepared.name, prepared.items, predictions, judge)
     result["data"] = {"path": str(prepared.data_path), "image_root": str(prepared.image_root) if prepared.image_root else None,
                       "limit": prepared.limit}  # fmt: skip
     result["generation"] = {"backend": backend.name, "model": backend.model_name, "greedy": True, "batch_size": batch_size,
@@ -158,25 +168,32 @@ def evaluate_prepared(backend: Backend, prepared: PreparedBenchmark, out_dir: Pa
     return result
 
 
-def evaluate(backend: Backend, prepared: list[PreparedBenchmark], out_dir: Path, *, batch_size: int = 8) -> dict[str, dict[str, Any]]:
+def evaluate(
+    backend: Backend, prepared: list[PreparedBenchmark], out_dir: Path, *, batch_size: int = 8, judge: AnswerJudge | None = None
+) -> dict[str, dict[str, Any]]:
     """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
     main process."""
     results = {}
     for entry in prepared:
-        result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size)
+        result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size, judge=judge)
         if result:
             results[entry.name] = result
     return results
 
 
 def rescore(
-    name: str, data_path: Path, predictions_path: Path, image_root: Path | None = None, limit: int | None = None
+    name: str,
+    data_path: Path,
+    predictions_path: Path,
+    image_root: Path | None = None,
+    limit: int | None = None,
+    judge: AnswerJudge | None = None,
 ) -> dict[str, Any]:
     """Score an existing predictions file without loading any model (``veritune eval score``)."""
     items = limit_items(get_benchmark(name).load(data_path, image_root), limit)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
-    return score_benchmark(name, items, read_predictions(predictions_path))
+    return score_benchmark(name, items, read_predictions(predictions_path), judge)
 
 
 def headline_metrics(result: dict[str, Any]) -> dict[str, float]:

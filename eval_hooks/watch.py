@@ -90,13 +90,15 @@ def open_wandb_run(run_dir: Path) -> Any:
     return run
 
 
-def evaluate_checkpoint(path: Path, step: int, run_dir: Path, prepared: list[PreparedBenchmark], *, batch_size: int, backend: str, dtype: str) -> dict[str, dict[str, Any]]:
+def evaluate_checkpoint(
+    path: Path, step: int, run_dir: Path, prepared: list[PreparedBenchmark], *, batch_size: int, backend: str, dtype: str, judge: Any = None
+) -> dict[str, dict[str, Any]]:
     """Load one checkpoint, evaluate it into ``RUN_DIR/eval/checkpoint-N/``, free the model."""
     from eval_hooks.runner import get_backend
 
     model_backend = get_backend(backend, path, dtype)
     try:
-        return evaluate(model_backend, prepared, checkpoint_eval_dir(run_dir, step), batch_size=batch_size)
+        return evaluate(model_backend, prepared, checkpoint_eval_dir(run_dir, step), batch_size=batch_size, judge=judge)
     finally:
         del model_backend
         gc.collect()
@@ -119,6 +121,7 @@ def watch(
     idle_timeout: float | None = None,
     backend: str = "transformers",
     dtype: str = "auto",
+    judge: Any = None,
 ) -> list[int]:
     """Evaluate checkpoints of ``run_dir`` until the run is finished (see the module docstring); returns
     the steps evaluated by this call."""
@@ -138,7 +141,7 @@ def watch(
                     continue
                 logger.info("evaluating %s", path)
                 try:
-                    results = evaluate_checkpoint(path, step, run_dir, prepared, batch_size=batch_size, backend=backend, dtype=dtype)
+                    results = evaluate_checkpoint(path, step, run_dir, prepared, batch_size=batch_size, backend=backend, dtype=dtype, judge=judge)
                 except UserError as err:  # e.g. deleted by save_total_limit while loading: go on with the others
                     logger.error("checkpoint-%d skipped: %s", step, err)
                     failed.add(step)

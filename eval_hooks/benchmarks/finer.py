@@ -57,6 +57,7 @@ def _index_base(path: Path, rows: list[dict[str, Any]]) -> int:
 
 class Finer(Benchmark):
     name = "finer"
+    answer_format = "option"
     default_max_new_tokens = 3  # App. D: "a maximum of 3 output tokens"
     data_layout = "finer/*.csv (public FINER MCQ layout or `veritune build finer-bench` output), images in finer/images/"
 

@@ -32,6 +32,8 @@ def _key(meta: dict[str, Any], *parts: str) -> str:
 class HallusionBench(Benchmark):
     name = "hallusionbench"
     default_max_new_tokens = 64
+    answer_format = "yes_no"
+    judge_mode = "gt_answer_details"  # with a judge: every answer judged against the reference explanation
     data_layout = "hallusionbench/HallusionBench.json (official), images in hallusionbench/images/<category>/<subcategory>/"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
@@ -45,7 +47,8 @@ class HallusionBench(Benchmark):
             missing = [f for f in FIELDS if not isinstance(record, dict) or f not in record]
             if missing:
                 raise UserError(f"{data_path}: row {row}: missing field '{missing[0]}' (HallusionBench records have {', '.join(FIELDS)})")
-            meta = {f: str(record[f]) for f in FIELDS if f != "question"}
+            meta = {f: str(record[f]) for f in FIELDS}
+            meta["gt_answer_details"] = str(record.get("gt_answer_details") or "")
             images = []
             if meta["visual_input"] != "0":
                 images = [root / meta["category"] / meta["subcategory"] / f"{meta['set_id']}_{meta['figure_id']}.png"]

@@ -41,6 +41,7 @@ class McqTsv(Benchmark):
 
     name = "mcq_tsv"
     default_max_new_tokens = 16
+    answer_format = "option"
     data_layout = "a VLMEvalKit MCQ .tsv (index, image (base64), question, A, B, ..., answer, category)"
     file_name = ""
 

@@ -48,6 +48,7 @@ def _mean(values: list[float]) -> float:
 
 class Mioh(Benchmark):
     name = "mioh"
+    answer_format = "option"
     default_max_new_tokens = 8
     data_layout = "mioh/mioh.json (records: id, images, question, options, answer, task, pattern, pressure), images in mioh/images/"
 

@@ -62,6 +62,7 @@ def count_metrics(pairs: list[tuple[int | None, int]]) -> dict[str, float]:
 class Orbit(Benchmark):
     name = "orbit"
     default_max_new_tokens = 200
+    answer_format = "count"
     data_layout = "orbit/benchmark.json (official), image paths in it relative to orbit/"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:

@@ -25,6 +25,7 @@ SIZES = ("small", "medium", "large")
 
 class OricBench(Benchmark):
     name = "oric_bench"
+    answer_format = "yes_no"
     default_max_new_tokens = 32
     instruction = ""  # appended to every question (see OricBenchR1)
     data_layout = "oric/oric_bench.json (official release or `veritune build oric-bench`), images in coco/val2014/"

@@ -1,0 +1,93 @@
+"""The optional LLM judge, against a real loopback chat-completions server: it resolves only what the
+rules cannot, is cached (a rerun sends nothing), and judges HallusionBench against gt_answer_details."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_openai_server import FakeChatServer
+from test_eval_mcq import finer_rows, write_csv
+
+from eval_hooks.evaluate import rescore
+from eval_hooks.judge import AnswerJudge
+from veritune.cli import main
+
+
+def user_text(request: dict[str, Any]) -> str:
+    return request["messages"][-1]["content"]
+
+
+def mcq_judge(request: dict[str, Any]) -> str:
+    text = user_text(request)
+    if "the second one" in text:
+        return "B"
+    return "none"
+
+
+def write_predictions(path: Path, predictions: dict[str, str]) -> Path:
+    path.write_text("".join(json.dumps({"id": key, "prediction": value}) + "\n" for key, value in predictions.items()))
+    return path
+
+
+def test_judge_resolves_only_unresolved_answers_and_is_cached(tmp_path: Path) -> None:
+    (tmp_path / "a.jpg").write_bytes(b"x")
+    data = write_csv(tmp_path / "finer.csv", finer_rows())
+    # answers: A (rule), "the second one" (judge -> B, right), C (rule), "hmm" (judge: none), E (rule), A (rule)
+    predictions = write_predictions(tmp_path / "p.jsonl", {"finer/0": "A", "finer/1": "I pick the second one", "finer/2": "C",
+                                                           "finer/3": "hmm", "finer/4": "E", "finer/5": "A"})  # fmt: skip
+    with FakeChatServer(mcq_judge) as server:
+        judge = AnswerJudge(server.base_url, "judge-1", cache_path=tmp_path / "judge.sqlite")
+        result = rescore("finer", data, predictions, tmp_path, judge=judge)
+        assert len(server.requests) == 2  # only the two answers the rules leave unresolved
+        assert "Options:\nA. multi_obj_neg choice 1" in user_text(server.requests[0])
+        rerun = rescore("finer", data, predictions, tmp_path, judge=AnswerJudge(server.base_url, "judge-1", cache_path=tmp_path / "judge.sqlite"))
+        assert len(server.requests) == 2  # the rerun is answered from the cache
+    resolution = result["answer_resolution"]
+    assert (resolution["model"], resolution["rules"], resolution["unresolved"], resolution["judge_share"]) == ("judge-1", 4, 1, pytest.approx(100 / 6))
+    assert result["metrics"]["multi_obj/k1/paired_accuracy"] == 100.0  # the judged "second one" completed pair 1
+    assert result["metrics"]["multi_obj/k2/paired_accuracy"] == 0.0
+    assert rerun["metrics"] == result["metrics"]
+    without = rescore("finer", data, predictions, tmp_path)
+    assert without["metrics"]["multi_obj/k1/paired_accuracy"] == 0.0 and "answer_resolution" not in without
+
+
+def hallusion_file(tmp_path: Path) -> Path:
+    records = [{"category": "VS", "subcategory": "chart", "visual_input": "0", "set_id": "0", "figure_id": "0", "question_id": str(q),
+                "question": f"Is it {q}?", "gt_answer_details": f"It is {q}." if truth == "1" else "It is something else.",
+                "gt_answer": truth, "filename": None} for q, truth in enumerate(["1", "0", "1"])]  # fmt: skip
+    path = tmp_path / "HallusionBench.json"
+    path.write_text(json.dumps(records))
+    return path
+
+
+def hallusion_judge(request: dict[str, Any]) -> str:
+    text = user_text(request)
+    assert "Reference answer: It is" in text
+    answer = text.split("Model's answer: ")[1].split("\n")[0]
+    return {"agree": "correct", "disagree": "incorrect"}.get(answer, "uncertain")
+
+
+def test_hallusionbench_judge_uses_gt_answer_details(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = hallusion_file(tmp_path)
+    predictions = write_predictions(tmp_path / "p.jsonl", {"VS_chart_0_0_0": "agree", "VS_chart_0_0_1": "disagree", "VS_chart_0_0_2": "unsure"})
+    with FakeChatServer(hallusion_judge) as server:
+        assert main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions),
+                     "--judge-base-url", server.base_url, "--judge-model", "judge-2", "--judge-cache", str(tmp_path / "j.sqlite")]) == 0  # fmt: skip
+        assert len(server.requests) == 3  # every answer is judged in this mode
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["metrics"]["aAcc"] == pytest.approx(100 / 3)  # only "agree" is right
+    assert printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
+    # without a judge the rules see none of these words as yes/no: all wrong
+    assert main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions)]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["aAcc"] == 0.0
+
+
+def test_judge_needs_both_url_and_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = hallusion_file(tmp_path)
+    predictions = write_predictions(tmp_path / "p.jsonl", {})
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions), "--judge-model", "x"])
+    assert exit_info.value.code == 2 and "give both" in capsys.readouterr().err
