@@ -193,7 +193,11 @@ def rescore(
     items = limit_items(get_benchmark(name).load(data_path, image_root), limit)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
-    return score_benchmark(name, items, read_predictions(predictions_path), judge)
+    predictions = read_predictions(predictions_path)
+    for item in items:  # answered, so its images were there when it was generated: scoring needs no image
+        if item.id in predictions:
+            item.missing_images = []
+    return score_benchmark(name, items, predictions, judge)
 
 
 def headline_metrics(result: dict[str, Any]) -> dict[str, float]:

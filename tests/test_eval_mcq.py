@@ -279,3 +279,38 @@ def test_tsv_without_answer_column_is_named(tmp_path: Path) -> None:
     path.write_text("index\timage\tquestion\tA\tB\n0\tx\tq\ta\tb\n")
     with pytest.raises(UserError, match="missing column 'answer'"):
         get_benchmark("mcq_tsv").load(path, None)
+
+
+# ------------------------------------------------------------------- end to end with the tiny model
+
+
+def test_eval_run_on_the_new_benchmarks_matches_eval_score(tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "data"
+    (root / "finer").mkdir(parents=True)
+    Image.new("RGB", (40, 32), "blue").save(root / "finer" / "a.jpg")
+    write_csv(root / "finer" / "finer.csv", finer_rows())
+    (root / "finer" / "images").mkdir()
+    Image.new("RGB", (40, 32), "blue").save(root / "finer" / "images" / "a.jpg")
+    (root / "orbit").mkdir()
+    orbit_file(root / "orbit", ["3", "5", "0"])
+    for path in (root / "orbit" / "data").iterdir():
+        Image.new("RGB", (36, 36), "green").save(path, format="JPEG")
+    (root / "mioh" / "images").mkdir(parents=True)
+    for name in ("x.jpg", "y.jpg"):
+        Image.new("RGB", (32, 40), "red").save(root / "mioh" / "images" / name)
+    (root / "mioh" / "mioh.json").write_text(json.dumps([{"id": "m1", "images": ["x.jpg", "y.jpg"], "question": "Which image has a dog?",
+                                                           "options": ["Image 1", "Image 2", "None of the above"], "answer": "A",
+                                                           "task": "existence", "pattern": "selective", "pressure": "easy"}]))  # fmt: skip
+    tsv_file(root)
+    out = tmp_path / "out"
+    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "finer,mioh,orbit,mmstar", "--data-root", str(root),
+                 "--out", str(out), "--limit", "4", "--max-new-tokens", "4"]) == 0  # fmt: skip
+    summary = capsys.readouterr().out
+    assert "paired_accuracy" in summary and "overall_average" in summary and "macro_accuracy" in summary
+    sources = {"finer": root / "finer", "mioh": root / "mioh" / "mioh.json", "orbit": root / "orbit" / "benchmark.json", "mmstar": root / "MMStar.tsv"}
+    for name, data in sources.items():
+        ran = json.loads((out / name / "metrics.json").read_text())
+        predictions = out / name / "predictions.jsonl"
+        assert len(predictions.read_text().splitlines()) == ran["counts"]["predicted"] > 0
+        assert ran["counts"]["missing_images"] == 0
+        assert rescore(name, data, predictions, limit=4)["metrics"] == ran["metrics"], name
