@@ -46,6 +46,17 @@ def machine() -> str:
     return f"{os.cpu_count()} CPU cores ({cpu}), {memory}, Python {platform.python_version()}, {platform.system()}"
 
 
+def previous_sections(text: str) -> dict[str, str]:
+    """``{benchmark name: its section}`` of an existing PERFORMANCE.md written by this script."""
+    names = {name for name, _, _ in BENCHMARKS}
+    sections: dict[str, str] = {}
+    for chunk in text.split("\n## ")[1:]:
+        name = chunk.split("\n", 1)[0].strip()
+        if name in names:
+            sections[name] = "## " + chunk.rstrip("\n") + "\n"
+    return sections
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
@@ -53,7 +64,9 @@ def main() -> None:
     args = parser.parse_args()
 
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
-    sections = []
+    sections: dict[str, str] = {}
+    if args.only and args.out.is_file():  # keep the other benchmarks' sections (with their own dates)
+        sections = previous_sections(args.out.read_text())
     for name, command, what in BENCHMARKS:
         if args.only and name not in args.only:
             continue
@@ -65,16 +78,19 @@ def main() -> None:
         if result.returncode != 0:
             output += f"\n\nFAILED (exit {result.returncode}):\n" + result.stderr.strip()[-2000:]
         print(output, flush=True)
-        sections.append(f"## {name}\n\n{what}. Command: `{shown}` ({time.monotonic() - start:.0f} s)\n\n{output}\n")
+        today = datetime.date.today().isoformat()
+        sections[name] = f"## {name}\n\n{what}. Command: `{shown}` ({time.monotonic() - start:.0f} s, {today})\n\n{output}\n"
 
     header = (
         "# Performance\n\n"
         "Written by `make bench` (`python benchmarks/run_all.py`). Every figure below was printed by the command\n"
         "shown beside it, in one run, on this machine:\n\n"
         f"- machine: {machine()}\n- date: {datetime.date.today().isoformat()}\n\n"
-        "Ratios are measured side by side in the same run; absolute times hold only for this machine.\n\n"
+        "Ratios are measured side by side in the same run; absolute times hold only for this machine. A section\n"
+        "rerun alone (`--only NAME`) carries its own date.\n\n"
     )
-    args.out.write_text(header + "\n".join(sections))
+    order = [name for name, _, _ in BENCHMARKS]
+    args.out.write_text(header + "\n".join(sections[name] for name in sorted(sections, key=order.index)))
     print(f"\nwritten: {args.out}")
 
 

@@ -23,6 +23,7 @@ GPU).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -108,9 +109,23 @@ def chat_prompt(processor: Any, item: EvalItem) -> str:
     return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
 
 
-def load_image(path: Path) -> Image.Image:
+IMAGE_CACHE_SIZE = 64  # decoded images kept: ORIC-Bench asks four paraphrases about each image
+
+
+@functools.lru_cache(maxsize=IMAGE_CACHE_SIZE)
+def _decoded(path: str, mtime_ns: int, size: int) -> Image.Image:
     with Image.open(path) as image:
         return image.convert("RGB")
+
+
+def load_image(path: Path, *, cache: bool = True) -> Image.Image:
+    """The image as RGB. Decoded images are cached (keyed by path, modification time and size, so an
+    edited file is read again): benchmarks ask several questions about one image, and decoding a COCO
+    JPEG costs more than a tiny model's forward pass. Processors only read the images they are given."""
+    if not cache:
+        return _decoded.__wrapped__(str(path), 0, 0)
+    stat = Path(path).stat()
+    return _decoded(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 @contextlib.contextmanager
@@ -127,13 +142,13 @@ def left_padding(processor: Any) -> Iterator[None]:
 
 
 @torch.no_grad()
-def generate_batch(model: Any, processor: Any, batch: list[EvalItem], *, synced_gpus: bool = False) -> list[str]:
+def generate_batch(model: Any, processor: Any, batch: list[EvalItem], *, synced_gpus: bool = False, image_cache: bool = True) -> list[str]:
     """Greedy answers to one batch of items that share a budget and a number of images.
 
     ``synced_gpus`` keeps every process stepping until all have finished, as DeepSpeed ZeRO-3 needs.
     """
     texts = [chat_prompt(processor, item) for item in batch]
-    images = [load_image(path) for item in batch for path in item.images]
+    images = [load_image(path, cache=image_cache) for item in batch for path in item.images]
     tokenizer = getattr(processor, "tokenizer", processor)
     with left_padding(processor):
         inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
@@ -159,11 +174,12 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, model: Any, processor: Any, *, synced_gpus: bool = False, model_name: str | None = None) -> None:
+    def __init__(self, model: Any, processor: Any, *, synced_gpus: bool = False, model_name: str | None = None, image_cache: bool = True) -> None:
         self.model = model
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.synced_gpus = synced_gpus
+        self.image_cache = image_cache
         self.model_name = model_name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
 
     @classmethod
@@ -172,7 +188,7 @@ class TransformersBackend:
         return cls(model, processor, model_name=str(model_path))
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
-        return generate_batch(self.model, self.processor, batch, synced_gpus=self.synced_gpus)
+        return generate_batch(self.model, self.processor, batch, synced_gpus=self.synced_gpus, image_cache=self.image_cache)
 
 
 class VLLMBackend:
