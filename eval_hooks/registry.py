@@ -7,6 +7,7 @@ import importlib
 
 from eval_hooks.base import Benchmark
 from eval_hooks.benchmarks.amber import AmberDiscriminative
+from eval_hooks.benchmarks.amber_generative import AmberGenerative
 from eval_hooks.benchmarks.finer import Finer
 from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
@@ -22,6 +23,7 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "pope": Pope,
     "hallusionbench": HallusionBench,
     "amber_discriminative": AmberDiscriminative,
+    "amber_generative": AmberGenerative,
     "finer": Finer,
     "mioh": Mioh,
     "orbit": Orbit,

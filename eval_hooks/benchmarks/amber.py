@@ -3,8 +3,8 @@
 Scored as the official ``inference.py`` scores it: the ground truth of question ``id`` is the
 annotation at position ``id - 1``; answers are parsed by :func:`rewards.graders.amber_yes_no`; "no" is
 the positive class; accuracy, precision, recall and F1 start from the official 0.001 denominators; per
-type: existence (``discriminative-hallucination``), attribute state / number / action, relation.
-AMBER's generative task (CHAIR, Cover, Hal, Cog) is not implemented yet.
+type: existence (``discriminative-hallucination``), attribute state / number / action, relation. The
+generative task is ``amber_generative.py``.
 """
 
 from __future__ import annotations
