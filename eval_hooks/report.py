@@ -246,7 +246,8 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     table = []
     for step, result in by_step.items():
         counts = result.get("counts", {})
-        row: dict[str, Any] = {"step": step, **{k: result["metrics"].get(k, "") for k in headline}}
+        lower = set(result.get("lower_is_better", []))  # e.g. AMBER's CHAIR, Hal and Cog, ORBIT's RMSE
+        row: dict[str, Any] = {"step": step, **{f"{k} (lower is better)" if k in lower else k: result["metrics"].get(k, "") for k in headline}}
         row.update({f"n {k}": counts[k] for k in ("items", "unresolved", "missing_images") if k in counts})
         table.append(row)
     parts.append("<h3>Headline metrics by checkpoint</h3>" + html_table(table))
