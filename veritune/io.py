@@ -145,3 +145,17 @@ def read_table(path: str | os.PathLike[str], what: str = "file") -> list[dict[st
         raise UserError(f"{path}: not a UTF-8 text file") from None
     except csv.Error as err:
         raise UserError(f"{path}: not a valid {path.suffix[1:].upper()} file ({err})") from None
+
+
+def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
+    """Versions of Python, veritune and ``packages``, for the provenance in a builder's manifest."""
+    import importlib.metadata
+    import sys
+
+    versions = {"python": sys.version.split()[0]}
+    for package in ("veritune", *packages):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions

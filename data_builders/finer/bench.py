@@ -26,7 +26,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from data_builders.finer.build import package_versions, split_missing
+from data_builders.finer.build import MANIFEST_PACKAGES, split_missing
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, filter_negatives
 from data_builders.finer.scene_graph import (
     SceneGraph,
@@ -41,7 +41,7 @@ from data_builders.finer.scene_graph import (
 )
 from data_builders.finer.templates import join_oxford
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, atomic_write_text, sha256_file
+from veritune.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
 
 SETTINGS = ("multi_obj", "multi_attr", "multi_rel", "wh")
 CSV_COLUMNS = ("image", "qtype", "question", "choice1", "choice2", "choice3", "choice4", "choice5", "gt_index")
@@ -285,7 +285,7 @@ def build_finer_bench(
         "skipped": dict(sorted(stats.skipped.items())),
         "missing_images": stats.missing_images,
         "filter": filter_summary,
-        "versions": package_versions(),
+        "versions": package_versions(MANIFEST_PACKAGES),
     }
     atomic_write_json(out.with_name(out.stem + ".manifest.json"), manifest)
     return manifest

@@ -15,10 +15,8 @@ reservoir sampling so that memory stays bounded however many tuples are built.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import random
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,7 @@ from data_builders.finer.llm import DEFAULT_ATTEMPTS, Caption, LLMStats, read_ca
 from data_builders.finer.scene_graph import SceneGraph, load_scene_graphs, tuples_for_image
 from data_builders.finer.templates import PreferenceTuple
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, atomic_write_text, sha256_file
+from veritune.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
 
 VALIDATION_RATIO = 0.005  # FINER App. C / Table 10: "Val. ratio 0.005"
 DEFAULT_MAX_TUPLES = 160_000  # FINER App. C: at most 160K tuples
@@ -39,14 +37,7 @@ CAPTION_CHUNK = 1024  # captions whose requests are sent together (bounded memor
 MAX_LISTED_MISSING = 1000
 
 
-def package_versions() -> dict[str, str]:
-    versions = {"python": sys.version.split()[0]}
-    for package in ("veritune", "transformers", "trl", "datasets", "torch"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
+MANIFEST_PACKAGES = ("transformers", "trl", "datasets", "torch")  # the packages that shape the output
 
 
 def preference_row(image: str, item: PreferenceTuple, source_id: str) -> dict[str, Any]:
@@ -126,7 +117,7 @@ def write_preference_dataset(
         },
         "skipped": dict(sorted(skipped.items())),
         "missing_images": missing_images[:MAX_LISTED_MISSING],
-        "versions": package_versions(),
+        "versions": package_versions(MANIFEST_PACKAGES),
     })  # fmt: skip
     atomic_write_json(out_dir / "manifest.json", manifest)
     return manifest

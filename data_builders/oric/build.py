@@ -13,7 +13,6 @@ questions, then its no questions, as the official files do.
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,13 +21,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-import veritune
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, size_tier
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
 from data_builders.oric.questions import paraphrases, r1_prompt
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, read_json, sha256_file
+from veritune.io import atomic_write_json, package_versions, read_json, sha256_file
 
 JUDGE_CHUNK = 256  # query images whose judge queries are sent together (bounded memory, steady progress)
 
@@ -203,17 +201,7 @@ def oric_item(kind: str, image: ImageRecord, other: ImageRecord, name: str, labe
     return item
 
 
-def package_versions() -> dict[str, str]:
-    """Versions of Python, veritune and the packages that shape the output (for the manifest)."""
-    import importlib.metadata
-
-    versions = {"python": sys.version.split()[0], "veritune": veritune.__version__}
-    for package in ("torch", "transformers", "pycocotools", "numpy", "pillow"):
-        try:
-            versions[package] = importlib.metadata.version(package)
-        except importlib.metadata.PackageNotFoundError:
-            versions[package] = "not installed"
-    return versions
+MANIFEST_PACKAGES = ("torch", "transformers", "pycocotools", "numpy", "pillow")  # the packages that shape the output
 
 
 def write_outputs(
@@ -246,7 +234,7 @@ def write_outputs(
         "missing_images": stats.missing_images,
         "unreadable_images": stats.unreadable_images,
         "judge_answers": dict(stats.judge_answers),
-        "versions": package_versions(),
+        "versions": package_versions(MANIFEST_PACKAGES),
     }
     atomic_write_json(out.with_name("manifest.json") if out.name != "manifest.json" else out.with_suffix(".manifest.json"), manifest)
     return out
