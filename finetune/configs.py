@@ -109,11 +109,26 @@ class GRPOScriptArguments(ScriptArguments):
             raise UserError("reward_funcs: at least one reward function is required")
 
 
+# Recipe switches that need a GPU extra (`pip install -e '.[gpu]'`): TRL's own options, checked up front so
+# a recipe asking for them on a machine without the package fails in one line, not deep inside TRL.
+OPTIONAL_PACKAGES = {"use_vllm": ("vllm", "vLLM rollouts"), "use_liger_kernel": ("liger_kernel", "Liger kernels")}
+
+
+def require_optional_packages(config: object) -> None:
+    """One-line error when a switch of :data:`OPTIONAL_PACKAGES` is on and its package is not installed."""
+    import importlib.util
+
+    for key, (module, what) in OPTIONAL_PACKAGES.items():
+        if getattr(config, key, False) and importlib.util.find_spec(module) is None:
+            raise UserError(f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); set {key}: false")
+
+
 @dataclass
 class VeritunGRPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig``, whose batch-size check names the numbers to change."""
 
     def __post_init__(self) -> None:
+        require_optional_packages(self)
         try:
             super().__post_init__()
         except ValueError as err:
@@ -171,6 +186,7 @@ class VeritunDPOConfig(DPOConfig):
     )
 
     def __post_init__(self) -> None:
+        require_optional_packages(self)
         if self.precompute_ref_log_probs:
             raise UserError(
                 "precompute_ref_log_probs: not supported for vision-language models; reference log-probs are "

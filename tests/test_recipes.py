@@ -136,3 +136,13 @@ def test_accelerate_config_loads(config: Path) -> None:
     assert loaded.num_processes >= 1 and loaded.num_machines >= 1
     if "zero" in config.name:
         assert loaded.deepspeed_config["zero_stage"] == int(config.name[4])
+
+
+@pytest.mark.parametrize(("flag", "package"), [("--use_vllm", "vllm"), ("--use_liger_kernel", "liger_kernel")])
+def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    with pytest.raises(UserError, match=rf"{flag[2:]}: .* need the {package} package, not installed here"):
+        parse_recipe(["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))
