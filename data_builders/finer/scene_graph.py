@@ -307,16 +307,23 @@ def wh_tuples(graph: SceneGraph, rng: random.Random) -> list[PreferenceTuple]:
     """WH tuples from one relation triplet: a question about one object whose premise is an attribute of the
     other (the context); the negative question swaps one context attribute for a negative (FINER Sec. 3)."""
     options = []
+    editable: dict[int, list[int]] = {}  # per object, computed once per graph (an object is in many triplets)
+
+    def editable_of(obj: SceneObject) -> list[int]:
+        if id(obj) not in editable:
+            editable[id(obj)] = editable_attributes(obj)
+        return editable[id(obj)]
+
     for rel in graph.relations:
         subject, obj = graph.object(rel.subject), graph.object(rel.object)
-        if editable_attributes(obj):
+        if editable_of(obj):
             options.append((rel, "a", subject, obj))
-        if editable_attributes(subject) and rel.rel.startswith(_AUXILIARIES):
+        if editable_of(subject) and rel.rel.startswith(_AUXILIARIES):
             options.append((rel, "b", obj, subject))
     if not options:
         return []
     rel, mode, target, context = rng.choice(options)
-    k = rng.choice(editable_attributes(context))
+    k = rng.choice(editable_of(context))
     keep = sample_in_order(rng, list(range(len(context.attributes))), min(MAX_UNITS, len(context.attributes)), k)
     right = context.attributes[k]
     wrong = rng.choice(usable_negatives(context.attribute_negatives[k], {a.lower() for a in context.attributes}))
