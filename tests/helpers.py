@@ -38,9 +38,9 @@ def log_history(output_dir: Path) -> list[dict[str, Any]]:
 
 
 def write_finer_fixture(out_dir: Path, num_images: int = 8) -> Path:
-    """A small `veritune build finer` dataset directory from the hand-written scene graph of test_finer."""
+    """A small `veritune build finer` dataset directory from the hand-written scene graph of test_finer_builder."""
     from PIL import Image
-    from test_finer import GRAPH
+    from test_finer_builder import GRAPH
 
     from data_builders.finer.build import build_finer_from_scene_graphs
 
