@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
-from eval_hooks.judge import AnswerJudge
+from eval_hooks.judge import AnswerJudge, rule_answer
 from eval_hooks.registry import get_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE, Backend, read_predictions, run_items
 from veritune.errors import UserError
@@ -106,6 +106,16 @@ def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmar
     return [prepare_benchmark(name, **kwargs) for name in names]
 
 
+def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+    """Without a judge: the shares of the answers the rule-based grader resolves and leaves unresolved."""
+    answered = [item for item in items if item.id in predictions and not item.missing_images]
+    rules = sum(rule_answer(benchmark, item, predictions[item.id]) is not None for item in answered)
+    total = len(answered)
+    return {"model": None, "mode": "rules_only", "answers": total, "rules": rules, "judge": 0, "unresolved": total - rules,
+            "rules_share": 100 * rules / total if total else 0.0, "judge_share": 0.0,
+            "unresolved_share": 100 * (total - rules) / total if total else 0.0}  # fmt: skip
+
+
 def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str], judge: AnswerJudge | None = None) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``)."""
@@ -120,10 +130,14 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)
+    elif benchmark.answer_format:
+        resolution = rule_resolution(benchmark, items, predictions)
     result = benchmark.score(items, predictions)
     result["counts"]["predicted"] = sum(item.id in predictions for item in items)
     if resolution is not None:
         result["answer_resolution"] = resolution
+        for step in ("rules", "judge", "unresolved"):  # logged with the metrics: a rising unresolved share is a format problem
+            result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
     return result
 
 

@@ -51,7 +51,9 @@ def test_judge_resolves_only_unresolved_answers_and_is_cached(tmp_path: Path) ->
     assert result["metrics"]["multi_obj/k2/paired_accuracy"] == 0.0
     assert rerun["metrics"] == result["metrics"]
     without = rescore("finer", data, predictions, tmp_path)
-    assert without["metrics"]["multi_obj/k1/paired_accuracy"] == 0.0 and "answer_resolution" not in without
+    assert without["metrics"]["multi_obj/k1/paired_accuracy"] == 0.0
+    assert (without["answer_resolution"]["mode"], without["answer_resolution"]["unresolved"]) == ("rules_only", 2)
+    assert without["answer_resolution"]["unresolved_share"] == pytest.approx(100 / 3)
 
 
 def hallusion_file(tmp_path: Path) -> Path:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from eval_hooks.evaluate import rescore
+from eval_hooks.evaluate import rescore, score_benchmark
 from eval_hooks.registry import get_benchmark
 from rewards.graders import extract_count, extract_option, extract_yes_no
 from veritune.cli import main
@@ -270,8 +270,9 @@ def test_tsv_rescore_matches_direct_scoring(tmp_path: Path) -> None:
     data = tsv_file(tmp_path)
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_text("".join(json.dumps({"id": i, "prediction": p}) + "\n" for i, p in (("0", "A"), ("1", "B"), ("2", "C"))))
-    direct = get_benchmark("mcq_tsv").score(get_benchmark("mcq_tsv").load(data, None), {"0": "A", "1": "B", "2": "C"})
-    assert rescore("mcq_tsv", data, predictions)["metrics"] == direct["metrics"]
+    direct = score_benchmark("mcq_tsv", get_benchmark("mcq_tsv").load(data, None), {"0": "A", "1": "B", "2": "C"})
+    rescored = rescore("mcq_tsv", data, predictions)
+    assert rescored["metrics"] == direct["metrics"] and rescored["metrics"]["answers/rules_share"] == 100.0
 
 
 def test_tsv_without_answer_column_is_named(tmp_path: Path) -> None:
