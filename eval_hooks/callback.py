@@ -29,6 +29,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import CallbackHandler
 
 from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark
+from veritune.errors import UserError
 
 logger = logging.getLogger("veritune.eval")
 
@@ -59,11 +60,28 @@ def _cell(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
+def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:
+    """``["pope:200", "oric_bench_r1"]`` -> names and per-benchmark limits (``name:N`` overrides
+    ``eval_limit`` for that benchmark: a quick POPE subset beside a full ORIC-Bench, say)."""
+    names, limits = [], {}
+    for entry in entries:
+        name, sep, count = str(entry).rpartition(":")
+        if sep and count.strip().isdigit() and name:
+            names.append(name.strip())
+            limits[name.strip()] = int(count)
+        elif sep and not count.strip().isdigit() and name and "." not in entry:
+            raise UserError(f"eval_benchmarks: {entry!r}: expected NAME or NAME:LIMIT (a whole number)")
+        else:
+            names.append(str(entry).strip())
+    return names, limits
+
+
 class EvalHookCallback(TrainerCallback):
     """Evaluate every saved checkpoint on ``benchmarks`` (see the module docstring).
 
     Args:
-        benchmarks: registry names or dotted paths (``eval_benchmarks`` in a recipe).
+        benchmarks: registry names or dotted paths (``eval_benchmarks`` in a recipe), each optionally
+            ``name:N`` to evaluate only its first N questions (overrides ``limit`` for it).
         data_root: the folder holding every benchmark's files in the layout of docs/EVALUATION.md.
         limit: at most this many questions per benchmark (quick hooks).
         batch_size: items per ``generate`` call, per process.
@@ -83,7 +101,7 @@ class EvalHookCallback(TrainerCallback):
         image_root: str | None = None,
         max_new_tokens: int | None = None,
     ) -> None:
-        self.benchmarks = list(benchmarks)
+        self.benchmarks, self.limits = parse_benchmark_limits(benchmarks)
         self.data_root = Path(data_root) if data_root else None
         self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None
@@ -134,7 +152,7 @@ class EvalHookCallback(TrainerCallback):
                 try:
                     if name not in self._prepared:
                         self._prepared[name] = prepare_benchmark(name, data_root=self.data_root, data=self.data, image_root=self.image_root,
-                                                                 limit=self.limit, max_new_tokens=self.max_new_tokens)  # fmt: skip
+                                                                 limit=self.limits.get(name, self.limit), max_new_tokens=self.max_new_tokens)  # fmt: skip
                     result = evaluate_prepared(backend, self._prepared[name], out_dir, batch_size=self.batch_size)
                 except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
                     logger.error("eval hook: %s failed at step %d (training continues): %s: %s", name, step, type(err).__name__, err)

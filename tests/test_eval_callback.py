@@ -114,3 +114,15 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
     assert main(["eval", "run", "--model", str(tmp_path / "run" / "checkpoint-1"), "--benchmarks", "oric_bench", "--data-root", str(oric),
                  "--limit", "3", "--batch-size", "2", "--dtype", "float32", "--out", str(tmp_path / "single")]) == 0  # fmt: skip
     assert hooked == read_predictions(tmp_path / "single" / "oric_bench" / "predictions.jsonl")
+
+
+def test_per_benchmark_limits_in_eval_benchmarks() -> None:
+    from eval_hooks.callback import EvalHookCallback, parse_benchmark_limits
+    from veritune.errors import UserError
+
+    assert parse_benchmark_limits(["pope:200", "oric_bench_r1", "my_pkg.bench.Mine:5"]) == (
+        ["pope", "oric_bench_r1", "my_pkg.bench.Mine"], {"pope": 200, "my_pkg.bench.Mine": 5})  # fmt: skip
+    hook = EvalHookCallback(["pope:3", "oric_bench"], None, limit=10)
+    assert (hook.benchmarks, hook.limits.get("pope", hook.limit), hook.limits.get("oric_bench", hook.limit)) == (["pope", "oric_bench"], 3, 10)
+    with pytest.raises(UserError, match="expected NAME or NAME:LIMIT"):
+        parse_benchmark_limits(["pope:all"])
