@@ -315,3 +315,12 @@ def test_eval_run_on_the_new_benchmarks_matches_eval_score(tiny_qwen3vl: Path, t
         assert len(predictions.read_text().splitlines()) == ran["counts"]["predicted"] > 0
         assert ran["counts"]["missing_images"] == 0
         assert rescore(name, data, predictions, limit=4)["metrics"] == ran["metrics"], name
+
+
+def test_tsv_images_go_to_the_cache_when_the_folder_cannot_be_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = tsv_file(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("a file where the image folder would go")  # mkdir under it fails, even for root
+    items = get_benchmark("mmstar").load(data, blocked)
+    assert (tmp_path / "cache" / "veritune" / "tsv_images") in items[0].images[0].parents and not items[0].missing_images

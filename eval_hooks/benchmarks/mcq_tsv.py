@@ -4,7 +4,8 @@ Columns: ``index``, ``image`` (base64; a short value is the ``index`` of the row
 as VLMEvalKit stores repeated images) or ``image_path``, ``question``, option columns ``A``, ``B``, ...
 (empty cells are absent options), ``answer`` (a letter), and optionally ``hint``, ``category``,
 ``l2-category``. Embedded images are decoded once into ``<file stem>_images/`` beside the TSV (or under
-the image root when one is given), so reruns and the runner read plain files.
+the image root when one is given; under ``~/.cache/veritune/tsv_images/`` when that folder is read-only),
+so reruns and the runner read plain files.
 
 Prompt: the hint when present, the question, the lettered options, and a request for the letter alone.
 Scoring: the letter from the shared option grader (an explicit letter first, then an option's text);
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import os
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +32,22 @@ FIELDS = ("index", "question", "answer")
 
 def _blank(value: Any) -> bool:
     return value is None or str(value).strip() in ("", "nan", "NaN", "None")
+
+
+def _writable_image_dir(preferred: Path, data_path: Path) -> Path:
+    """Where the decoded images go: beside the TSV, or (a read-only dataset folder) a per-file folder in
+    the user's cache."""
+    try:
+        preferred.mkdir(parents=True, exist_ok=True)
+        probe = preferred / ".veritune-write-test"
+        probe.touch()
+        probe.unlink()
+        return preferred
+    except OSError:
+        digest = hashlib.sha256(str(data_path.resolve()).encode()).hexdigest()[:16]
+        fallback = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "veritune" / "tsv_images" / f"{data_path.stem}-{digest}"
+        fallback.mkdir(parents=True, exist_ok=True)
+        return fallback
 
 
 def mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
@@ -60,7 +79,7 @@ class McqTsv(Benchmark):
         letters = [letter for letter in OPTION_LETTERS if letter in rows[0]]
         if len(letters) < 2:
             raise UserError(f"{data_path}: expected option columns A, B, ... (found {', '.join(letters) or 'none'})")
-        image_dir = (Path(image_root) if image_root else data_path.parent) / f"{data_path.stem}_images"
+        image_dir = _writable_image_dir((Path(image_root) if image_root else data_path.parent) / f"{data_path.stem}_images", data_path)
         by_index = {str(row["index"]): row for row in rows}
         items = []
         for number, row in enumerate(rows, start=2):
