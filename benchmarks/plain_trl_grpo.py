@@ -28,7 +28,7 @@ INSTRUCTION = (
 
 PROFILES = {
     "tiny": dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
-                 max_completion_length=24, learning_rate=1e-4, use_cpu=True, activation_checkpointing=False),
+                 max_completion_length=24, learning_rate=1e-4, use_cpu=True, activation_checkpointing=False, optim="adamw_torch"),
     "oric-gpu": dict(per_device_train_batch_size=1, gradient_accumulation_steps=8, num_generations=8,
                      max_completion_length=256, learning_rate=2e-6, bf16=True, activation_checkpointing=True),
 }  # fmt: skip
