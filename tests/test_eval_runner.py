@@ -176,3 +176,13 @@ def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, ori
     two = read_predictions(tmp_path / "two" / "oric_bench" / "predictions.jsonl")
     assert len(two) == 16 and two == read_predictions(tmp_path / "one" / "oric_bench" / "predictions.jsonl")
     assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 16  # written once, by the main process
+
+
+def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "run", "--model", "unused", "--benchmarks", "oric_bench", "--data-root", str(oric), "--out", str(tmp_path), "--backend", "vllm"])
+    assert exit_info.value.code == 2 and "vLLM is not installed" in capsys.readouterr().err
