@@ -1,10 +1,11 @@
 """The baseline for the wrapper-overhead benchmark: the tiny GRPO configuration written as a minimal
 plain-TRL script, with none of veritune's recipe parsing, data checks or callbacks.
 
-    python benchmarks/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu]
+    python benchmarks/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu|oric-smoke]
 
 ``tiny`` mirrors ``recipes/tiny_oric_demo.yaml`` on a CPU; ``oric-gpu`` mirrors ``recipes/qwen3vl_oric.yaml``
-as ``benchmarks/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16).
+as ``benchmarks/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16);
+``oric-smoke`` is that step on a CPU in float32 (``bench_gpu.py --smoke``).
 """
 
 from __future__ import annotations
@@ -31,8 +32,11 @@ PROFILES = {
                  max_completion_length=24, learning_rate=1e-4, use_cpu=True, activation_checkpointing=False, optim="adamw_torch"),
     "oric-gpu": dict(per_device_train_batch_size=1, gradient_accumulation_steps=8, num_generations=8,
                      max_completion_length=256, learning_rate=2e-6, bf16=True, activation_checkpointing=True),
+    # the oric-gpu step on a CPU in float32: bench_gpu.py --smoke checks the GPU benchmark's code path
+    "oric-smoke": dict(per_device_train_batch_size=1, gradient_accumulation_steps=8, num_generations=8,
+                       max_completion_length=256, learning_rate=2e-6, use_cpu=True, activation_checkpointing=True),
 }  # fmt: skip
-MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704}
+MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704, "oric-smoke": 4096}
 
 
 def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int, profile: str = "tiny") -> None:
