@@ -28,7 +28,7 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
-from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark
+from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges
 from veritune.errors import UserError
 
 logger = logging.getLogger("veritune.eval")
@@ -102,6 +102,7 @@ class EvalHookCallback(TrainerCallback):
         max_new_tokens: int | None = None,
     ) -> None:
         self.benchmarks, self.limits = parse_benchmark_limits(benchmarks)
+        require_judges(self.benchmarks, None)  # the hook has no LLM judge: judged suites are scored with `eval score`
         self.data_root = Path(data_root) if data_root else None
         self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None

@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.evaluate import evaluate, headline_metrics, parse_benchmark_names, prepare_benchmarks, rescore
+from eval_hooks.evaluate import (
+    evaluate,
+    headline_metrics,
+    parse_benchmark_names,
+    prepare_benchmarks,
+    require_judges,
+    rescore,
+)
 from eval_hooks.registry import BENCHMARKS
 from veritune.errors import UserError
 
@@ -109,6 +116,7 @@ def _run(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)  # before the model loads: a wrong path fails fast
     judge = _judge(args)
+    require_judges([entry.name for entry in prepared], judge)
     backend = get_backend(args.backend, args.model, args.dtype)
     results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge)
     if PartialState().is_main_process:
@@ -122,8 +130,10 @@ def _watch(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         raise UserError(f"run directory not found: {args.run_dir}")
-    steps = watch(args.run_dir, _prepare(args), batch_size=args.batch_size, interval=args.interval, once=args.once,
-                  idle_timeout=args.timeout, backend=args.backend, dtype=args.dtype, judge=_judge(args))  # fmt: skip
+    prepared, judge = _prepare(args), _judge(args)
+    require_judges([entry.name for entry in prepared], judge)
+    steps = watch(args.run_dir, prepared, batch_size=args.batch_size, interval=args.interval, once=args.once,
+                  idle_timeout=args.timeout, backend=args.backend, dtype=args.dtype, judge=judge)  # fmt: skip
     print(f"evaluated checkpoints: {', '.join(map(str, steps)) or 'none new'}")
     return 0
 

@@ -116,6 +116,14 @@ def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: di
             "unresolved_share": 100 * (total - rules) / total if total else 0.0}  # fmt: skip
 
 
+def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
+    """Benchmarks that only an LLM judge can score (``requires_judge``: MMHal-Bench, HaloQuest) need one."""
+    if judge is None:
+        needing = [name for name in names if getattr(get_benchmark(name), "requires_judge", False)]
+        if needing:
+            raise UserError(f"{', '.join(needing)}: scored by an LLM judge: give --judge-base-url and --judge-model")
+
+
 def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str], judge: AnswerJudge | None = None) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``)."""
@@ -127,6 +135,7 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
             "(were they made on another file or subset?)"
         )
     benchmark = get_benchmark(name)
+    require_judges([name], judge)
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)

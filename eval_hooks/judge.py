@@ -68,6 +68,8 @@ class AnswerJudge:
         from data_builders.llm_client import ChatClient
 
         self.model = model
+        self._settings = {"base_url": base_url, "cache_path": cache_path, "api_key_env": api_key_env, "concurrency": concurrency}
+        self._rubric_clients: dict[tuple[float, int | None], Any] = {}
         self.client = ChatClient(base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency,
                                  temperature=0.0, max_tokens=8)  # fmt: skip
 
@@ -75,6 +77,8 @@ class AnswerJudge:
         """Predictions with judge-resolved answers substituted, and the resolution record."""
         if getattr(benchmark, "judge_mode", "") == "gt_answer_details":
             return self._hallusion(items, predictions)
+        if getattr(benchmark, "judge_mode", "") == "rubric":
+            return self._rubric(benchmark, items, predictions)
         fmt = getattr(benchmark, "answer_format", "")
         answered = [item for item in items if item.id in predictions and not item.missing_images]
         if fmt not in ASK:
@@ -115,7 +119,39 @@ class AnswerJudge:
             steps["judge"] += 1
         return resolved, self._record(steps, len(answered), mode="gt_answer_details")
 
-    def _record(self, steps: Counter[str], total: int, mode: str = "unresolved_answers") -> dict[str, Any]:
+    def rubric_client(self, temperature: float, max_tokens: int | None) -> Any:
+        """A client on the same endpoint, model and cache with a benchmark's own sampling settings."""
+        from data_builders.llm_client import ChatClient
+
+        key = (temperature, max_tokens)
+        if key not in self._rubric_clients:
+            self._rubric_clients[key] = ChatClient(self._settings["base_url"], self.model, cache_path=self._settings["cache_path"],
+                                                   api_key_env=self._settings["api_key_env"], concurrency=self._settings["concurrency"],
+                                                   temperature=temperature, max_tokens=max_tokens)  # fmt: skip
+        return self._rubric_clients[key]
+
+    def _rubric(self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
+        answered = [item for item in items if item.id in predictions and not item.missing_images]
+        requests = [benchmark.judge_request(item, predictions[item.id]) for item in answered]  # type: ignore[attr-defined]
+        client = self.rubric_client(getattr(benchmark, "judge_temperature", 0.0), getattr(benchmark, "judge_max_tokens", None))
+        ordered: list[str] = [""] * len(requests)
+        for system in dict.fromkeys(system for _, system in requests):  # one batch per system message (usually one)
+            indices = [i for i, (_, sys_msg) in enumerate(requests) if sys_msg == system]
+            replies = client.complete_many([requests[i][0] for i in indices], system=system, desc=f"judge {benchmark.name}")
+            for i, reply in zip(indices, replies):
+                ordered[i] = reply
+        resolved = dict(predictions)
+        steps: Counter[str] = Counter()
+        for item, reply in zip(answered, ordered):
+            verdict = benchmark.judge_verdict(item, reply)  # type: ignore[attr-defined]
+            resolved[item.id] = "" if verdict is None else verdict
+            steps["judge" if verdict is not None else "unresolved"] += 1
+        record = self._record(steps, len(answered), mode="rubric", client=client)
+        record["reviews"] = {item.id: reply for item, reply in zip(answered, ordered)}
+        return resolved, record
+
+    def _record(self, steps: Counter[str], total: int, mode: str = "unresolved_answers", client: Any = None) -> dict[str, Any]:
+        client = client or self.client
         shares = {f"{step}_share": 100 * steps[step] / total if total else 0.0 for step in ("rules", "judge", "unresolved")}
         return {"model": self.model, "mode": mode, "applies": True, "answers": total, **{k: steps[k] for k in ("rules", "judge", "unresolved")},
-                **shares, "requests_sent": self.client.requests_sent, "cache_hits": self.client.cache_hits}  # fmt: skip
+                **shares, "requests_sent": client.requests_sent, "cache_hits": client.cache_hits}  # fmt: skip

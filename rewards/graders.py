@@ -287,3 +287,79 @@ def extract_count(text: Any) -> tuple[int | None, str]:
     if match:
         return ROMAN_NUMERALS[match.group(1) or match.group(2)], "roman"
     return None, "unresolved"
+
+
+# ------------------------------------------------------------- hallucination suites (benchB, issue 18)
+# Each function below reproduces one benchmark's official answer parsing; the scorers in
+# eval_hooks/benchmarks/ call them and nothing else.
+
+
+def substring_yes_no(text: Any, not_means_no: bool = False) -> YesNo | None:
+    """The parse of RePOPE's and DASH-B's ``src/eval_utils.py``: "yes" when the lower-cased answer contains
+    the substring "yes" (anywhere: "eyes" counts), else "no" when it contains "no" (also "not", "know",
+    "snow"); RePOPE also maps "not" to no, which "no" already covers. None (counted in neither class)
+    otherwise."""
+    lowered = (completion_text(text) or "")[:_MAX_SCAN_CHARS].lower()
+    if "yes" in lowered:
+        return "yes"
+    if "no" in lowered or (not_means_no and "not" in lowered):
+        return "no"
+    return None
+
+
+_NATURALBENCH_WORDS = {"yes_no": ("yes", "no"), "multiple_choice": ("A", "B")}
+
+
+def naturalbench_answer(text: Any, question_type: str) -> int:
+    """NaturalBench's ``extract_answer`` (``naturalbench_vqa.py``): find the first whole-word, case-insensitive
+    occurrence of "yes" and "no" ("A" and "B" for multiple choice, so the article "a" counts as A); 1 when
+    only the first word occurs or it occurs first, 0 for the second, -1 when neither does."""
+    first, second = _NATURALBENCH_WORDS.get(question_type, ("yes", "no"))
+    text = (completion_text(text) or "")[:_MAX_SCAN_CHARS]
+    positions = []
+    for word in (first, second):
+        match = re.search(r"\b" + re.escape(word) + r"\b", text, re.IGNORECASE)
+        positions.append(match.start() if match else -1)
+    if positions == [-1, -1]:
+        return -1
+    if -1 not in positions:
+        return 1 if positions[0] < positions[1] else 0
+    return 0 if positions[0] == -1 else 1
+
+
+def single_character_option(text: Any) -> str | None:
+    """CRPE's ``eval_crpe.py`` reading: the stripped answer is the option only when it is one character
+    (compared case-sensitively with the correct letter); any longer answer is invalid (None, wrong)."""
+    text = (completion_text(text) or "").strip()
+    return text if len(text) == 1 else None
+
+
+def mmhal_rating(review: Any) -> int:
+    """MMHal-Bench's rating parse (``summarize_gpt_mmhal.py``): the digit s in 0..6 for which
+    "rating: s" occurs in the lower-cased review; 0 when none or several do."""
+    lowered = (completion_text(review) or "").lower()
+    found = [score for score in range(7) if f"rating: {score}" in lowered]
+    return found[0] if len(found) == 1 else 0
+
+
+_STRICT_JUDGE_YES_NO = re.compile(r"^(yes|no)$", re.IGNORECASE)
+
+
+def mmvp_judge_grade(reply: Any) -> YesNo | None:
+    """MMVP's ``gpt_grader.py`` reading of the grader's reply: exactly "yes" or "no" (any case, nothing
+    around it); anything else is undetermined (None: the answer is not credited)."""
+    text = completion_text(reply) or ""
+    return text.lower() if _STRICT_JUDGE_YES_NO.match(text) else None  # type: ignore[return-value]
+
+
+_JSON_BOOL = re.compile(r'"?is_prediction_correct"?\s*[:=]\s*"?(true|false)"?', re.IGNORECASE)
+
+
+def haloquest_verdict(reply: Any) -> bool | None:
+    """HaloQuest's auto-eval field ``is_prediction_correct`` from the judge's structured reply (a JSON
+    object, possibly in a code fence, or ``is_prediction_correct: true``); None when it is absent."""
+    text = (completion_text(reply) or "")[:_MAX_SCAN_CHARS]
+    matches = _JSON_BOOL.findall(text)
+    if len({m.lower() for m in matches}) != 1:
+        return None
+    return matches[0].lower() == "true"
