@@ -8,13 +8,20 @@ import importlib
 from eval_hooks.base import Benchmark
 from eval_hooks.benchmarks.amber import AmberDiscriminative
 from eval_hooks.benchmarks.amber_generative import AmberGenerative
+from eval_hooks.benchmarks.crpe import CrpeRelation
+from eval_hooks.benchmarks.dash import DashB
 from eval_hooks.benchmarks.finer import Finer
 from eval_hooks.benchmarks.hallusionbench import HallusionBench
+from eval_hooks.benchmarks.haloquest import HaloQuest
 from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
 from eval_hooks.benchmarks.mioh import Mioh
+from eval_hooks.benchmarks.mmhal import MmhalBench
+from eval_hooks.benchmarks.mmvp import Mmvp
+from eval_hooks.benchmarks.naturalbench import NaturalBench
 from eval_hooks.benchmarks.orbit import Orbit
 from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
+from eval_hooks.benchmarks.repope import RePope
 from veritune.errors import UserError
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
@@ -29,6 +36,13 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "orbit": Orbit,
     "mmstar": MMStar,
     "mcq_tsv": McqTsv,
+    "mmvp": Mmvp,
+    "naturalbench": NaturalBench,
+    "repope": RePope,
+    "crpe_relation": CrpeRelation,
+    "dash_b": DashB,
+    "mmhal": MmhalBench,
+    "haloquest": HaloQuest,
 }
 
 

@@ -1,0 +1,125 @@
+"""HaloQuest (google/haloquest, ECCV 2024): open questions built to trigger hallucinations, judged by an LLM.
+
+Release layout: ``haloquest-eval.csv`` (608 questions; vendored, CC-BY-4.0) with an unnamed index column
+and ``image_name``, ``url``, ``image type`` (real / generated), ``hallucination type`` (false premises,
+visually challenging, insufficient context), ``question``, ``groundtruth responses`` (several
+references joined by "; ") and ``split``; the images (downloaded from ``url``) in ``images/`` under
+``image_name``. The prompt is the question.
+
+Scored as the repository's ``HaloQuest_Colab.ipynb`` auto-eval: every answer goes to the configured LLM
+judge (``--judge-base-url/--judge-model``; this benchmark cannot be scored without one) with the
+notebook's prompt (question, model response and the joined ground-truth responses), and the judge's
+``is_prediction_correct`` decides; the score is the share of correct answers in percent, overall, per
+hallucination type (the three subsets) and per image type, as the README's leaderboard reports.
+Deviations: the notebook queries Gemini 1.5 Pro through langfun, which renders the prompt (veritune
+removes its indentation, as langfun's template does) and adds langfun's own structured-output
+instructions for the ``PredictionEvaluation`` schema; veritune instead appends a plain request for a JSON
+object with the same six fields, and reads ``is_prediction_correct`` from it (a reply without it is
+unresolved and wrong). The judge is whatever model the endpoint serves, recorded in
+``answer_resolution.model``. Generation is greedy with 256 new tokens. An item whose image is missing
+is wrong.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from eval_hooks.base import Benchmark, EvalItem
+from rewards.graders import haloquest_verdict
+from veritune.errors import UserError
+from veritune.io import read_table
+
+FIELDS = ("image_name", "image type", "hallucination type", "question", "groundtruth responses")
+SUBSETS = ("false premises", "visually challenging", "insufficient context")
+VERDICT = {True: "[judge] correct", False: "[judge] incorrect"}
+
+# The auto-eval prompt of HaloQuest_Colab.ipynb (protocol data: wording reproduced exactly).
+JUDGE_PROMPT = textwrap.dedent("""
+  Your task is to determine if the model response is correct given the question and groundtruth response.
+  Ensure to interpret the model response in accordance to the the question.
+
+  If the question asks about a detail of an element that is not present in the image, A prediction of "yes", "no" or "nothing" should be considered incorrect because it inaccurately suggests that the element is presented in the image.
+  The correct prediction in such cases should acknowledge the absence of the element in question by stating the element is not present.
+  If prediction says that it can not assist or cannot provide an answer, then the prediction is incorrect.
+  If the question is about counting, then the prediction is correct only it matches the groundtruth counts exactly.
+
+  question={question},
+  model_response={model_response}
+  groundtruth_response={groundtruth_response},
+""").strip()  # fmt: skip
+# veritune's stand-in for langfun's structured-output instructions (the notebook's PredictionEvaluation schema)
+SCHEMA_REQUEST = (
+    "\n\nReply with a JSON object with exactly these fields: question (str), model_response (str), groundtruth_response (str), "
+    "sentence_interpret_model_response_main_point (str), sentence_interpret_groundtruth_response_main_point (str), "
+    "is_prediction_correct (bool)."
+)
+
+
+class HaloQuest(Benchmark):
+    name = "haloquest"
+    default_max_new_tokens = 256
+    requires_judge = True
+    judge_mode = "rubric"
+    judge_temperature = 0.0
+    judge_max_tokens: int | None = 512
+    data_layout = "haloquest/haloquest-eval.csv (official) with images in haloquest/images/<image_name>"
+
+    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
+        return data_root / "haloquest" / "haloquest-eval.csv", data_root / "haloquest" / "images"
+
+    def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
+        data_path = Path(data_path)
+        if data_path.is_dir():
+            data_path = data_path / "haloquest-eval.csv"
+        rows = read_table(data_path, what="HaloQuest CSV")
+        root = Path(image_root) if image_root else data_path.parent / "images"
+        items = []
+        for index, row in enumerate(rows):
+            if not set(FIELDS) <= row.keys():
+                raise UserError(f"{data_path}: row {index + 1}: expected HaloQuest columns {', '.join(FIELDS)}")
+            image = root / str(row["image_name"])
+            key = str(row.get("") or index)  # the release's unnamed index column
+            items.append(EvalItem(id=key, prompt=str(row["question"]), images=[image], max_new_tokens=self.default_max_new_tokens,
+                                  meta={"question": str(row["question"]), "answer": str(row["groundtruth responses"]),
+                                        "hallucination_type": str(row["hallucination type"]), "image_type": str(row["image type"])},
+                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+        if len({item.id for item in items}) != len(items):
+            raise UserError(f"{data_path}: the index column repeats a value; each row needs its own")
+        return items
+
+    def judge_request(self, item: EvalItem, prediction: str) -> tuple[str, None]:
+        prompt = JUDGE_PROMPT.format(
+            question=item.meta["question"], model_response=prediction, groundtruth_response=item.meta["answer"]
+        )
+        return prompt + SCHEMA_REQUEST, None
+
+    def judge_verdict(self, item: EvalItem, reply: str) -> str | None:
+        verdict = haloquest_verdict(reply)
+        return None if verdict is None else VERDICT[verdict]
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        correct = []
+        for item in items:
+            text = predictions.get(item.id, "")
+            if text and not item.missing_images and not text.startswith("[judge] "):
+                raise UserError(
+                    f"{self.name}: item {item.id}: not a judge verdict; HaloQuest is scored by an LLM judge (--judge-base-url, --judge-model)"
+                )
+            correct.append(not item.missing_images and text == VERDICT[True])
+        metrics = {"score": 100 * sum(correct) / len(items) if items else 0.0}
+        tables = {}
+        for key, column in (("hallucination_type", "hallucination type"), ("image_type", "image type")):
+            rows = []
+            values = sorted(
+                {item.meta[key] for item in items},
+                key=lambda v: (v not in SUBSETS, SUBSETS.index(v) if v in SUBSETS else 0, v),
+            )
+            for value in values:
+                flags = [c for c, item in zip(correct, items) if item.meta[key] == value]
+                rows.append({column: value, "questions": len(flags), "score": 100 * sum(flags) / len(flags)})
+                metrics[f"{value.replace(' ', '_')}/score"] = 100 * sum(flags) / len(flags)
+            tables[f"per_{key}"] = rows
+        counts = {"items": len(items), "missing_images": sum(bool(i.missing_images) for i in items)}
+        return {"metrics": metrics, "tables": tables, "counts": counts}
