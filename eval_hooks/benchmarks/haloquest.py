@@ -2,7 +2,7 @@
 
 Release layout: ``haloquest-eval.csv`` (608 questions; vendored, CC-BY-4.0) with an unnamed index column
 and ``image_name``, ``url``, ``image type`` (real / generated), ``hallucination type`` (false premises,
-visually challenging, insufficient context), ``question``, ``groundtruth responses`` (several
+visual challenge, insufficient context), ``question``, ``groundtruth responses`` (several
 references joined by "; ") and ``split``; the images (downloaded from ``url``) in ``images/`` under
 ``image_name``. The prompt is the question.
 
@@ -32,7 +32,7 @@ from veritune.errors import UserError
 from veritune.io import read_table
 
 FIELDS = ("image_name", "image type", "hallucination type", "question", "groundtruth responses")
-SUBSETS = ("false premises", "visually challenging", "insufficient context")
+SUBSETS = ("false premises", "visual challenge", "insufficient context")
 VERDICT = {True: "[judge] correct", False: "[judge] incorrect"}
 
 # The auto-eval prompt of HaloQuest_Colab.ipynb (protocol data: wording reproduced exactly).

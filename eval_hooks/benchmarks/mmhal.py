@@ -3,7 +3,8 @@
 Release layout (the Shengcao1006/MMHal-Bench dataset): ``response_template.json``, a JSON list of records
 with ``question_type``, ``question_topic``, ``image_id``, ``image_src`` (the image's URL), ``image_content``
 (a list of object names), ``question``, ``gt_answer`` and ``model_answer`` (empty in the release); the
-images in ``images/`` under the file name of ``image_src``. The prompt is the question.
+images in ``images/`` under the file name of ``image_src``. The prompt is the question alone, generated
+greedily with up to 1,024 new tokens, as ``Eval/model_vqa_mmhal.py`` does.
 
 Scored as ``Eval/eval_gpt_mmhal.py`` and ``Eval/summarize_gpt_mmhal.py`` (read, not copied: GPL-3.0):
 every answer goes to the configured LLM judge (``--judge-base-url/--judge-model``; this benchmark cannot
@@ -14,7 +15,7 @@ the average score, the hallucination rate (share of ratings below 3, in percent)
 question type. Deviations: the judge is whatever model the endpoint serves (the paper used GPT-4-0314;
 the FINER paper substituted GPT-4.1-mini), recorded in ``answer_resolution.model``; the types come from
 each record's ``question_type`` (the official script assumes the 96 records in release order and takes
-``i % 8``, which is the same on the release); generation is greedy with 512 new tokens; ``--limit``
+``i % 8``, which is the same on the release); ``--limit``
 scores a prefix (the official script asserts all 96). An item whose image is missing is scored 0.
 """
 
@@ -107,7 +108,7 @@ To evaluate the LMM responses, first, begin your evaluation by providing a short
 
 class MmhalBench(Benchmark):
     name = "mmhal"
-    default_max_new_tokens = 512
+    default_max_new_tokens = 1024
     requires_judge = True
     judge_mode = "rubric"
     judge_temperature = 0.0
