@@ -146,7 +146,8 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
     if resolution is not None:
         result["answer_resolution"] = resolution
         for step in ("rules", "judge", "unresolved"):  # logged with the metrics: a rising unresolved share is a format problem
-            result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
+            if f"{step}_share" in resolution:  # absent when the judge does not apply to the benchmark
+                result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
     return result
 
 
