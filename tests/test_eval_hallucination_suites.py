@@ -268,6 +268,7 @@ def test_crpe_single_letter_and_circular_groups(tmp_path: Path) -> None:
     result = rescore("crpe_relation", data, write_predictions(tmp_path / "p.jsonl", answers))
     assert result["metrics"]["exist/accuracy"] == 100.0 and result["metrics"]["subject/accuracy"] == 0.0
     assert result["metrics"]["average"] == 50.0 and result["metrics"]["relation_average"] == 0.0
+    assert result["metrics"]["total"] == 50.0  # one of the two groups
     assert result["counts"]["invalid_answers"] == 1
     lower = dict(right, **{"0": right["0"].lower()})  # case-sensitive comparison, as eval_crpe.py
     assert (

@@ -9,9 +9,11 @@ question appears four times in a row within its category, its options rotated (c
 Scored as ``all-seeing-v2/llava/eval/eval_crpe.py``: the stripped answer is taken as the selected option
 only when it is a single character (anything longer is invalid and wrong), compared case-sensitively
 with ``correct_option``; per category, answers are taken in file order in groups of four, and a group
-counts only when all four are right; accuracy per category in percent. ``average`` is the mean over
-the categories present and ``relation_average`` the mean over subject, predicate and object (veritune's
-summaries; the official script prints each category). The official per-category answer-letter
+counts only when all four are right; accuracy per category in percent. ``total`` pools the groups of
+every category (the FINER paper's "Tot." column of Table 14 and "CRPE_R Acc." of Table 2, which are not
+the mean of its Sub./Pred./Obj. columns); ``average`` is the mean over the categories present and
+``relation_average`` the mean over subject, predicate and object (veritune's summaries; the official
+script prints each category). The official per-category answer-letter
 frequencies are reported as a table. Generation budget 128 new tokens (``model_vqa_loader``'s default),
 greedy (its ``--temperature 0``). A group cut by ``--limit`` is left out; an item whose image is missing
 is wrong.
@@ -82,6 +84,8 @@ class CrpeRelation(Benchmark):
             rows.append({"category": category, "questions": len(groups), "accuracy": accuracy,
                          "answer_letters": dict(sorted(frequencies.get(category, Counter()).items()))})  # fmt: skip
             metrics[f"{category}/accuracy"] = accuracy
+        all_groups = sum(row["questions"] for row in rows)
+        metrics["total"] = sum(row["accuracy"] * row["questions"] for row in rows) / all_groups if all_groups else 0.0
         metrics["average"] = sum(row["accuracy"] for row in rows) / len(rows) if rows else 0.0
         relation = [row["accuracy"] for row in rows if row["category"] in RELATION_CATEGORIES]
         if relation:
