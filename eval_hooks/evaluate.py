@@ -14,7 +14,7 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
-from eval_hooks.registry import get_benchmark
+from eval_hooks.registry import BENCHMARKS, get_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE, Backend, read_predictions, run_items
 from veritune.errors import UserError
 from veritune.io import atomic_write_json
@@ -119,7 +119,7 @@ def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: di
 def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
     """Benchmarks that only an LLM judge can score (``requires_judge``: MMHal-Bench, HaloQuest) need one."""
     if judge is None:
-        needing = [name for name in names if getattr(get_benchmark(name), "requires_judge", False)]
+        needing = [name for name in names if name in BENCHMARKS and getattr(BENCHMARKS[name], "requires_judge", False)]
         if needing:
             raise UserError(f"{', '.join(needing)}: scored by an LLM judge: give --judge-base-url and --judge-model")
 
@@ -135,7 +135,8 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
             "(were they made on another file or subset?)"
         )
     benchmark = get_benchmark(name)
-    require_judges([name], judge)
+    if judge is None and getattr(benchmark, "requires_judge", False):
+        raise UserError(f"{name}: scored by an LLM judge: give --judge-base-url and --judge-model")
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)
