@@ -482,3 +482,42 @@ def test_all_seven_run_end_to_end_and_rescore(
     for name in ("mmvp", "mmhal", "haloquest"):
         assert json.loads((out / name / "metrics.json").read_text())["answer_resolution"]["model"] == "judge-e2e"
     assert re.search(r"\d", json.dumps(json.loads((out / "naturalbench" / "metrics.json").read_text())["metrics"]))
+
+
+def test_naturalbench_json_layout_and_partial_groups(tmp_path: Path) -> None:
+    rows = [{"Index": 7, "Image_0": "a.png", "Image_1": "b.png", "Question_0": "Is it red?", "Question_1": "Is it blue?",
+             "Image_0_Question_0": "Yes", "Image_1_Question_0": "No", "Image_0_Question_1": "No", "Image_1_Question_1": "Yes",
+             "Question_Type": "yes_no"}]  # fmt: skip
+    image(tmp_path / "a.png", 1)
+    image(tmp_path / "b.png", 2)
+    path = tmp_path / "naturalbench.json"
+    path.write_text(json.dumps(rows))
+    items = get_benchmark("naturalbench").load(path)
+    assert [item.images[0].name for item in items] == ["a.png", "b.png", "a.png", "b.png"] and not any(
+        i.missing_images for i in items
+    )
+    result = rescore(
+        "naturalbench", path, write_predictions(tmp_path / "p.jsonl", {"7/q0_i0": "yes", "7/q0_i1": "no"}), limit=2
+    )
+    assert result["counts"]["incomplete_groups"] == 1 and result["metrics"]["G_Acc"] == 0.0  # a cut group is left out
+
+
+def test_mmvp_limit_leaves_a_cut_pair_out(tmp_path: Path) -> None:
+    data = write_mmvp(tmp_path)
+    result = rescore(
+        "mmvp", data, write_predictions(tmp_path / "p.jsonl", {"1": "(a)", "2": "(b)", "3": "(a)"}), limit=3
+    )
+    assert (result["counts"]["pairs"], result["counts"]["incomplete_pairs"], result["metrics"]["pair_accuracy"]) == (
+        1,
+        1,
+        100.0,
+    )
+
+
+def test_training_hook_refuses_judged_suites() -> None:
+    from eval_hooks.callback import EvalHookCallback
+    from veritune.errors import UserError
+
+    with pytest.raises(UserError, match="haloquest: scored by an LLM judge"):
+        EvalHookCallback(["pope", "haloquest:20"], "data")
+    EvalHookCallback(["pope", "dash_b", "mmvp"], "data")  # the others need no judge
