@@ -436,10 +436,6 @@ def test_all_seven_run_end_to_end_and_rescore(
             "mmhal": write_mmhal(tmp_path / "mmhal"), "haloquest": write_haloquest(tmp_path / "hq")}  # fmt: skip
     images = {"repope": tmp_path / "repope" / "coco"}
     names = ",".join(data)
-    with pytest.raises(SystemExit):  # judged suites without a judge: refused before any model loads
-        main(["eval", "run", "--model", str(tmp_path / "no-model"), "--benchmarks", names, "--out", str(tmp_path / "x"),
-              *[f"--data={k}={v}" for k, v in data.items()]])  # fmt: skip
-    assert "mmhal, haloquest: scored by an LLM judge" in capsys.readouterr().err
     out = tmp_path / "out"
     with FakeChatServer(any_judge) as server:
         judge = [
@@ -521,3 +517,17 @@ def test_training_hook_refuses_judged_suites() -> None:
     with pytest.raises(UserError, match="haloquest: scored by an LLM judge"):
         EvalHookCallback(["pope", "haloquest:20"], "data")
     EvalHookCallback(["pope", "dash_b", "mmvp"], "data")  # the others need no judge
+
+
+def test_eval_run_refuses_judged_suites_without_a_judge_before_loading_a_model(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = {
+        "dash_b": write_dash(tmp_path / "dash" / "images"),
+        "mmhal": write_mmhal(tmp_path / "mmhal"),
+        "haloquest": write_haloquest(tmp_path / "hq"),
+    }
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "run", "--model", str(tmp_path / "no-model"), "--benchmarks", ",".join(data), "--out", str(tmp_path / "x"),
+              *[f"--data={k}={v}" for k, v in data.items()]])  # fmt: skip
+    assert exit_info.value.code == 2 and "mmhal, haloquest: scored by an LLM judge" in capsys.readouterr().err
