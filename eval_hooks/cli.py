@@ -8,14 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.evaluate import (
-    evaluate,
-    headline_metrics,
-    parse_benchmark_names,
-    prepare_benchmarks,
-    require_judges,
-    rescore,
-)
+from eval_hooks.evaluate import evaluate, headline_metrics, parse_benchmark_names, prepare_benchmarks, rescore
 from eval_hooks.registry import BENCHMARKS
 from veritune.errors import UserError
 
@@ -116,7 +109,9 @@ def _run(args: argparse.Namespace) -> int:
 
     prepared = _prepare(args)  # before the model loads: a wrong path fails fast
     judge = _judge(args)
-    require_judges([entry.name for entry in prepared], judge)
+    from eval_hooks.evaluate import require_judges
+
+    require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
     backend = get_backend(args.backend, args.model, args.dtype)
     results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge)
     if PartialState().is_main_process:
@@ -130,6 +125,8 @@ def _watch(args: argparse.Namespace) -> int:
 
     if not args.run_dir.is_dir():
         raise UserError(f"run directory not found: {args.run_dir}")
+    from eval_hooks.evaluate import require_judges
+
     prepared, judge = _prepare(args), _judge(args)
     require_judges([entry.name for entry in prepared], judge)
     steps = watch(args.run_dir, prepared, batch_size=args.batch_size, interval=args.interval, once=args.once,
