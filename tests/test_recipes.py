@@ -79,7 +79,9 @@ def test_lora_recipe_targets_language_model_attention_only() -> None:
 
 
 def test_command_line_overrides_recipe() -> None:
-    script_args, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--learning_rate", "1e-6", "--max_prompt_length", "512")
+    script_args, args, _ = parse_grpo(
+        REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--learning_rate", "1e-6", "--max_prompt_length", "512"
+    )
     assert args.learning_rate == 1e-6
     assert script_args.max_prompt_length == 512
 
@@ -109,7 +111,9 @@ def test_recipe_that_is_not_a_mapping(tmp_path: Path) -> None:
 
 
 def test_generation_batch_not_divisible_names_the_numbers_tiny() -> None:
-    with pytest.raises(UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"):
+    with pytest.raises(
+        UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"
+    ):
         parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generations", "3")
 
 
@@ -124,7 +128,9 @@ def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
 def test_dpo_recipe_loads(recipe: Path) -> None:
     from finetune.configs import DPOScriptArguments, VeritunDPOConfig
 
-    script_args, training_args, model_args = parse_recipe([str(recipe), *ON_CPU], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig))
+    script_args, training_args, model_args = parse_recipe(
+        [str(recipe), *ON_CPU], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+    )
     assert model_args.model_name_or_path and training_args.beta == 0.1 and training_args.loss_type == ["sigmoid"]
     assert (REPO_ROOT / script_args.accelerate_config).is_file()
 
@@ -146,7 +152,9 @@ def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed here")
     with pytest.raises(UserError, match=rf"{flag[2:]}: .* need the {package} package, not installed here"):
-        parse_recipe(["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))
+        parse_recipe(
+            ["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+        )
 
 
 def completions_per_optimizer_step(args: VeritunGRPOConfig) -> int:
@@ -197,7 +205,9 @@ def test_global_batch_prompts_recomputes_accumulation_per_process_count(
 def test_launch_that_cannot_reach_the_global_batch_is_refused(monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
     """3 GPUs cannot split 128 completions into whole micro-batches of 8; 32 GPUs would need 256."""
     monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: processes))
-    with pytest.raises(UserError, match=rf"global_batch_prompts: 16 prompts .* = 128 completions .* x {processes} process"):
+    with pytest.raises(
+        UserError, match=rf"global_batch_prompts: 16 prompts .* = 128 completions .* x {processes} process"
+    ):
         parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
 
 
@@ -213,7 +223,11 @@ def test_table_9_launch_lines_give_4_processes() -> None:
 
     assert yaml.safe_load((REPO_ROOT / "recipes/accelerate/zero3.yaml").read_text())["num_processes"] == 4
     for source in ("README.md", "finetune/grpo.py", "recipes/qwen3vl_oric.yaml", "recipes/qwen3vl_oric_lora.yaml"):
-        lines = [line for line in (REPO_ROOT / source).read_text().splitlines() if "accelerate launch" in line and "grpo.py" in line]
+        lines = [
+            line
+            for line in (REPO_ROOT / source).read_text().splitlines()
+            if "accelerate launch" in line and "grpo.py" in line
+        ]
         assert lines, source
         assert all("--num_processes 4" in line for line in lines), (source, lines)
 
@@ -231,7 +245,9 @@ PAPER_BENCHMARKS = {
 
 
 @pytest.mark.parametrize(
-    "recipe", sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.name.startswith("tiny_")), ids=lambda p: p.name
+    "recipe",
+    sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.name.startswith("tiny_")),
+    ids=lambda p: p.name,
 )
 def test_real_recipe_evaluates_its_papers_benchmarks_with_limits(recipe: Path) -> None:
     from eval_hooks.callback import parse_benchmark_limits
