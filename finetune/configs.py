@@ -168,32 +168,39 @@ class VeritunGRPOConfig(GRPOConfig):
                 f"of them, or num_generations ({self.num_generations}), so that it is a multiple of num_generations"
             ) from None
         if self.global_batch_prompts is not None:
-            self.gradient_accumulation_steps = self._accumulation_for_global_batch(written_accumulation)
+            processes = self._process_count()
+            self.gradient_accumulation_steps = self._accumulation_for_global_batch(written_accumulation, processes)
             self.steps_per_generation = explicit_steps_per_generation or self.gradient_accumulation_steps
-            self.generation_batch_size = self.per_device_train_batch_size * self.world_size * self.steps_per_generation
+            self.generation_batch_size = self.per_device_train_batch_size * processes * self.steps_per_generation
             if self.generation_batch_size % self.num_generations:
                 raise UserError(
                     f"steps_per_generation: {self.steps_per_generation} gives a generation batch of "
                     f"{self.generation_batch_size} completions, not a multiple of num_generations ({self.num_generations})"
                 )
 
-    def _accumulation_for_global_batch(self, written: int) -> int:
+    def _process_count(self) -> int:
+        """The processes of this launch. Accelerate reports one process at this point under a multi-process
+        DeepSpeed launch on CPUs (its CPU path skips the process group it has not set up yet); the launcher's
+        WORLD_SIZE is the count then. On GPUs the two agree."""
+        launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        return self.world_size if self.world_size > 1 else launched
+
+    def _accumulation_for_global_batch(self, written: int, processes: int) -> int:
         completions = self.global_batch_prompts * self.num_generations
-        per_step = self.per_device_train_batch_size * self.world_size
+        per_step = self.per_device_train_batch_size * processes
         if self.global_batch_prompts <= 0 or completions % per_step:
             raise UserError(
                 f"global_batch_prompts: {self.global_batch_prompts} prompts x num_generations ({self.num_generations}) "
                 f"= {completions} completions per optimizer step is not reachable with per_device_train_batch_size "
-                f"({self.per_device_train_batch_size}) x {self.world_size} process(es) = {per_step} per micro-step; "
-                "launch with a process count that divides it (e.g. --num_processes 4) or change "
-                "per_device_train_batch_size"
+                f"({self.per_device_train_batch_size}) x {processes} process(es) = {per_step} per micro-step; "
+                f"launch on N processes with {self.per_device_train_batch_size} x N dividing {completions} "
+                "(--num_processes N), or change per_device_train_batch_size"
             )
         steps = completions // per_step
         if steps != written:
             logging.getLogger("veritune.grpo").warning(
                 "gradient_accumulation_steps %d -> %d: keeps the global batch at %d prompts (%d completions) on %d "
-                "process(es)", written, steps, self.global_batch_prompts, completions,
-                self.world_size,
+                "process(es)", written, steps, self.global_batch_prompts, completions, processes,
             )  # fmt: skip
         return steps
 

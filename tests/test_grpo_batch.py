@@ -58,3 +58,25 @@ def test_unreachable_global_batch_is_one_error_line(tiny_qwen3vl: Path) -> None:
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: global_batch_prompts: 3 prompts x num_generations (4) = 12 completions")
     assert "Traceback" not in result.stderr
+
+
+def test_three_process_launch_of_the_table_9_recipe_is_refused_before_loading() -> None:
+    """A real 3-process accelerate launch: 128 completions per step do not split into micro-steps of 8 x 3."""
+    import socket
+    import subprocess
+    import sys
+
+    from helpers import REPO_ROOT, entry_env
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/zero3.yaml",
+               "--num_processes", "3", "--mixed_precision", "no", "--main_process_port", str(port),
+               "finetune/grpo.py", "recipes/qwen3vl_oric.yaml", "--bf16", "false"]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 3  # one line per rank, before any model is loaded
+    assert all("x 3 process(es) = 24 per micro-step" in line for line in errors)
+    assert "cannot load" not in result.stderr
