@@ -144,7 +144,8 @@ class VeritunGRPOConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         require_optional_packages(self)
-        explicit_steps_per_generation, written_accumulation = self.steps_per_generation, self.gradient_accumulation_steps
+        explicit_steps_per_generation = self.steps_per_generation
+        written_accumulation = self.gradient_accumulation_steps
         if self.global_batch_prompts is not None:
             if self.generation_batch_size is not None:
                 raise UserError(
@@ -175,7 +176,8 @@ class VeritunGRPOConfig(GRPOConfig):
             if self.generation_batch_size % self.num_generations:
                 raise UserError(
                     f"steps_per_generation: {self.steps_per_generation} gives a generation batch of "
-                    f"{self.generation_batch_size} completions, not a multiple of num_generations ({self.num_generations})"
+                    f"{self.generation_batch_size} completions, not a multiple of num_generations "
+                    f"({self.num_generations})"
                 )
 
     def _process_count(self) -> int:

@@ -87,7 +87,8 @@ def test_pair_with_two_images_is_refused_naming_its_rows(tmp_path: Path) -> None
     data = write_finer_csv(tmp_path / "finer.csv", ("a.jpg", "b.jpg"))
     with pytest.raises(
         UserError,
-        match=r"finer\.csv: rows 2-3: the q\+ and q- rows of a pair must ask about the same image, found 'a\.jpg' and 'b\.jpg'",
+        match=r"finer\.csv: rows 2-3: the q\+ and q- rows of a pair must ask about the same image, "
+        r"found 'a\.jpg' and 'b\.jpg'",
     ):
         Finer().load(data)
 
