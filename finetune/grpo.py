@@ -17,9 +17,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from trl import GRPOTrainer
-
 from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+from finetune.grpo_trainer import VeritunGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
 from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
@@ -59,7 +58,7 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         logger.warning("dropped %s", line)
 
     # ---- Train
-    trainer = GRPOTrainer(
+    trainer = VeritunGRPOTrainer(  # TRL's, with rollout tables W&B can store (finetune/grpo_trainer.py)
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,

@@ -13,7 +13,8 @@ RECIPE = "recipes/tiny_oric_demo.yaml"
 @pytest.fixture(scope="module")
 def batch_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One optimizer step of 2 prompts x G = 4 completions, accumulated over 2 micro-steps of 4, with the
-    completion tables on (the tiny recipe's per_device_train_batch_size is 4, written for accumulation 2)."""
+    completion tables on, images included, logging to an offline W&B run (the tiny recipe's
+    per_device_train_batch_size is 4; its accumulation is overridden with a wrong 7 to see it recomputed)."""
     from conftest import write_oric_fixture
 
     root = tmp_path_factory.mktemp("grpo-batch")
@@ -22,9 +23,9 @@ def batch_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     result = run_entry(
         "grpo.py", RECIPE,
         "--model_name_or_path", tiny_qwen3vl, "--dataset_path", dataset, "--image_root", images,
-        "--output_dir", output_dir, "--max_steps", "1", "--save_steps", "1", "--report_to", "none",
+        "--output_dir", output_dir, "--max_steps", "1", "--save_steps", "1",
         "--global_batch_prompts", "2", "--gradient_accumulation_steps", "7",
-        "--log_completions", "true", "--num_completions_to_print", "2", "--log_multimodal", "false",
+        "--log_completions", "true", "--num_completions_to_print", "2",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     assert "gradient_accumulation_steps 7 -> 2" in result.stderr
@@ -46,6 +47,20 @@ def test_completion_table_has_a_column_per_reward(batch_run: Path) -> None:
     table = pd.read_parquet(batch_run / "completions" / "completions_00001.parquet")
     assert {"step", "prompt", "completion", "accuracy_reward", "format_reward", "advantage"} <= set(table.columns)
     assert table["accuracy_reward"].isin([0.0, 1.0]).all()
+
+
+def test_wandb_rollout_table_holds_text_prompts_and_reward_columns(batch_run: Path) -> None:
+    """TRL's table of VLM chat messages (image and text parts mixed) is refused by W&B's type check; the
+    entry point's trainer logs them as text, so the run reaches its end and the table is in the W&B run."""
+    import json
+
+    tables = sorted((batch_run / "wandb").rglob("media/table/completions_*.table.json"))
+    assert tables
+    table = json.loads(tables[-1].read_text())
+    assert table["columns"][:6] == ["step", "prompt", "completion", "accuracy_reward", "format_reward", "advantage"]
+    assert len(table["data"]) == 2 * 4
+    prompt = table["data"][0][1]
+    assert prompt.startswith("user: <image> Is there a") and "<SOLUTION>" in prompt
 
 
 def test_unreachable_global_batch_is_one_error_line(tiny_qwen3vl: Path) -> None:
