@@ -8,6 +8,7 @@ A recipe is a flat YAML file whose keys map one-to-one onto these dataclasses (s
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -125,10 +126,38 @@ def require_optional_packages(config: object) -> None:
 
 @dataclass
 class VeritunGRPOConfig(GRPOConfig):
-    """TRL's ``GRPOConfig``, whose batch-size check names the numbers to change."""
+    """TRL's ``GRPOConfig`` plus a global batch counted in prompts; its batch-size checks name the numbers to change.
+
+    TRL counts ``per_device_train_batch_size`` in completions (G of them per prompt), while the ORIC trainer
+    (Visual-RFT, open-r1-multimodal style) counts it in prompts. ``global_batch_prompts`` states the
+    paper's batch once, as prompts per optimizer step over all processes, and derives
+    ``gradient_accumulation_steps`` from it on whatever process count the run is launched with.
+    """
+
+    global_batch_prompts: int | None = field(
+        default=None,
+        metadata={"help": "Prompts per optimizer step over all processes, each sampled num_generations times (ORIC "
+                  "Table 9: 1 prompt x 4 accumulation x 4 GPUs = 16). When set, gradient_accumulation_steps is "
+                  "global_batch_prompts x num_generations / (per_device_train_batch_size x processes), and a launch "
+                  "whose process count cannot reach that batch exactly is refused."},  # fmt: skip
+    )
 
     def __post_init__(self) -> None:
         require_optional_packages(self)
+        explicit_steps_per_generation = self.steps_per_generation
+        written_accumulation = self.gradient_accumulation_steps
+        if self.global_batch_prompts is not None:
+            if self.generation_batch_size is not None:
+                raise UserError(
+                    "generation_batch_size: cannot be set together with global_batch_prompts (the generation batch "
+                    "follows from it); set steps_per_generation instead to reuse a generation over several steps"
+                )
+            # Provisional, from the launcher's WORLD_SIZE (TRL checks the generation batch before the
+            # process count is known here); recomputed below from the real process count.
+            launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+            completions = self.global_batch_prompts * self.num_generations
+            if self.global_batch_prompts > 0 and completions % (self.per_device_train_batch_size * launched) == 0:
+                self.gradient_accumulation_steps = max(1, completions // (self.per_device_train_batch_size * launched))
         try:
             super().__post_init__()
         except ValueError as err:
@@ -139,6 +168,43 @@ class VeritunGRPOConfig(GRPOConfig):
                 f"x processes ({self.world_size}) x steps_per_generation ({self.steps_per_generation}); change one "
                 f"of them, or num_generations ({self.num_generations}), so that it is a multiple of num_generations"
             ) from None
+        if self.global_batch_prompts is not None:
+            processes = self._process_count()
+            self.gradient_accumulation_steps = self._accumulation_for_global_batch(written_accumulation, processes)
+            self.steps_per_generation = explicit_steps_per_generation or self.gradient_accumulation_steps
+            self.generation_batch_size = self.per_device_train_batch_size * processes * self.steps_per_generation
+            if self.generation_batch_size % self.num_generations:
+                raise UserError(
+                    f"steps_per_generation: {self.steps_per_generation} gives a generation batch of "
+                    f"{self.generation_batch_size} completions, not a multiple of num_generations "
+                    f"({self.num_generations})"
+                )
+
+    def _process_count(self) -> int:
+        """The processes of this launch. Accelerate reports one process at this point under a multi-process
+        DeepSpeed launch on CPUs (its CPU path skips the process group it has not set up yet); the launcher's
+        WORLD_SIZE is the count then. On GPUs the two agree."""
+        launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
+        return self.world_size if self.world_size > 1 else launched
+
+    def _accumulation_for_global_batch(self, written: int, processes: int) -> int:
+        completions = self.global_batch_prompts * self.num_generations
+        per_step = self.per_device_train_batch_size * processes
+        if self.global_batch_prompts <= 0 or completions % per_step:
+            raise UserError(
+                f"global_batch_prompts: {self.global_batch_prompts} prompts x num_generations ({self.num_generations}) "
+                f"= {completions} completions per optimizer step is not reachable with per_device_train_batch_size "
+                f"({self.per_device_train_batch_size}) x {processes} process(es) = {per_step} per micro-step; "
+                f"launch on N processes with {self.per_device_train_batch_size} x N dividing {completions} "
+                "(--num_processes N), or change per_device_train_batch_size"
+            )
+        steps = completions // per_step
+        if steps != written:
+            logging.getLogger("veritune.grpo").warning(
+                "gradient_accumulation_steps %d -> %d: keeps the global batch at %d prompts (%d completions) on %d "
+                "process(es)", written, steps, self.global_batch_prompts, completions, processes,
+            )  # fmt: skip
+        return steps
 
 
 @dataclass

@@ -1,8 +1,11 @@
 """GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
 
-    accelerate launch --config_file recipes/accelerate/zero3.yaml finetune/grpo.py recipes/qwen3vl_oric.yaml
+    accelerate launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py recipes/qwen3vl_oric.yaml
 
-Any recipe key can be overridden on the command line (``--learning_rate 1e-6``). Each question is wrapped
+The recipe states its global batch in prompts (``global_batch_prompts``: Table 9's 16 prompts x G = 8 = 128
+completions per optimizer step); gradient accumulation is derived from it and the process count, and a
+launch whose process count cannot reach that batch exactly is refused with one ``error:`` line before any
+model loads. Any recipe key can be overridden on the command line (``--learning_rate 1e-6``). Each question is wrapped
 in the R1-style prompt of ORIC Fig. 11; the reward is ``accuracy + format`` (both weight 1) as in the
 paper. Where this departs from the paper: TRL's GRPO computes the group z-score with the group's standard
 deviation plus a small constant (``scale_rewards: group``) and the per-sequence 1/|o_i| normalisation is
@@ -14,9 +17,8 @@ from __future__ import annotations
 import logging
 import sys
 
-from trl import GRPOTrainer
-
 from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+from finetune.grpo_trainer import VeritunGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
 from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
@@ -56,7 +58,7 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         logger.warning("dropped %s", line)
 
     # ---- Train
-    trainer = GRPOTrainer(
+    trainer = VeritunGRPOTrainer(  # TRL's, with rollout tables W&B can store (finetune/grpo_trainer.py)
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,

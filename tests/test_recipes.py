@@ -54,7 +54,8 @@ def test_qwen3vl_oric_recipe_equals_table_9() -> None:
     assert args.weight_decay == 0.0
     assert args.bf16 is True
     assert args.max_grad_norm == 1.0
-    assert args.per_device_train_batch_size == 1
+    assert args.global_batch_prompts == 16  # Table 9's batch in prompts: 1 x 4 accumulation x 4 GPUs
+    assert args.per_device_train_batch_size == 8  # TRL counts completions: Table 9's 1 prompt x G = 8
     assert args.gradient_accumulation_steps == 4
     assert args.temperature == 0.7
     assert args.top_p == 0.8
@@ -78,7 +79,9 @@ def test_lora_recipe_targets_language_model_attention_only() -> None:
 
 
 def test_command_line_overrides_recipe() -> None:
-    script_args, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--learning_rate", "1e-6", "--max_prompt_length", "512")
+    script_args, args, _ = parse_grpo(
+        REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--learning_rate", "1e-6", "--max_prompt_length", "512"
+    )
     assert args.learning_rate == 1e-6
     assert script_args.max_prompt_length == 512
 
@@ -108,7 +111,9 @@ def test_recipe_that_is_not_a_mapping(tmp_path: Path) -> None:
 
 
 def test_generation_batch_not_divisible_names_the_numbers_tiny() -> None:
-    with pytest.raises(UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"):
+    with pytest.raises(
+        UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"
+    ):
         parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generations", "3")
 
 
@@ -123,7 +128,9 @@ def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
 def test_dpo_recipe_loads(recipe: Path) -> None:
     from finetune.configs import DPOScriptArguments, VeritunDPOConfig
 
-    script_args, training_args, model_args = parse_recipe([str(recipe), *ON_CPU], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig))
+    script_args, training_args, model_args = parse_recipe(
+        [str(recipe), *ON_CPU], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+    )
     assert model_args.model_name_or_path and training_args.beta == 0.1 and training_args.loss_type == ["sigmoid"]
     assert (REPO_ROOT / script_args.accelerate_config).is_file()
 
@@ -145,4 +152,118 @@ def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
     if importlib.util.find_spec(package) is not None:
         pytest.skip(f"{package} is installed here")
     with pytest.raises(UserError, match=rf"{flag[2:]}: .* need the {package} package, not installed here"):
-        parse_recipe(["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))
+        parse_recipe(
+            ["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+        )
+
+
+def completions_per_optimizer_step(args: VeritunGRPOConfig) -> int:
+    return args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
+
+
+@pytest.mark.parametrize("recipe", ["qwen3vl_oric.yaml", "qwen3vl_oric_lora.yaml"])
+def test_grpo_recipe_steps_take_table_9_prompts_and_completions_on_4_gpus(recipe: str) -> None:
+    """ORIC Table 9 (paper's trainer counts prompts): 1 prompt x 4 accumulation x 4 GPUs = 16 prompts,
+    each sampled G = 8 times = 128 completions per optimizer step, one generation per step."""
+    from trl.trainer.utils import RepeatSampler
+
+    _, args, _ = parse_grpo(REPO_ROOT / "recipes" / recipe)
+    assert args.world_size == 4
+    assert completions_per_optimizer_step(args) == 128
+    assert args.steps_per_generation == args.gradient_accumulation_steps  # on-policy: one generation per step
+    assert args.generation_batch_size == 128
+    # TRL's own sampler, built as GRPOTrainer builds it: the first optimizer step's indices.
+    sampler = RepeatSampler(
+        list(range(600)),
+        mini_repeat_count=args.num_generations,
+        batch_size=args.generation_batch_size // args.num_generations,
+        repeat_count=args.steps_per_generation,
+        seed=args.seed,
+    )
+    first_generation = list(sampler)[: args.generation_batch_size]
+    assert len(first_generation) == 128
+    assert len(set(first_generation)) == 16
+    # 600 prompts at 16 per step: 37 full steps per epoch (the sampler drops an incomplete batch), 555 optimizer
+    # steps in 15 epochs, not the ~4,500 of 2 prompts per step.
+    # Each generation batch is yielded steps_per_generation times (one fetch per micro-step, all processes).
+    steps_per_epoch = len(sampler) // args.generation_batch_size // args.gradient_accumulation_steps
+    assert steps_per_epoch * args.num_train_epochs == 555
+
+
+@pytest.mark.parametrize(("processes", "accumulation"), [(1, 16), (2, 8), (8, 2), (16, 1)])
+def test_global_batch_prompts_recomputes_accumulation_per_process_count(
+    monkeypatch: pytest.MonkeyPatch, processes: int, accumulation: int
+) -> None:
+    monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: processes))
+    _, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
+    assert args.gradient_accumulation_steps == accumulation
+    assert args.steps_per_generation == accumulation
+    assert completions_per_optimizer_step(args) == args.generation_batch_size == 16 * 8
+
+
+@pytest.mark.parametrize("processes", [3, 32])
+def test_launch_that_cannot_reach_the_global_batch_is_refused(monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
+    """3 GPUs cannot split 128 completions into whole micro-batches of 8; 32 GPUs would need 256."""
+    monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: processes))
+    with pytest.raises(
+        UserError, match=rf"global_batch_prompts: 16 prompts .* = 128 completions .* x {processes} process"
+    ):
+        parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
+
+
+def test_global_batch_prompts_with_generation_batch_size_is_refused() -> None:
+    with pytest.raises(UserError, match="generation_batch_size: cannot be set together with global_batch_prompts"):
+        parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--generation_batch_size", "128")
+
+
+def test_table_9_launch_lines_give_4_processes() -> None:
+    """The README and the entry point's docstring launch the ORIC recipe on the 4 processes it expects, and
+    zero3.yaml itself says 4."""
+    import yaml
+
+    assert yaml.safe_load((REPO_ROOT / "recipes/accelerate/zero3.yaml").read_text())["num_processes"] == 4
+    for source in ("README.md", "finetune/grpo.py", "recipes/qwen3vl_oric.yaml", "recipes/qwen3vl_oric_lora.yaml"):
+        lines = [
+            line
+            for line in (REPO_ROOT / source).read_text().splitlines()
+            if "accelerate launch" in line and "grpo.py" in line
+        ]
+        assert lines, source
+        assert all("--num_processes 4" in line for line in lines), (source, lines)
+
+
+def test_real_grpo_recipes_log_completion_tables() -> None:
+    for recipe in ("qwen3vl_oric.yaml", "qwen3vl_oric_lora.yaml"):
+        _, args, _ = parse_grpo(REPO_ROOT / "recipes" / recipe)
+        assert args.log_completions and args.num_completions_to_print == 8
+
+
+PAPER_BENCHMARKS = {
+    "oric": {"oric_bench", "amber_discriminative", "hallusionbench"},  # ORIC Sec. 5, Fig. 5
+    "finer": {"finer", "pope", "amber_discriminative", "hallusionbench"},  # FINER Tables 1-2
+}
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.name.startswith("tiny_")),
+    ids=lambda p: p.name,
+)
+def test_real_recipe_evaluates_its_papers_benchmarks_with_limits(recipe: Path) -> None:
+    from eval_hooks.callback import parse_benchmark_limits
+    from eval_hooks.registry import get_benchmark
+
+    raw = load_recipe(recipe, GRPO_TYPES if "oric" in recipe.name else _dpo_types())
+    assert raw["eval_on_save"] is True
+    assert raw["eval_data_root"] == "data/benchmarks"
+    names, limits = parse_benchmark_limits(raw["eval_benchmarks"])
+    assert set(names) == PAPER_BENCHMARKS["oric" if "oric" in recipe.name else "finer"]
+    assert set(limits) == set(names) and all(n > 0 for n in limits.values())
+    for name in names:
+        get_benchmark(name)  # every name is registered
+
+
+def _dpo_types() -> tuple[type, ...]:
+    from finetune.configs import DPOScriptArguments, VeritunDPOConfig
+
+    return (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)

@@ -89,14 +89,49 @@ def words(text: str) -> list[str]:
     return _WORDS.findall(text.lower())
 
 
+# Irregular plurals of nouns that scene captions name often; the regular ones are handled by rule.
+_IRREGULAR_PLURALS = {
+    "men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot", "teeth": "tooth",
+    "mice": "mouse", "geese": "goose", "oxen": "ox", "dice": "die", "sheep": "sheep", "fish": "fish",
+}  # fmt: skip
+
+
+def word_forms(word: str) -> set[str]:
+    """The word and the singulars it may be the plural (or possessive) of.
+
+    >>> [one in word_forms(word) for word, one in [("boxes", "box"), ("berries", "berry"), ("knives", "knife")]]
+    [True, True, True]
+    >>> "woman" in word_forms("women"), "dog" in word_forms("dog's")
+    (True, True)
+    >>> "car" in word_forms("carpet")
+    False
+    """
+    word = word.lower()
+    forms = {word}
+    if word.endswith("'s"):
+        word = word[:-2]
+        forms.add(word)
+    if word in _IRREGULAR_PLURALS:
+        forms.add(_IRREGULAR_PLURALS[word])
+    if word.endswith("ies") and len(word) > 4:
+        forms.add(word[:-3] + "y")
+    if word.endswith("ves") and len(word) > 4:
+        forms.update((word[:-3] + "f", word[:-3] + "fe"))
+    if word.endswith("es") and len(word) > 3:
+        forms.add(word[:-2])
+    if word.endswith("s") and not word.endswith("ss") and len(word) > 2:
+        forms.add(word[:-1])
+    return forms
+
+
 def mentioned(item: str, text: str) -> bool:
-    """Whether the head noun of ``item`` (its last word, singular or plural) occurs in ``text``."""
+    """Whether the head noun of ``item`` (its last word) occurs in ``text`` as a whole word, singular or plural:
+    ``a car`` is not in "a carpet", ``a cat`` is not in "a dog catching a ball", ``two cats`` is in "a cat"."""
     item_words = words(item)
     if not item_words:
         return False
-    head = item_words[-1]
-    forms = {head, head[:-1] if head.endswith("s") else head, head[:-2] if head.endswith("es") else head}
-    return any(re.search(rf"\b{re.escape(form)}", text.lower()) for form in forms if len(form) > 1)
+    head = word_forms(item_words[-1])
+    return any(head & word_forms(word) for word in words(text))
 
 
 def changed_units(before: list[str], after: list[str]) -> list[int]:

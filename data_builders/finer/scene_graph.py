@@ -166,7 +166,24 @@ def parse_scene_graph(record: Any, where: str) -> SceneGraph:
                     f"{where}: object {obj.name!r} (object_index {obj.index}): relation {number} {rel.rel!r} points to "
                     f"missing object {' and '.join(missing)}"
                 )
+    _rehome_relations(objects)
     return SceneGraph(image.strip(), example_id, objects)
+
+
+def _rehome_relations(objects: list[SceneObject]) -> None:
+    """Move every relation to the object it names as ``object_a``, with its negatives.
+
+    Builders read a relation as "<owner> <rel> <object_b>"; one listed under another object (the cup's "is on
+    the table" under the cat) would otherwise make true-looking phrases about the wrong subject ("the cat that
+    is on the table"). Within each object, relations keep their file order.
+    """
+    by_index = {obj.index: obj for obj in objects}
+    for obj in objects:
+        stray = [rel for rel in obj.relations if rel.subject != obj.index]
+        if stray:
+            obj.relations = [rel for rel in obj.relations if rel.subject == obj.index]
+            for rel in stray:
+                by_index[rel.subject].relations.append(rel)
 
 
 def load_scene_graphs(path: Path) -> list[SceneGraph]:

@@ -4,7 +4,7 @@
 Files: CSV, TSV, JSON or JSON lines with the columns ``image, qtype, question, choice1..choice5,
 gt_index`` (veritune's builder adds ``k``); a directory holds any number of them. ``qtype`` is
 ``<setting>_pos`` or ``<setting>_neg``; rows come in pairs, the q+ row immediately followed by its q−
-row, and a file whose rows do not pair up this way is refused with the row named.
+row about the same image, and a file whose rows do not pair up this way is refused with the rows named.
 
 ``gt_index`` is 0-based, as veritune writes it; a file whose indices run 1..5 (a 5 and no 0) is read as
 1-based, and the result records which base was used.
@@ -80,6 +80,10 @@ class Finer(Benchmark):
                     qtypes = ", ".join(str(row["qtype"]) for row in pair)
                     raise UserError(f"{path}: rows {index + 2}-{index + 3}: expected a <setting>_pos row followed by its "
                                     f"<setting>_neg row, found {qtypes}")  # fmt: skip
+                images = [str(row["image"]).strip() for row in pair]
+                if images[0] != images[1]:  # a pair asks one image twice; the public scorer checks it
+                    raise UserError(f"{path}: rows {index + 2}-{index + 3}: the q+ and q- rows of a pair must ask about "
+                                    f"the same image, found {images[0]!r} and {images[1]!r}")  # fmt: skip
                 setting, k = kinds[0][0], str(pair[0].get("k") or "").strip()
                 match = _SETTING_K.match(setting)
                 if match and not k:
