@@ -8,13 +8,18 @@ import importlib
 from eval_hooks.base import Benchmark
 from eval_hooks.benchmarks.amber import AmberDiscriminative
 from eval_hooks.benchmarks.amber_generative import AmberGenerative
+from eval_hooks.benchmarks.chartqa import ChartQA
 from eval_hooks.benchmarks.finer import Finer
 from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
 from eval_hooks.benchmarks.mioh import Mioh
+from eval_hooks.benchmarks.mme import MME
 from eval_hooks.benchmarks.orbit import Orbit
 from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
+from eval_hooks.benchmarks.textvqa import TextVQA
+from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv, YnTsv
+from eval_hooks.benchmarks.vstar import VStar
 from veritune.errors import UserError
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
@@ -29,6 +34,12 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "orbit": Orbit,
     "mmstar": MMStar,
     "mcq_tsv": McqTsv,
+    "mme": MME,
+    "textvqa": TextVQA,
+    "chartqa": ChartQA,
+    "vstar": VStar,
+    "tsv_yn": YnTsv,
+    "tsv_vqa": VqaTsv,
 }
 
 
