@@ -68,15 +68,18 @@ def vlmeval_mcq_prompt(question: str, options: dict[str, str], hint: str | None 
     return f"{head}Question: {question}\nOptions:\n{lines}Please select the correct answer from the options above. \n"
 
 
-def read_vlmeval_tsv(data_path: Path, what: str, fields: tuple[str, ...], layout: str) -> tuple[list[dict[str, Any]], Callable[[int, dict[str, Any]], Path]]:
-    """The rows of a VLMEvalKit TSV, checked for ``fields`` and an ``image`` or ``image_path`` column, and
-    a function ``(line number, row) -> image file`` (base64 cells decoded once, see the module docstring)."""
+def read_vlmeval_tsv(
+    data_path: Path, what: str, fields: tuple[str, ...], layout: str, columns: str
+) -> tuple[list[dict[str, Any]], Callable[[int, dict[str, Any], Path | None], Path]]:
+    """The rows of a VLMEvalKit TSV in ``layout`` (MCQ, Y/N, VQA: its ``columns`` named in errors), checked
+    for ``fields`` and an ``image`` or ``image_path`` column, and a function ``(line number, row, image
+    root) -> image file`` (base64 cells decoded once, see the module docstring)."""
     rows = read_table(data_path, what=f"{what} TSV file")
     if not rows:
-        raise UserError(f"{data_path}: no rows (expected VLMEvalKit's {layout} columns)")
+        raise UserError(f"{data_path}: no rows (expected VLMEvalKit's {layout} columns {columns})")
     missing = [f for f in fields if f not in rows[0]] or ([] if {"image", "image_path"} & rows[0].keys() else ["image"])
     if missing:
-        raise UserError(f"{data_path}: missing column '{missing[0]}' (VLMEvalKit {layout} files have {', '.join(fields)} and image or image_path)")
+        raise UserError(f"{data_path}: missing column '{missing[0]}' (VLMEvalKit {layout} files have {columns})")
     by_index = {str(row["index"]): row for row in rows}
     image_dirs: list[Path] = []
 
@@ -122,7 +125,7 @@ class McqTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows, image_of = read_vlmeval_tsv(data_path, self.name, FIELDS, "MCQ (index, image, question, A, B, ..., answer)")
+        rows, image_of = read_vlmeval_tsv(data_path, self.name, FIELDS, "MCQ", "index, image, question, A, B, ..., answer")
         letters = [letter for letter in OPTION_LETTERS if letter in rows[0]]
         if len(letters) < 2:
             raise UserError(f"{data_path}: expected option columns A, B, ... (found {', '.join(letters) or 'none'})")

@@ -104,7 +104,7 @@ class YnTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows, image_of = read_vlmeval_tsv(data_path, self.name, ("index", "question", "answer"), "Y/N (index, image, question, answer)")
+        rows, image_of = read_vlmeval_tsv(data_path, self.name, ("index", "question", "answer"), "Y/N", "index, image, question, answer (Yes/No)")
         indices = {str(row["index"]) for row in rows}
         items = []
         for number, row in enumerate(rows, start=2):
@@ -164,7 +164,7 @@ class VqaTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows, image_of = read_vlmeval_tsv(data_path, self.name, ("index", "question", "answer"), "VQA (index, image, question, answer)")
+        rows, image_of = read_vlmeval_tsv(data_path, self.name, ("index", "question", "answer"), "VQA", "index, image, question, answer")
         items = []
         for number, row in enumerate(rows, start=2):
             answers = parse_answers(row["answer"], f"{data_path}: line {number}")
