@@ -328,3 +328,36 @@ def test_general_preset_expands_with_its_limit() -> None:
     assert hook.final_benchmarks == [*PRESETS["general"], "pope"]
     assert hook.final_limits == dict.fromkeys(PRESETS["general"], 50)
     assert set(PRESETS["general"]) == {"mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar"}  # FINER Table 3
+
+
+def test_final_benchmarks_run_once_after_the_final_checkpoint(tiny_qwen3vl: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerControl, TrainerState, TrainingArguments
+
+    root = tmp_path / "data"
+    write_tsv(root / "MME.tsv", mme_rows())
+    write_tsv(root / "VStarBench.tsv", vstar_rows())
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl, dtype="float32").train()
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
+    control = TrainerControl()
+    hook = EvalHookCallback([], str(root), limit=2, batch_size=4, max_new_tokens=2, final_benchmarks=["mme", "vstar", "textvqa"])
+    state = TrainerState(max_steps=4)
+    with caplog.at_level("WARNING", logger="veritune.eval"):
+        hook.on_train_begin(args, state, control, processing_class=processor)
+    assert "final benchmark textvqa will be skipped" in caplog.text and "final benchmark mme" not in caplog.text  # said at the start
+    for step in (2, 4):  # a save mid-run evaluates nothing; the final save runs the final benchmarks
+        state.global_step = step
+        hook.on_save(args, state, control, model=model, processing_class=processor)
+    hook.on_train_end(args, state, control, model=model, processing_class=processor)  # already done: nothing more
+    eval_dir = tmp_path / "run" / "eval"
+    assert sorted(p.name for p in eval_dir.iterdir()) == ["checkpoint-4"]
+    assert sorted(p.name for p in (eval_dir / "checkpoint-4").iterdir()) == ["mme", "vstar"]  # textvqa's file is absent: skipped
+    logged = [row for row in state.log_history if "eval/mme/perception" in row]
+    assert len(logged) == 1 and logged[0]["step"] == 4 and "eval/vstar/accuracy" in logged[0]
+    assert model.training
+
+    # Training that ends on an unsaved step: the final benchmarks run on the final model at the end.
+    hook = EvalHookCallback([], str(root), limit=2, batch_size=4, max_new_tokens=2, final_benchmarks=["mme"])
+    state = TrainerState(max_steps=5, global_step=5)
+    hook.on_train_end(args, state, control, model=model, processing_class=processor)
+    assert json.loads((eval_dir / "checkpoint-5" / "mme" / "metrics.json").read_text())["counts"]["predicted"] == 2  # limit 2: one image pair
