@@ -108,7 +108,14 @@ def test_official_mme_parser(text: str, expected: str | None) -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("Yes, it is.", "yes"), ("No.", "no"), ("I think the answer is yes", "yes"), ("Yes, no doubt.", None), ("Maybe", None), ("not sure", None)],
+    [
+        ("Yes, it is.", "yes"),
+        ("No.", "no"),
+        ("I think the answer is yes", "yes"),
+        ("Yes, no doubt.", None),
+        ("Maybe", None),
+        ("not sure", None),
+    ],
 )
 def test_vlmevalkit_yes_no_extraction(text: str, expected: str | None) -> None:
     assert vlmeval_yes_no(text) == expected
@@ -149,12 +156,30 @@ def mme_rows() -> list[dict[str, Any]]:
 
 def textvqa_rows() -> list[dict[str, Any]]:
     """VLMEvalKit's TextVQA_VAL.tsv layout: the ten answers as a Python list literal."""
-    answers = [["two"] * 3 + ["2"] + ["three"] * 6, ["the stop sign"] * 2 + ["stop"] * 8, ["coca cola"] + ["pepsi"] * 9, ["nike"] * 10]
-    questions = ["how many bottles are there?", "what does the sign say?", "what brand is the drink?", "what brand are the shoes?"]
-    return [{"index": 34602 + i, "image": jpeg_base64("gray"), "question": q, "answer": repr(a)} for i, (q, a) in enumerate(zip(questions, answers))]
+    answers = [
+        ["two"] * 3 + ["2"] + ["three"] * 6,
+        ["the stop sign"] * 2 + ["stop"] * 8,
+        ["coca cola"] + ["pepsi"] * 9,
+        ["nike"] * 10,
+    ]
+    questions = [
+        "how many bottles are there?",
+        "what does the sign say?",
+        "what brand is the drink?",
+        "what brand are the shoes?",
+    ]
+    return [
+        {"index": 34602 + i, "image": jpeg_base64("gray"), "question": q, "answer": repr(a)}
+        for i, (q, a) in enumerate(zip(questions, answers))
+    ]
 
 
-TEXTVQA_PREDICTIONS = {"34602": "Two", "34603": "Stop Sign.", "34604": "Coca-Cola", "34605": "adidas"}  # 1 + 0.6 + 0.3 + 0 -> 47.5
+TEXTVQA_PREDICTIONS = {
+    "34602": "Two",
+    "34603": "Stop Sign.",
+    "34604": "Coca-Cola",
+    "34605": "adidas",
+}  # 1 + 0.6 + 0.3 + 0 -> 47.5
 
 
 def chartqa_rows() -> list[dict[str, Any]]:
@@ -162,10 +187,19 @@ def chartqa_rows() -> list[dict[str, Any]]:
     cases = [("human", "What is the value of the tallest bar?", "100"), ("human", "What is the value in 2019?", "100"),
              ("augmented", "What share of people said yes?", "12%"), ("augmented", "Is the red line above the blue one?", "Yes"),
              ("augmented", "How many bars are below zero?", "0")]  # fmt: skip
-    return [{"index": i, "image": jpeg_base64("yellow"), "question": q, "answer": a, "split": s} for i, (s, q, a) in enumerate(cases)]
+    return [
+        {"index": i, "image": jpeg_base64("yellow"), "question": q, "answer": a, "split": s}
+        for i, (s, q, a) in enumerate(cases)
+    ]
 
 
-CHARTQA_PREDICTIONS = {"0": "105", "1": "105.1", "2": "0.12", "3": " yes ", "4": "0.0"}  # human 1/2, augmented 2/3, overall 3/5
+CHARTQA_PREDICTIONS = {
+    "0": "105",
+    "1": "105.1",
+    "2": "0.12",
+    "3": " yes ",
+    "4": "0.0",
+}  # human 1/2, augmented 2/3, overall 3/5
 
 
 def vstar_rows() -> list[dict[str, Any]]:
@@ -186,14 +220,28 @@ def vstar_rows() -> list[dict[str, Any]]:
 
 def test_mme_acc_plus_needs_both_questions_of_an_image(tmp_path: Path) -> None:
     items = get_benchmark("mme").load(write_tsv(tmp_path / "MME.tsv", mme_rows()), None)
-    assert items[0].prompt == "Is there a train in this image? Please answer yes or no." and items[0].max_new_tokens == 16
+    assert (
+        items[0].prompt == "Is there a train in this image? Please answer yes or no." and items[0].max_new_tokens == 16
+    )
     assert items[0].images == items[1].images and not items[0].missing_images  # row 1 reuses row 0's picture
-    answers = {"0": "Yes", "1": "No, there is no bed.", "2": "Yes", "3": "Yes",  # existence: 3/4 right, 1 of 2 images both right
-               "4": "I think so", "5": "Yes", "6": "yes", "7": "NO"}  # code: image 1 "other" + wrong, image 2 both right
+    answers = {
+        "0": "Yes",
+        "1": "No, there is no bed.",
+        "2": "Yes",
+        "3": "Yes",  # existence: 3/4 right, 1 of 2 images both right
+        "4": "I think so",
+        "5": "Yes",
+        "6": "yes",
+        "7": "NO",
+    }  # code: image 1 "other" + wrong, image 2 both right
     result = get_benchmark("mme").score(items, answers)
     metrics = result["metrics"]
     assert (metrics["existence/acc"], metrics["existence/acc_plus"], metrics["existence/score"]) == (75.0, 50.0, 125.0)
-    assert (metrics["code_reasoning/acc"], metrics["code_reasoning/acc_plus"], metrics["code_reasoning/score"]) == (50.0, 50.0, 100.0)
+    assert (metrics["code_reasoning/acc"], metrics["code_reasoning/acc_plus"], metrics["code_reasoning/score"]) == (
+        50.0,
+        50.0,
+        100.0,
+    )
     assert (metrics["perception"], metrics["cognition"], metrics["total"]) == (125.0, 100.0, 225.0)
     assert result["counts"] == {"items": 8, "images": 4, "unpaired_images": 0, "other_answers": 1, "missing_images": 0}
     assert "OCR" in result["missing_subtasks"] and "existence" not in result["missing_subtasks"]
@@ -248,7 +296,11 @@ def test_generic_vqa_tsv_with_single_answers(tmp_path: Path) -> None:
     items = get_benchmark("tsv_vqa").load(write_tsv(tmp_path / "suite.tsv", rows), None)
     result = get_benchmark("tsv_vqa").score(items, {"0": "Red.", "1": "three", "2": "dog"})
     assert result["metrics"]["vqa_accuracy"] == pytest.approx(200 / 3)
-    assert (result["metrics"]["colour/vqa_accuracy"], result["metrics"]["count/vqa_accuracy"], result["metrics"]["animal/vqa_accuracy"]) == (100.0, 100.0, 0.0)
+    assert (
+        result["metrics"]["colour/vqa_accuracy"],
+        result["metrics"]["count/vqa_accuracy"],
+        result["metrics"]["animal/vqa_accuracy"],
+    ) == (100.0, 100.0, 0.0)
     assert result["counts"]["single_answer_items"] == 3
 
 
@@ -268,13 +320,19 @@ def test_chartqa_official_json_release_folder(tmp_path: Path) -> None:
     folder = tmp_path / "ChartQA Dataset" / "test"
     (folder / "png").mkdir(parents=True)
     Image.new("RGB", (30, 20), "white").save(folder / "png" / "two_col_1.png")
-    (folder / "test_human.json").write_text(json.dumps([{"imgname": "two_col_1.png", "query": "What is the highest value?", "label": "48.5"}]))
-    (folder / "test_augmented.json").write_text(json.dumps([{"imgname": "missing.png", "query": "Which year is lowest?", "label": "2015"}]))
+    (folder / "test_human.json").write_text(
+        json.dumps([{"imgname": "two_col_1.png", "query": "What is the highest value?", "label": "48.5"}])
+    )
+    (folder / "test_augmented.json").write_text(
+        json.dumps([{"imgname": "missing.png", "query": "Which year is lowest?", "label": "2015"}])
+    )
     items = get_benchmark("chartqa").load(folder, None)
     assert [item.id for item in items] == ["human/0", "augmented/0"]
     assert not items[0].missing_images and items[1].missing_images  # a missing chart is never right
     result = get_benchmark("chartqa").score(items, {"human/0": "50", "augmented/0": "2015"})
-    assert result["metrics"]["human/relaxed_accuracy"] == 100.0 and result["metrics"]["augmented/relaxed_accuracy"] == 0.0
+    assert (
+        result["metrics"]["human/relaxed_accuracy"] == 100.0 and result["metrics"]["augmented/relaxed_accuracy"] == 0.0
+    )
     (folder / "test_human.json").write_text(json.dumps([{"imgname": "two_col_1.png", "question": "?"}]))
     with pytest.raises(UserError, match=r"test_human.json: record 0: expected ChartQA fields imgname, query, label"):
         get_benchmark("chartqa").load(folder, None)
@@ -287,7 +345,9 @@ def test_vstar_uses_vlmevalkit_prompt_and_scores_per_subtask(tmp_path: Path) -> 
     items = get_benchmark("vstar").load(write_tsv(tmp_path / "VStarBench.tsv", vstar_rows()), None)
     assert items[1].prompt == ("Question: What is the material of the glove?\nOptions:\nA. rubber\nB. cotton\nC. leather\n"
                                "Please select the correct answer from the options above. \n")  # fmt: skip
-    result = get_benchmark("vstar").score(items, {"0": "C", "1": "B. cotton", "2": "The dog is on the right side of the bicycle."})
+    result = get_benchmark("vstar").score(
+        items, {"0": "C", "1": "B. cotton", "2": "The dog is on the right side of the bicycle."}
+    )
     metrics = result["metrics"]
     assert metrics["accuracy"] == pytest.approx(200 / 3)
     assert (metrics["attribute/accuracy"], metrics["spatial/accuracy"]) == (50.0, 100.0)
@@ -297,7 +357,9 @@ def test_vstar_uses_vlmevalkit_prompt_and_scores_per_subtask(tmp_path: Path) -> 
 # ------------------------------------------------------------------------------ end to end, tiny model
 
 
-def test_eval_run_and_eval_score_agree_on_every_new_benchmark(tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_eval_run_and_eval_score_agree_on_every_new_benchmark(
+    tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "data"
     files = {"mme": write_tsv(root / "MME.tsv", mme_rows()), "textvqa": write_tsv(root / "TextVQA_VAL.tsv", textvqa_rows()),
              "chartqa": write_tsv(root / "ChartQA_TEST.tsv", chartqa_rows()), "vstar": write_tsv(root / "VStarBench.tsv", vstar_rows()),
@@ -312,9 +374,13 @@ def test_eval_run_and_eval_score_agree_on_every_new_benchmark(tiny_qwen3vl: Path
         ran = json.loads((out / name / "metrics.json").read_text())
         predictions = out / name / "predictions.jsonl"
         expected = min(4, len(data.read_text().splitlines()) - 1)
-        assert ran["counts"]["predicted"] == ran["counts"]["items"] == expected and ran["counts"]["missing_images"] == 0, name
+        assert (
+            ran["counts"]["predicted"] == ran["counts"]["items"] == expected and ran["counts"]["missing_images"] == 0
+        ), name
         assert ran["generation"]["max_new_tokens"] == 3
-        assert main(["eval", "score", name, "--data", str(data), "--predictions", str(predictions), "--limit", "4"]) == 0
+        assert (
+            main(["eval", "score", name, "--data", str(data), "--predictions", str(predictions), "--limit", "4"]) == 0
+        )
         assert json.loads(capsys.readouterr().out)["metrics"] == ran["metrics"], name
         assert rescore(name, data, predictions, limit=4)["metrics"] == ran["metrics"], name
 
@@ -330,7 +396,9 @@ def test_general_preset_expands_with_its_limit() -> None:
     assert set(PRESETS["general"]) == {"mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar"}  # FINER Table 3
 
 
-def test_final_benchmarks_run_once_after_the_final_checkpoint(tiny_qwen3vl: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_final_benchmarks_run_once_after_the_final_checkpoint(
+    tiny_qwen3vl: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor, TrainerControl, TrainerState, TrainingArguments
 
     root = tmp_path / "data"
@@ -340,18 +408,25 @@ def test_final_benchmarks_run_once_after_the_final_checkpoint(tiny_qwen3vl: Path
     processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
     args = TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
     control = TrainerControl()
-    hook = EvalHookCallback([], str(root), limit=2, batch_size=4, max_new_tokens=2, final_benchmarks=["mme", "vstar", "textvqa"])
+    hook = EvalHookCallback(
+        [], str(root), limit=2, batch_size=4, max_new_tokens=2, final_benchmarks=["mme", "vstar", "textvqa"]
+    )
     state = TrainerState(max_steps=4)
     with caplog.at_level("WARNING", logger="veritune.eval"):
         hook.on_train_begin(args, state, control, processing_class=processor)
-    assert "final benchmark textvqa will be skipped" in caplog.text and "final benchmark mme" not in caplog.text  # said at the start
+    assert (
+        "final benchmark textvqa will be skipped" in caplog.text and "final benchmark mme" not in caplog.text
+    )  # said at the start
     for step in (2, 4):  # a save mid-run evaluates nothing; the final save runs the final benchmarks
         state.global_step = step
         hook.on_save(args, state, control, model=model, processing_class=processor)
     hook.on_train_end(args, state, control, model=model, processing_class=processor)  # already done: nothing more
     eval_dir = tmp_path / "run" / "eval"
     assert sorted(p.name for p in eval_dir.iterdir()) == ["checkpoint-4"]
-    assert sorted(p.name for p in (eval_dir / "checkpoint-4").iterdir()) == ["mme", "vstar"]  # textvqa's file is absent: skipped
+    assert sorted(p.name for p in (eval_dir / "checkpoint-4").iterdir()) == [
+        "mme",
+        "vstar",
+    ]  # textvqa's file is absent: skipped
     logged = [row for row in state.log_history if "eval/mme/perception" in row]
     assert len(logged) == 1 and logged[0]["step"] == 4 and "eval/vstar/accuracy" in logged[0]
     assert model.training
@@ -360,4 +435,6 @@ def test_final_benchmarks_run_once_after_the_final_checkpoint(tiny_qwen3vl: Path
     hook = EvalHookCallback([], str(root), limit=2, batch_size=4, max_new_tokens=2, final_benchmarks=["mme"])
     state = TrainerState(max_steps=5, global_step=5)
     hook.on_train_end(args, state, control, model=model, processing_class=processor)
-    assert json.loads((eval_dir / "checkpoint-5" / "mme" / "metrics.json").read_text())["counts"]["predicted"] == 2  # limit 2: one image pair
+    assert (
+        json.loads((eval_dir / "checkpoint-5" / "mme" / "metrics.json").read_text())["counts"]["predicted"] == 2
+    )  # limit 2: one image pair

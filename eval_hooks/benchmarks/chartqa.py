@@ -37,9 +37,15 @@ class ChartQA(VqaTsv):
         data_path = Path(data_path)
         if not data_path.is_dir():
             return super().load(data_path, image_root)
-        files = [(split, data_path / f"test_{split}.json") for split in SPLITS if (data_path / f"test_{split}.json").is_file()]
+        files = [
+            (split, data_path / f"test_{split}.json")
+            for split in SPLITS
+            if (data_path / f"test_{split}.json").is_file()
+        ]
         if not files:
-            raise UserError(f"{data_path}: expected test_human.json and/or test_augmented.json (the official ChartQA test folder)")
+            raise UserError(
+                f"{data_path}: expected test_human.json and/or test_augmented.json (the official ChartQA test folder)"
+            )
         charts = Path(image_root) if image_root else data_path / "png"
         items = []
         for split, file in files:
@@ -51,5 +57,7 @@ class ChartQA(VqaTsv):
                     raise UserError(f"{file}: record {row}: expected ChartQA fields imgname, query, label")
                 meta = {"answers": [str(record["label"])], "answer": str(record["label"]), "question": str(record["query"]), "split": split,
                         "category": None}  # fmt: skip
-                items.append(self.make_item(f"{split}/{row}", str(record["query"]), charts / str(record["imgname"]), meta))
+                items.append(
+                    self.make_item(f"{split}/{row}", str(record["query"]), charts / str(record["imgname"]), meta)
+                )
         return items

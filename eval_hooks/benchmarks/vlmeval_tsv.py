@@ -104,7 +104,9 @@ class YnTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows, image_of = read_vlmeval_tsv(data_path, self.name, ("index", "question", "answer"), "Y/N", "index, image, question, answer (Yes/No)")
+        rows, image_of = read_vlmeval_tsv(
+            data_path, self.name, ("index", "question", "answer"), "Y/N", "index, image, question, answer (Yes/No)"
+        )
         indices = {str(row["index"]) for row in rows}
         items = []
         for number, row in enumerate(rows, start=2):
@@ -113,7 +115,9 @@ class YnTsv(Benchmark):
                 raise UserError(f"{data_path}: line {number}: answer {row['answer']!r} is not Yes or No")
             image = image_of(number, row, image_root)
             cell = str(row.get("image") or "")
-            source = cell if len(cell) <= 64 and cell in indices else str(row["index"])  # a reused image: the row that holds it
+            source = (
+                cell if len(cell) <= 64 and cell in indices else str(row["index"])
+            )  # a reused image: the row that holds it
             meta = {"answer": label, "question": str(row["question"]), "category": _optional(row, "category"),
                     "l2_category": _optional(row, "l2-category"),
                     # the image a question is asked about (MME pairs two questions per image)
@@ -141,7 +145,11 @@ class YnTsv(Benchmark):
             if rows:
                 tables[table] = rows
                 metrics.update({f"{key}/{row[key]}": row["accuracy"] for row in rows})
-        counts = {"items": len(items), "unresolved": unresolved, "missing_images": sum(bool(i.missing_images) for i in items)}
+        counts = {
+            "items": len(items),
+            "unresolved": unresolved,
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
         return {"metrics": metrics, "tables": tables, "counts": counts}
 
 
@@ -164,7 +172,9 @@ class VqaTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows, image_of = read_vlmeval_tsv(data_path, self.name, ("index", "question", "answer"), "VQA", "index, image, question, answer")
+        rows, image_of = read_vlmeval_tsv(
+            data_path, self.name, ("index", "question", "answer"), "VQA", "index, image, question, answer"
+        )
         items = []
         for number, row in enumerate(rows, start=2):
             answers = parse_answers(row["answer"], f"{data_path}: line {number}")
@@ -179,13 +189,18 @@ class VqaTsv(Benchmark):
                         meta=meta, missing_images=[] if image.is_file() else [image])  # fmt: skip
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-        scores = {item.id: 0.0 if item.missing_images else self.item_score(predictions.get(item.id), item.meta["answers"]) for item in items}
+        scores = {
+            item.id: 0.0 if item.missing_images else self.item_score(predictions.get(item.id), item.meta["answers"])
+            for item in items
+        }
         metrics: dict[str, float] = {self.metric: 100 * sum(scores.values()) / len(scores) if scores else 0.0}
         tables = {}
         group = "split" if any(item.meta.get("split") for item in items) else "category"  # as VLMEvalKit: split first
         rows = accuracy_by(items, scores, group)
         if rows:
-            tables[f"by_{group}"] = [{**{k: v for k, v in row.items() if k != "accuracy"}, self.metric: row["accuracy"]} for row in rows]
+            tables[f"by_{group}"] = [
+                {**{k: v for k, v in row.items() if k != "accuracy"}, self.metric: row["accuracy"]} for row in rows
+            ]
             metrics.update({f"{row[group]}/{self.metric}": row["accuracy"] for row in rows})
         counts = {"items": len(items), "missing_images": sum(bool(i.missing_images) for i in items),
                   "single_answer_items": sum(len(item.meta["answers"]) == 1 for item in items)}  # fmt: skip
