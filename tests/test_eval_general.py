@@ -438,3 +438,24 @@ def test_final_benchmarks_run_once_after_the_final_checkpoint(
     assert (
         json.loads((eval_dir / "checkpoint-5" / "mme" / "metrics.json").read_text())["counts"]["predicted"] == 2
     )  # limit 2: one image pair
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FINER_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").glob("*finer*.yaml") if not p.name.startswith("tiny_"))
+
+
+@pytest.mark.parametrize("recipe", FINER_RECIPES, ids=lambda p: p.name)
+def test_finer_recipes_run_the_general_preset_after_the_final_checkpoint(
+    recipe: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from finetune import training
+    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+    from finetune.recipe import parse_recipe
+
+    monkeypatch.setattr(training, "configure_wandb", lambda *args: None)  # it sets W&B variables and makes output_dir
+    script_args, training_args, _ = parse_recipe(
+        [str(recipe), "--use_cpu", "true"], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+    )
+    assert script_args.eval_final_benchmarks == ["general"] and not script_args.eval_on_save
+    hooks = [cb for cb in training.get_callbacks(script_args, training_args) if isinstance(cb, EvalHookCallback)]
+    assert len(hooks) == 1 and hooks[0].benchmarks == [] and hooks[0].final_benchmarks == list(PRESETS["general"])
