@@ -247,6 +247,39 @@ def test_mme_acc_plus_needs_both_questions_of_an_image(tmp_path: Path) -> None:
     assert "OCR" in result["missing_subtasks"] and "existence" not in result["missing_subtasks"]
 
 
+def test_mme_official_release_folders_score_like_the_tsv(tmp_path: Path) -> None:
+    release = tmp_path / "MME_Benchmark_release_version"
+    tsv_rows = mme_rows()
+    for index in range(
+        0, 8, 2
+    ):  # existence in the flat layout, code_reasoning in the images/ + questions_answers_YN/ one
+        first, second = tsv_rows[index], tsv_rows[index + 1]
+        task, image = first["image_path"].split("/")
+        stem = Path(image).stem
+        image_dir, text_dir = (
+            (release / task, release / task)
+            if task == "existence"
+            else (release / task / "images", release / task / "questions_answers_YN")
+        )
+        image_dir.mkdir(parents=True, exist_ok=True)
+        text_dir.mkdir(parents=True, exist_ok=True)
+        (image_dir / image).write_bytes(base64.b64decode(first["image"]))
+        (text_dir / f"{stem}.txt").write_text(
+            f"{first['question']}\t{first['answer']}\n{second['question']}\t{second['answer']}\n\n"
+        )
+    items = get_benchmark("mme").load(release, None)
+    assert [item.id for item in items][:2] == ["existence/000000006040/q0", "existence/000000006040/q1"]
+    assert not any(item.missing_images for item in items) and items[4].images[0].parent.name == "images"
+    answers = ["Yes", "No, there is no bed.", "Yes", "Yes", "I think so", "Yes", "yes", "NO"]
+    from_folders = get_benchmark("mme").score(items, {item.id: a for item, a in zip(items, answers)})
+    tsv_items = get_benchmark("mme").load(write_tsv(tmp_path / "MME.tsv", tsv_rows), None)
+    from_tsv = get_benchmark("mme").score(tsv_items, {item.id: a for item, a in zip(tsv_items, answers)})
+    assert from_folders["metrics"] == from_tsv["metrics"] and from_folders["metrics"]["total"] == 225.0
+    (release / "existence" / "000000006040.txt").write_text("Is there a train?\tPerhaps\n")
+    with pytest.raises(UserError, match=r"000000006040.txt: line 1: expected 'question<TAB>Yes' or 'question<TAB>No'"):
+        get_benchmark("mme").load(release, None)
+
+
 def test_mme_rejects_an_answer_that_is_not_yes_or_no(tmp_path: Path) -> None:
     rows = mme_rows()
     rows[3]["answer"] = "Maybe"

@@ -1,6 +1,8 @@
 """MME (14 subtasks, two yes/no questions per image) from VLMEvalKit's ``MME.tsv`` (Y/N layout: ``index``,
 ``image``, ``question``, ``answer`` Yes/No, ``category`` = subtask, ``image_path`` naming the image a
-question is about).
+question is about), or from the official release folder ``MME_Benchmark_release_version/``: one folder
+per subtask holding either ``images/`` and ``questions_answers_YN/<stem>.txt`` or the images and their
+``<stem>.txt`` side by side; each ``.txt`` has two lines ``question<TAB>Yes|No`` about image ``<stem>``.
 
 Scored as the official ``eval_tool/calculation.py`` scores it (BradyFU/Awesome-Multimodal-Large-Language-
 Models, branch Evaluation), with VLMEvalKit's ``MME_rating`` (``vlmeval/dataset/utils/yorn.py``) grouping:
@@ -17,24 +19,73 @@ Models, branch Evaluation), with VLMEvalKit's ``MME_rating`` (``vlmeval/dataset/
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import YnTsv
-from rewards.graders import mme_yes_no
+from rewards.graders import mme_yes_no, normalize_yes_no_label
+from veritune.errors import UserError
 
 PERCEPTION = ("existence", "count", "position", "color", "posters", "celebrity", "scene", "landmark", "artwork", "OCR")
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")
+IMAGE_SUFFIXES = (".jpg", ".png", ".jpeg", ".JPG", ".PNG", ".JPEG")
+
+
+def _release_questions(subtask_dir: Path) -> list[tuple[Path, Path]]:
+    """``(question file, image folder)`` pairs of one subtask folder of the official release."""
+    if (subtask_dir / "questions_answers_YN").is_dir():
+        return [(f, subtask_dir / "images") for f in sorted((subtask_dir / "questions_answers_YN").glob("*.txt"))]
+    return [(f, subtask_dir) for f in sorted(subtask_dir.glob("*.txt"))]
 
 
 class MME(YnTsv):
     name = "mme"
     answer_format = ""  # the official parser decides every answer (MME's scorer has no judge)
-    data_layout = "MME.tsv (VLMEvalKit layout) under the data root"
+    data_layout = "MME.tsv (VLMEvalKit layout) under the data root, or --data mme=MME_Benchmark_release_version (official folders)"
     file_name = "MME.tsv"
 
     def parse(self, text: str | None) -> str | None:
         return mme_yes_no(text)
+
+    def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
+        data_path = Path(data_path)
+        if not data_path.is_dir():
+            return super().load(data_path, image_root)
+        subtasks = [task for task in PERCEPTION + COGNITION if (data_path / task).is_dir()]
+        if not subtasks:
+            raise UserError(
+                f"{data_path}: no MME subtask folder ({', '.join(PERCEPTION + COGNITION)}) in it (expected the official release folder)"
+            )
+        items = []
+        for task in subtasks:
+            for file, image_dir in _release_questions(data_path / task):
+                if image_root:
+                    image_dir = Path(image_root) / image_dir.relative_to(data_path)
+                image = next(
+                    (
+                        image_dir / f"{file.stem}{s}"
+                        for s in IMAGE_SUFFIXES
+                        if (image_dir / f"{file.stem}{s}").is_file()
+                    ),
+                    image_dir / f"{file.stem}.jpg",
+                )
+                lines = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+                for number, line in enumerate(lines):
+                    question, _, answer = line.rpartition("\t")
+                    label = normalize_yes_no_label(answer.strip())
+                    if not question or label is None:
+                        raise UserError(f"{file}: line {number + 1}: expected 'question<TAB>Yes' or 'question<TAB>No'")
+                    meta = {
+                        "answer": label,
+                        "question": question,
+                        "category": task,
+                        "l2_category": None,
+                        "image_key": f"{task}/{image.name}",
+                    }
+                    items.append(EvalItem(id=f"{task}/{file.stem}/q{number}", prompt=question, images=[image], max_new_tokens=self.default_max_new_tokens,
+                                          meta=meta, missing_images=[] if image.is_file() else [image]))  # fmt: skip
+        return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         correct, unresolved = self.grade(items, predictions)
