@@ -5,6 +5,7 @@ on small fixtures written in each release layout, and end-to-end runs with the t
 
 from __future__ import annotations
 
+import ast
 import base64
 import csv
 import io
@@ -321,6 +322,30 @@ def test_textvqa_accuracy_with_normalisation(tmp_path: Path) -> None:
     result = get_benchmark("textvqa").score(items, TEXTVQA_PREDICTIONS)
     assert result["metrics"]["vqa_accuracy"] == pytest.approx(47.5)
     assert result["counts"]["rows_without_10_answers"] == 0
+
+
+def test_textvqa_official_json_scores_like_the_tsv(tmp_path: Path) -> None:
+    (tmp_path / "train_images").mkdir()
+    records = []
+    for row in textvqa_rows():
+        image_id = f"{row['index']:016x}"
+        (tmp_path / "train_images" / f"{image_id}.jpg").write_bytes(base64.b64decode(row["image"]))
+        records.append({"question": row["question"], "image_id": image_id, "image_classes": ["Bottle"], "flickr_original_url": "",
+                        "flickr_300k_url": "", "image_width": 24, "image_height": 20, "answers": ast.literal_eval(row["answer"]),
+                        "question_tokens": row["question"].split(), "question_id": row["index"], "set_name": "val"})  # fmt: skip
+    data = tmp_path / "TextVQA_0.5.1_val.json"
+    data.write_text(
+        json.dumps({"dataset_type": "val", "dataset_name": "textvqa", "dataset_version": "0.5.1", "data": records})
+    )
+    items = get_benchmark("textvqa").load(data, None)
+    assert not any(item.missing_images for item in items) and items[0].prompt.endswith(
+        "\nAnswer the question using a single word or phrase."
+    )
+    assert get_benchmark("textvqa").score(items, TEXTVQA_PREDICTIONS)["metrics"]["vqa_accuracy"] == pytest.approx(47.5)
+    del records[1]["answers"]
+    data.write_text(json.dumps({"data": records}))
+    with pytest.raises(UserError, match=r"data\[1\]: missing or empty field 'answers'"):
+        get_benchmark("textvqa").load(data, None)
 
 
 def test_generic_vqa_tsv_with_single_answers(tmp_path: Path) -> None:
