@@ -4,7 +4,9 @@ Recipes enable it by name (``eval_on_save: true``, ``eval_benchmarks: [oric_benc
 for quick hooks). ``eval_final_benchmarks`` are run once, after the final checkpoint (or, when the last
 step is not saved, on the final model at the end of training): the place for long suites such as the
 ``general`` preset (FINER's six general-ability benchmarks, Table 3), so that an alignment tax shows up
-in the same run. A preset name (:data:`PRESETS`) stands for its benchmarks in either list. After each save, the live model is evaluated in-process (in eval mode, train mode
+in the same run. A preset name (:data:`PRESETS`) stands for its benchmarks in either list.
+
+After each save, the live model is evaluated in-process (in eval mode, train mode
 restored afterwards) and the results land in ``OUTPUT_DIR/eval/checkpoint-N/<benchmark>/``, the same
 files ``veritune eval watch`` writes. The metrics go
 

@@ -115,9 +115,8 @@ class YnTsv(Benchmark):
                 raise UserError(f"{data_path}: line {number}: answer {row['answer']!r} is not Yes or No")
             image = image_of(number, row, image_root)
             cell = str(row.get("image") or "")
-            source = (
-                cell if len(cell) <= 64 and cell in indices else str(row["index"])
-            )  # a reused image: the row that holds it
+            # a reused image is keyed by the row that holds it
+            source = cell if len(cell) <= 64 and cell in indices else str(row["index"])
             meta = {"answer": label, "question": str(row["question"]), "category": _optional(row, "category"),
                     "l2_category": _optional(row, "l2-category"),
                     # the image a question is asked about (MME pairs two questions per image)
