@@ -157,7 +157,7 @@ class EvalHookCallback(TrainerCallback):
                 if not data_path.exists():
                     raise UserError(f"{data_path} not found (expected {get_benchmark(name).data_layout})")
             except UserError as err:
-                logger.warning("eval hook: final benchmark %s will be skipped unless its files appear: %s", name, err)
+                logger.warning("eval hook: final benchmark %s cannot run as configured (it will be skipped at the end): %s", name, err)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         model = kwargs.get("model")
