@@ -1,7 +1,12 @@
 """The eval hook: after each checkpoint save, evaluate that checkpoint and log the metrics.
 
 Recipes enable it by name (``eval_on_save: true``, ``eval_benchmarks: [oric_bench_r1]``, ``eval_limit``
-for quick hooks). After each save, the live model is evaluated in-process (in eval mode, train mode
+for quick hooks). ``eval_final_benchmarks`` are run once, after the final checkpoint (or, when the last
+step is not saved, on the final model at the end of training): the place for long suites such as the
+``general`` preset (FINER's six general-ability benchmarks, Table 3), so that an alignment tax shows up
+in the same run. A preset name (:data:`PRESETS`) stands for its benchmarks in either list.
+
+After each save, the live model is evaluated in-process (in eval mode, train mode
 restored afterwards) and the results land in ``OUTPUT_DIR/eval/checkpoint-N/<benchmark>/``, the same
 files ``veritune eval watch`` writes. The metrics go
 
@@ -28,7 +33,8 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
-from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges
+from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges, resolve_paths
+from eval_hooks.registry import get_benchmark
 from veritune.errors import UserError
 
 logger = logging.getLogger("veritune.eval")
@@ -60,6 +66,21 @@ def _cell(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
+# Named sets of benchmarks for eval_benchmarks / eval_final_benchmarks ("general:100" limits each member).
+# general: the six general-ability benchmarks of seed finer_tuning_dpo.txt, Sec. 4.4 and Table 3.
+PRESETS: dict[str, tuple[str, ...]] = {"general": ("mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar")}
+
+
+def expand_presets(entries: list[str]) -> list[str]:
+    """Each preset name (optionally ``name:N``) replaced by its benchmarks (each with the same ``:N``)."""
+    expanded = []
+    for entry in entries:
+        name, sep, count = str(entry).strip().partition(":")
+        members = PRESETS.get(name)
+        expanded.extend([f"{member}{sep}{count}" for member in members] if members else [str(entry)])
+    return list(dict.fromkeys(expanded))
+
+
 def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:
     """``["pope:200", "oric_bench_r1"]`` -> names and per-benchmark limits (``name:N`` overrides
     ``eval_limit`` for that benchmark: a quick POPE subset beside a full ORIC-Bench, say)."""
@@ -88,6 +109,8 @@ class EvalHookCallback(TrainerCallback):
         data: explicit ``{benchmark: file or folder}``, instead of ``data_root``'s layout.
         image_root: images of the ``data`` files.
         max_new_tokens: one generation budget for every item (default: each benchmark's own).
+        final_benchmarks: like ``benchmarks``, but evaluated only once, after the final checkpoint (or on
+            the final model when training ends without saving its last step).
     """
 
     def __init__(
@@ -100,9 +123,13 @@ class EvalHookCallback(TrainerCallback):
         data: dict[str, str] | None = None,
         image_root: str | None = None,
         max_new_tokens: int | None = None,
+        final_benchmarks: list[str] | None = None,
     ) -> None:
-        self.benchmarks, self.limits = parse_benchmark_limits(benchmarks)
-        require_judges(self.benchmarks, None)  # the hook has no LLM judge: judged suites are scored with `eval score`
+        self.benchmarks, self.limits = parse_benchmark_limits(expand_presets(benchmarks))
+        self.final_benchmarks, self.final_limits = parse_benchmark_limits(expand_presets(final_benchmarks or []))
+        # the hook has no LLM judge: judged suites are scored with `eval score`
+        require_judges([*self.benchmarks, *self.final_benchmarks], None)
+        self._final_done = False
         self.data_root = Path(data_root) if data_root else None
         self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None
@@ -125,18 +152,45 @@ class EvalHookCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.processor = kwargs.get("processing_class")
+        # Say now, not hours from now, when a final benchmark's files cannot be found.
+        for name in self.final_benchmarks if state.is_world_process_zero else []:
+            try:
+                data_path, _ = resolve_paths(name, self.data_root, self.data, self.image_root)
+                if not data_path.exists():
+                    raise UserError(f"{data_path} not found (expected {get_benchmark(name).data_layout})")
+            except UserError as err:
+                logger.warning("eval hook: final benchmark %s cannot run as configured (it will be skipped at the end): %s", name, err)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         model = kwargs.get("model")
         processor = kwargs.get("processing_class") or self.processor
         step = state.global_step
-        results = self.evaluate_model(model, processor, Path(args.output_dir) / "eval" / f"checkpoint-{step}", step)
+        out_dir = Path(args.output_dir) / "eval" / f"checkpoint-{step}"
+        results = self.evaluate_model(model, processor, out_dir, step) if self.benchmarks else {}
+        if self.final_benchmarks and state.max_steps and step >= state.max_steps:  # the final checkpoint
+            self._final_done = True
+            results.update(self.evaluate_model(model, processor, out_dir, step, self.final_benchmarks, self.final_limits))
         if results and state.is_world_process_zero:
             self.log_results(args, state, control, results)
 
-    def evaluate_model(self, model: Any, processor: Any, out_dir: Path, step: int) -> dict[str, dict[str, Any]]:
-        """Evaluate the live model on each benchmark (every process calls this); ``{name: result}`` on the
-        main process. A benchmark that fails is logged and left out."""
+    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+        # The last step was not saved as a checkpoint: the final benchmarks run on the final model instead.
+        if not self.final_benchmarks or self._final_done:
+            return
+        self._final_done = True
+        step = state.global_step
+        processor = kwargs.get("processing_class") or self.processor
+        out_dir = Path(args.output_dir) / "eval" / f"checkpoint-{step}"
+        results = self.evaluate_model(kwargs.get("model"), processor, out_dir, step, self.final_benchmarks, self.final_limits)
+        if results and state.is_world_process_zero:
+            self.log_results(args, state, control, results)
+
+    def evaluate_model(
+        self, model: Any, processor: Any, out_dir: Path, step: int, names: list[str] | None = None, limits: dict[str, int] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """Evaluate the live model on each benchmark (default: the per-save ones; every process calls
+        this); ``{name: result}`` on the main process. A benchmark that fails is logged and left out."""
+        names, limits = (self.benchmarks, self.limits) if names is None else (names, limits or {})
         from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
 
         from eval_hooks.runner import TransformersBackend
@@ -149,12 +203,14 @@ class EvalHookCallback(TrainerCallback):
         was_training = model.training
         model.eval()
         try:
-            for name in self.benchmarks:
+            for name in names:
                 try:
-                    if name not in self._prepared:
-                        self._prepared[name] = prepare_benchmark(name, data_root=self.data_root, data=self.data, image_root=self.image_root,
-                                                                 limit=self.limits.get(name, self.limit), max_new_tokens=self.max_new_tokens)  # fmt: skip
-                    result = evaluate_prepared(backend, self._prepared[name], out_dir, batch_size=self.batch_size)
+                    limit = limits.get(name, self.limit)
+                    key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
+                    if key not in self._prepared:
+                        self._prepared[key] = prepare_benchmark(name, data_root=self.data_root, data=self.data, image_root=self.image_root,
+                                                                limit=limit, max_new_tokens=self.max_new_tokens)  # fmt: skip
+                    result = evaluate_prepared(backend, self._prepared[key], out_dir, batch_size=self.batch_size)
                 except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
                     logger.error("eval hook: %s failed at step %d (training continues): %s: %s", name, step, type(err).__name__, err)
                     continue

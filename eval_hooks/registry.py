@@ -8,6 +8,7 @@ import importlib
 from eval_hooks.base import Benchmark
 from eval_hooks.benchmarks.amber import AmberDiscriminative
 from eval_hooks.benchmarks.amber_generative import AmberGenerative
+from eval_hooks.benchmarks.chartqa import ChartQA
 from eval_hooks.benchmarks.crpe import CrpeRelation
 from eval_hooks.benchmarks.dash import DashB
 from eval_hooks.benchmarks.finer import Finer
@@ -15,6 +16,7 @@ from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.haloquest import HaloQuest
 from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
 from eval_hooks.benchmarks.mioh import Mioh
+from eval_hooks.benchmarks.mme import MME
 from eval_hooks.benchmarks.mmhal import MmhalBench
 from eval_hooks.benchmarks.mmvp import Mmvp
 from eval_hooks.benchmarks.naturalbench import NaturalBench
@@ -22,6 +24,9 @@ from eval_hooks.benchmarks.orbit import Orbit
 from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
 from eval_hooks.benchmarks.repope import RePope
+from eval_hooks.benchmarks.textvqa import TextVQA
+from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv, YnTsv
+from eval_hooks.benchmarks.vstar import VStar
 from veritune.errors import UserError
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
@@ -43,6 +48,12 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "dash_b": DashB,
     "mmhal": MmhalBench,
     "haloquest": HaloQuest,
+    "mme": MME,
+    "textvqa": TextVQA,
+    "chartqa": ChartQA,
+    "vstar": VStar,
+    "tsv_yn": YnTsv,
+    "tsv_vqa": VqaTsv,
 }
 
 

@@ -64,6 +64,10 @@ class ScriptArguments:
         default_factory=list, metadata={"help": "Benchmarks to run after each checkpoint save (e.g. oric_bench)."}
     )
     eval_on_save: bool = field(default=False, metadata={"help": "Evaluate each checkpoint as it is saved."})
+    eval_final_benchmarks: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Benchmarks (or presets such as general) to run once, after the final checkpoint."},
+    )
     eval_data_root: str | None = field(
         default=None, metadata={"help": "Directory holding the benchmarks' files (see docs/DATA_FORMATS.md)."}
     )

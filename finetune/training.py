@@ -111,18 +111,19 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
     """Callbacks every entry script adds: W&B settings and, when enabled, the eval hooks."""
     configure_wandb(script_args, training_args)
     callbacks: list[TrainerCallback] = [RunConfigCallback(script_args)]
-    if script_args.eval_on_save and script_args.eval_benchmarks:
+    if (script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks:
         from eval_hooks.callback import EvalHookCallback
 
         data = dict(entry.split("=", 1) for entry in script_args.eval_data if "=" in entry)
         callbacks.append(
             EvalHookCallback(
-                script_args.eval_benchmarks,
+                script_args.eval_benchmarks if script_args.eval_on_save else [],
                 script_args.eval_data_root,
                 limit=script_args.eval_limit,
                 batch_size=script_args.eval_batch_size,
                 data=data,
                 image_root=script_args.eval_image_root,
+                final_benchmarks=script_args.eval_final_benchmarks,
             )
         )
     return callbacks

@@ -363,3 +363,170 @@ def haloquest_verdict(reply: Any) -> bool | None:
     if len({m.lower() for m in matches}) != 1:
         return None
     return matches[0].lower() == "true"
+
+
+# ------------------------------------------------------------------------ VQA answers and numbers
+# The answer normalisation of the official VQA / TextVQA evaluators (EvalAI's answer processor, as in
+# haotian-liu/LLaVA ``llava/eval/m4c_evaluator.py``), reimplemented step for step, quirks included: see
+# ``normalize_vqa_answer``. The tables below are protocol data (the evaluator's word lists), not code.
+
+VQA_NUMBER_WORDS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
+                    "seven": "7", "eight": "8", "nine": "9", "ten": "10"}  # fmt: skip
+VQA_ARTICLES = frozenset({"a", "an", "the"})
+# Contractions written without their apostrophe, restored (the evaluator's table; "Im", "Ive" and "Id've"
+# keep their capital I, so after lower-casing they never match, exactly as in the official code).
+VQA_CONTRACTIONS = {
+    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
+    "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't", "dont": "don't",
+    "hadnt": "hadn't", "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't", "havent": "haven't",
+    "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd", "howll": "how'll",
+    "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm", "Ive": "I've", "isnt": "isn't", "itd": "it'd",
+    "itd've": "it'd've", "it'dve": "it'd've", "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
+    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've", "mustnt": "mustn't",
+    "mustve": "must've", "neednt": "needn't", "notve": "not've", "oclock": "o'clock", "oughtnt": "oughtn't",
+    "ow's'at": "'ow's'at", "'ows'at": "'ow's'at", "'ow'sat": "'ow's'at", "shant": "shan't", "shed've": "she'd've",
+    "she'dve": "she'd've", "she's": "she's", "shouldve": "should've", "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've", "somebodyll": "somebody'll",
+    "somebodys": "somebody's", "someoned": "someone'd", "someoned've": "someone'd've", "someone'dve": "someone'd've",
+    "someonell": "someone'll", "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
+    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's", "thered": "there'd",
+    "thered've": "there'd've", "there'dve": "there'd've", "therere": "there're", "theres": "there's", "theyd": "they'd",
+    "theyd've": "they'd've", "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're", "theyve": "they've",
+    "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've", "weve": "we've", "werent": "weren't",
+    "whatll": "what'll", "whatre": "what're", "whats": "what's", "whatve": "what've", "whens": "when's",
+    "whered": "where'd", "wheres": "where's", "whereve": "where've", "whod": "who'd", "whod've": "who'd've",
+    "who'dve": "who'd've", "wholl": "who'll", "whos": "who's", "whove": "who've", "whyll": "why'll", "whyre": "why're",
+    "whys": "why's", "wont": "won't", "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll", "yall'd've": "y'all'd've",
+    "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've", "youd": "you'd", "youd've": "you'd've", "you'dve": "you'd've",
+    "youll": "you'll", "youre": "you're", "youve": "you've",
+}  # fmt: skip
+VQA_PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
+_DIGIT_COMMA_DIGIT = re.compile(r"(?<=\d)(,)+(?=\d)")
+# The official pattern is written ``(?!<=\d)(\.)(?!\d)``: a misspelt look-behind, so in effect a period is
+# removed unless a digit follows it ("2.5" keeps its point, "1." loses it). Kept as written.
+_VQA_PERIOD = re.compile(r"(?!<=\d)(\.)(?!\d)")
+# The official call passes re.UNICODE (32) where ``sub`` expects a count: at most 32 periods are removed.
+_VQA_PERIOD_LIMIT = int(re.UNICODE)
+
+
+# VLMEvalKit's ``process_punctuation`` (vlmeval/smp/misc.py) uses its own two patterns; its period rule has
+# a working look-behind ("1." keeps its period there).
+_VLMEVAL_DIGIT_COMMA_DIGIT = re.compile(r"(\d)(,)(\d)")
+_VLMEVAL_PERIOD = re.compile(r"(?<!\d)\.(?!\d)")
+
+
+def _vqa_punctuation(text: str, comma_between_digits: re.Pattern[str] = _DIGIT_COMMA_DIGIT, period: re.Pattern[str] = _VQA_PERIOD) -> str:
+    """Punctuation step shared by both evaluators: a mark next to a space, or any mark at all once a
+    digit-comma-digit occurs, is deleted; otherwise it becomes a space. Then periods go (see above)."""
+    out = text
+    delete_all = comma_between_digits.search(text) is not None
+    for mark in VQA_PUNCTUATION:
+        out = out.replace(mark, "" if delete_all or f"{mark} " in text or f" {mark}" in text else " ")
+    return period.sub("", out, count=_VQA_PERIOD_LIMIT)
+
+
+def _vqa_digits_and_articles(text: str) -> str:
+    words = [VQA_NUMBER_WORDS.get(word, word) for word in text.lower().split()]
+    return " ".join(VQA_CONTRACTIONS.get(word, word) for word in words if word not in VQA_ARTICLES)
+
+
+def normalize_vqa_answer(text: Any) -> str:
+    """An answer as the VQA / TextVQA evaluators compare it (EvalAI's answer processor, followed in
+    haotian-liu/LLaVA ``llava/eval/m4c_evaluator.py``; VLMEvalKit's ``process_answer`` is the same
+    minus the first step): lower-case, drop commas and question marks, split off "'s"; newlines and
+    tabs become spaces; punctuation (see ``_vqa_punctuation``); number words zero..ten become digits
+    ("none" is 0), articles go, apostrophe-less contractions are restored.
+
+    >>> normalize_vqa_answer("Two")
+    '2'
+    >>> normalize_vqa_answer("The Coca-Cola")
+    'coca cola'
+    >>> normalize_vqa_answer("1,000")
+    '1000'
+    """
+    text = completion_text(text)
+    if not text:
+        return ""
+    text = text[:_MAX_SCAN_CHARS].lower().replace(",", "").replace("?", "").replace("'s", " 's").strip()
+    text = text.replace("\n", " ").replace("\t", " ").strip()
+    return _vqa_digits_and_articles(_vqa_punctuation(text))
+
+
+def vlmeval_yes_no(text: Any) -> YesNo | None:
+    """VLMEvalKit's Y/N answer extraction (``vlmeval/dataset/utils/yorn.py`` ``YOrN_Extraction``):
+    lower-case, VQA punctuation handling (``vlmeval/smp/misc.py`` ``process_punctuation``), split on
+    whitespace; "yes" when the word yes occurs and no does not, "no" the other way round, else None
+    (VLMEvalKit's "Unknown", never correct).
+
+    >>> vlmeval_yes_no("Yes, it is.")
+    'yes'
+    >>> vlmeval_yes_no("Yes and no.") is None
+    True
+    """
+    text = completion_text(text)
+    if text is None:
+        return None
+    lowered = text[:_MAX_SCAN_CHARS].lower()
+    words = _vqa_punctuation(lowered, _VLMEVAL_DIGIT_COMMA_DIGIT, _VLMEVAL_PERIOD).split()
+    has_yes, has_no = "yes" in words, "no" in words
+    if has_yes != has_no:
+        return "yes" if has_yes else "no"
+    return None
+
+
+def mme_yes_no(text: Any) -> YesNo | None:
+    """The official MME parser (``eval_tool/calculation.py`` ``parse_pred_ans``, BradyFU/Awesome-
+    Multimodal-Large-Language-Models, branch Evaluation): lower-case; exactly "yes"/"no" is the answer;
+    otherwise "yes" when the first four characters contain "yes", else "no" when they contain "no";
+    else None (the script's "other", never correct).
+
+    >>> mme_yes_no("No, there is no dog.")
+    'no'
+    >>> mme_yes_no("There is a dog.") is None
+    True
+    """
+    text = completion_text(text)
+    if text is None:
+        return None
+    answer = text[:_MAX_SCAN_CHARS].lower()
+    if answer in ("yes", "no"):
+        return answer  # type: ignore[return-value]
+    head = answer[:4]
+    if "yes" in head:
+        return "yes"
+    if "no" in head:
+        return "no"
+    return None
+
+
+def _relaxed_float(text: str) -> float | None:
+    try:
+        return float(text[:-1].rstrip("%")) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+
+
+def relaxed_match(prediction: Any, target: Any, max_relative_change: float = 0.05) -> bool:
+    """ChartQA's relaxed correctness (google-research/pix2struct ``pix2struct/metrics.py``
+    ``relaxed_correctness``, also VLMEvalKit's): when both texts are numbers (a trailing "%" divides by
+    100) and the target is not zero, right when ``|prediction - target| / |target| <= 5%``; otherwise a
+    case-insensitive exact match of the whole texts. The caller strips the prediction (VLMEvalKit does,
+    the target it leaves as it is).
+
+    >>> relaxed_match("10.4", "10")
+    True
+    >>> relaxed_match("10.6", "10")
+    False
+    >>> relaxed_match("Yes", "yes")
+    True
+    """
+    prediction = completion_text(prediction) if not isinstance(prediction, (int, float)) else str(prediction)
+    target = str(target) if target is not None else ""
+    if prediction is None:
+        return False
+    predicted, expected = _relaxed_float(prediction[:_MAX_SCAN_CHARS]), _relaxed_float(target)
+    if predicted is not None and expected:
+        return abs(predicted - expected) / abs(expected) <= max_relative_change
+    return prediction.lower() == target.lower()

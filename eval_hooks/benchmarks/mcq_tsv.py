@@ -7,9 +7,13 @@ as VLMEvalKit stores repeated images) or ``image_path``, ``question``, option co
 the image root when one is given; under ``~/.cache/veritune/tsv_images/`` when that folder is read-only),
 so reruns and the runner read plain files.
 
-Prompt: the hint when present, the question, the lettered options, and a request for the letter alone.
+Prompt: the hint when present, the question, the lettered options, and a request for the letter alone
+(``vlmeval_prompt = True``: VLMEvalKit's own ``ImageMCQDataset.build_prompt`` wording, as V* Bench uses).
 Scoring: the letter from the shared option grader (an explicit letter first, then an option's text);
 accuracy overall, per ``category`` and per ``l2-category`` when present.
+
+The row reading and image decoding here (:func:`read_vlmeval_tsv`, :func:`tsv_row_image`) are shared with
+the Y/N and VQA layouts (``eval_hooks/benchmarks/vlmeval_tsv.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import base64
 import binascii
 import hashlib
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,55 @@ def mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) 
     return f"{head}Question: {question}\nOptions:\n{option_block(options)}\nAnswer with the option's letter ({letter_list(options)}) only."
 
 
+def vlmeval_mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
+    """VLMEvalKit's MCQ prompt (``vlmeval/dataset/image_mcq.py`` ``ImageMCQDataset.build_prompt``), word
+    for word, its trailing space and newline included."""
+    head = f"Hint: {hint}\n" if hint else ""
+    lines = "".join(f"{letter}. {text}\n" for letter, text in options.items())
+    return f"{head}Question: {question}\nOptions:\n{lines}Please select the correct answer from the options above. \n"
+
+
+def read_vlmeval_tsv(
+    data_path: Path, what: str, fields: tuple[str, ...], layout: str, columns: str
+) -> tuple[list[dict[str, Any]], Callable[[int, dict[str, Any], Path | None], Path]]:
+    """The rows of a VLMEvalKit TSV in ``layout`` (MCQ, Y/N, VQA: its ``columns`` named in errors), checked
+    for ``fields`` and an ``image`` or ``image_path`` column, and a function ``(line number, row, image
+    root) -> image file`` (base64 cells decoded once, see the module docstring)."""
+    rows = read_table(data_path, what=f"{what} TSV file")
+    if not rows:
+        raise UserError(f"{data_path}: no rows (expected VLMEvalKit's {layout} columns {columns})")
+    missing = [f for f in fields if f not in rows[0]] or ([] if {"image", "image_path"} & rows[0].keys() else ["image"])
+    if missing:
+        raise UserError(f"{data_path}: missing column '{missing[0]}' (VLMEvalKit {layout} files have {columns})")
+    by_index = {str(row["index"]): row for row in rows}
+    image_dirs: list[Path] = []
+
+    def image_of(number: int, row: dict[str, Any], image_root: Path | None = None) -> Path:
+        if not image_dirs:  # created on first use only: a TSV of image paths needs no folder
+            base = Path(image_root) if image_root else data_path.parent
+            image_dirs.append(_writable_image_dir(base / f"{data_path.stem}_images", data_path))
+        return tsv_row_image(data_path, number, row, by_index, image_dirs[0])
+
+    return rows, image_of
+
+
+def tsv_row_image(data_path: Path, number: int, row: dict[str, Any], by_index: dict[str, dict[str, Any]], image_dir: Path) -> Path:
+    """The row's image file: ``image_path`` as given, or the base64 ``image`` decoded once to disk."""
+    if _blank(row.get("image")) and not _blank(row.get("image_path")):
+        path = Path(str(row["image_path"]))
+        return path if path.is_absolute() else data_path.parent / path
+    encoded, source = str(row.get("image") or ""), str(row["index"])
+    if len(encoded) <= 64 and encoded in by_index:  # a reference to another row's image
+        source, encoded = encoded, str(by_index[encoded].get("image") or "")
+    target = image_dir / f"{source}.jpg"
+    if not target.is_file():
+        try:
+            atomic_write_bytes(target, base64.b64decode(encoded, validate=False))
+        except (binascii.Error, ValueError):
+            raise UserError(f"{data_path}: line {number}: the image cell is not base64 data") from None
+    return target
+
+
 class McqTsv(Benchmark):
     """Any suite in VLMEvalKit's MCQ TSV layout; pass the file with ``--data mcq_tsv=FILE.tsv``."""
 
@@ -63,6 +117,7 @@ class McqTsv(Benchmark):
     answer_format = "option"
     data_layout = "a VLMEvalKit MCQ .tsv (index, image (base64), question, A, B, ..., answer, category)"
     file_name = ""
+    vlmeval_prompt = False  # True: VLMEvalKit's MCQ prompt wording (vlmeval_mcq_prompt)
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         path = data_root / (self.file_name or f"{self.name}.tsv")
@@ -70,48 +125,25 @@ class McqTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows = read_table(data_path, what=f"{self.name} TSV file")
-        if not rows:
-            raise UserError(f"{data_path}: no rows (expected VLMEvalKit's MCQ columns index, image, question, A, B, ..., answer)")
-        missing = [f for f in FIELDS if f not in rows[0]] or ([] if {"image", "image_path"} & rows[0].keys() else ["image"])
-        if missing:
-            raise UserError(f"{data_path}: missing column '{missing[0]}' (VLMEvalKit MCQ files have index, image, question, A, B, ..., answer)")
+        rows, image_of = read_vlmeval_tsv(data_path, self.name, FIELDS, "MCQ", "index, image, question, A, B, ..., answer")
         letters = [letter for letter in OPTION_LETTERS if letter in rows[0]]
         if len(letters) < 2:
             raise UserError(f"{data_path}: expected option columns A, B, ... (found {', '.join(letters) or 'none'})")
-        image_dir = _writable_image_dir((Path(image_root) if image_root else data_path.parent) / f"{data_path.stem}_images", data_path)
-        by_index = {str(row["index"]): row for row in rows}
+        prompt = vlmeval_mcq_prompt if self.vlmeval_prompt else mcq_prompt
         items = []
         for number, row in enumerate(rows, start=2):
             options = {letter: str(row[letter]) for letter in letters if not _blank(row.get(letter))}
             answer = str(row["answer"]).strip().upper()
             if answer not in options:
                 raise UserError(f"{data_path}: line {number}: answer {row['answer']!r} is not one of the options {', '.join(options)}")
-            image = self._image(data_path, number, row, by_index, image_dir)
+            image = image_of(number, row, image_root)
             hint = None if _blank(row.get("hint")) else str(row["hint"])
             meta = {"options": options, "answer": answer, "category": str(row.get("category") or "all"),
                     "l2_category": None if _blank(row.get("l2-category")) else str(row["l2-category"])}  # fmt: skip
-            items.append(EvalItem(id=str(row["index"]), prompt=mcq_prompt(str(row["question"]), options, hint), images=[image],
+            items.append(EvalItem(id=str(row["index"]), prompt=prompt(str(row["question"]), options, hint), images=[image],
                                   max_new_tokens=self.default_max_new_tokens, meta=meta,
                                   missing_images=[] if image.is_file() else [image]))  # fmt: skip
         return items
-
-    @staticmethod
-    def _image(data_path: Path, number: int, row: dict[str, Any], by_index: dict[str, dict[str, Any]], image_dir: Path) -> Path:
-        """The row's image file: ``image_path`` as given, or the base64 ``image`` decoded once to disk."""
-        if _blank(row.get("image")) and not _blank(row.get("image_path")):
-            path = Path(str(row["image_path"]))
-            return path if path.is_absolute() else data_path.parent / path
-        encoded, source = str(row.get("image") or ""), str(row["index"])
-        if len(encoded) <= 64 and encoded in by_index:  # a reference to another row's image
-            source, encoded = encoded, str(by_index[encoded].get("image") or "")
-        target = image_dir / f"{source}.jpg"
-        if not target.is_file():
-            try:
-                atomic_write_bytes(target, base64.b64decode(encoded, validate=False))
-            except (binascii.Error, ValueError):
-                raise UserError(f"{data_path}: line {number}: the image cell is not base64 data") from None
-        return target
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         correct, resolution = grade_letters(items, predictions)
