@@ -13,13 +13,14 @@ from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
 from eval_hooks.benchmarks.mioh import Mioh
 from eval_hooks.benchmarks.orbit import Orbit
-from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
+from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchCot, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
 from veritune.errors import UserError
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
     "oric_bench": OricBench,
     "oric_bench_r1": OricBenchR1,
+    "oric_bench_cot": OricBenchCot,
     "pope": Pope,
     "hallusionbench": HallusionBench,
     "amber_discriminative": AmberDiscriminative,
