@@ -12,7 +12,6 @@ from eval_hooks.evaluate import evaluate, headline_metrics, parse_benchmark_name
 from eval_hooks.registry import BENCHMARKS
 from veritune.errors import UserError
 
-
 STRICT_HELP = ("score the raw responses exactly as the official script does, with no veritune normalisation before it "
                "(AMBER discriminative: only the exact responses Yes / No count); no judge")
 

@@ -132,7 +132,8 @@ class AmberDiscriminative(Benchmark):
             pairs["all"].append(pair)
             pairs[item.meta["type"]].append(pair)
         counters = {name: official_counters(members) for name, members in pairs.items()}
-        counters["attribute"] = {key: sum(counters[t][key] for t in ATTRIBUTE_TYPES) for key in COUNTERS}  # summed, as officially
+        # the attribute group sums the three attribute types' counters, as officially
+        counters["attribute"] = {key: sum(counters[t][key] for t in ATTRIBUTE_TYPES) for key in COUNTERS}
         sizes = {name: len(members) for name, members in pairs.items()}
         sizes["attribute"] = sum(sizes[t] for t in ATTRIBUTE_TYPES)
         metrics: dict[str, float] = dict(official_metrics(counters["all"]))

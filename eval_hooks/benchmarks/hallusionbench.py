@@ -71,7 +71,8 @@ class HallusionBench(Benchmark):
             uncertain += answer is None
             truth = "yes" if item.meta["gt_answer"] == "1" else "no"
             if answer is None and item.meta["category"] == "VS" and item.meta["figure_id"] == "0":
-                correct[item.id] = item.id in predictions  # uncertain without the figure: correct (assign_correctness); no answer is not
+                # uncertain without the figure is correct (assign_correctness); no answer at all is not
+                correct[item.id] = item.id in predictions
             else:
                 correct[item.id] = answer == truth
         figures: dict[str, list[bool]] = defaultdict(list)

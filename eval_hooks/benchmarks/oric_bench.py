@@ -34,7 +34,7 @@ from veritune.io import read_json
 
 LABELS = ("no", "yes")
 PROMPT_FIG7 = "Question: {question}\nPlease answer the question based on the given image."
-PROMPT_FIG12_COT = "Question: {question}\nLet's think step-by-step and then answer the question based on the given image."
+PROMPT_FIG12_COT = "Question: {question}\nLet's think step-by-step and then answer the question based on the given image."  # fmt: skip
 PAPER_MAX_NEW_TOKENS = 1024  # "temperature 0 and a 1,024-token limit" (Sec. 4.1)
 SIZES = ("small", "medium", "large")
 
