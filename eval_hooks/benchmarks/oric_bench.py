@@ -73,7 +73,7 @@ class OricBench(Benchmark):
                         images=[image],
                         max_new_tokens=self.default_max_new_tokens,
                         meta={"label": label, "paraphrase": index, "object_size": record.get("object_size"),
-                              "target_object": record["target_object"]},  # fmt: skip
+                              "target_object": record["target_object"], "question": question},  # fmt: skip
                         missing_images=[] if image.is_file() else [image],
                     )
                 )
