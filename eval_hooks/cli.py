@@ -12,6 +12,9 @@ from eval_hooks.evaluate import evaluate, headline_metrics, parse_benchmark_name
 from eval_hooks.registry import BENCHMARKS
 from veritune.errors import UserError
 
+STRICT_HELP = ("score the raw responses exactly as the official script does, with no veritune normalisation before it "
+               "(AMBER discriminative: only the exact responses Yes / No count); no judge")
+
 
 def _data_overrides(values: list[str]) -> dict[str, Path]:
     overrides = {}
@@ -52,6 +55,8 @@ def _judge(args: argparse.Namespace) -> Any:
         return None
     if not (args.judge_base_url and args.judge_model):
         raise UserError("--judge-base-url and --judge-model: give both to use an LLM judge")
+    if args.strict_official:  # refused before any model loads
+        raise UserError("--strict-official: scores the raw responses as the official script does; drop the --judge-* options")
     from eval_hooks.judge import AnswerJudge
 
     return AnswerJudge(args.judge_base_url, args.judge_model, cache_path=args.judge_cache, api_key_env=args.judge_api_key_env)
@@ -67,6 +72,7 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=int, help="generation budget for every item (default: each benchmark's own)")
     parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"], help="vllm only when installed")
     parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    parser.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(parser)
 
 
@@ -92,6 +98,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--predictions", type=Path, required=True, help="JSONL of {id, prediction}")
     score.add_argument("--image-root", type=Path)
     score.add_argument("--limit", type=int, help="the --limit the predictions were made with")
+    score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(score)
     score.set_defaults(handler=_score)
 
@@ -99,7 +106,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _prepare(args: argparse.Namespace) -> list:
     names = parse_benchmark_names(args.benchmarks)
     return prepare_benchmarks(names, data_root=args.data_root, data=_data_overrides(args.data), image_root=args.image_root,
-                              limit=args.limit, max_new_tokens=args.max_new_tokens)  # fmt: skip
+                              limit=args.limit, max_new_tokens=args.max_new_tokens, strict_official=args.strict_official)  # fmt: skip
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -136,5 +143,6 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    print(json.dumps(rescore(args.benchmark, args.data, args.predictions, args.image_root, args.limit, judge=_judge(args)), indent=2))
+    result = rescore(args.benchmark, args.data, args.predictions, args.image_root, args.limit, judge=_judge(args), strict_official=args.strict_official)
+    print(json.dumps(result, indent=2))
     return 0

@@ -37,6 +37,7 @@ class PreparedBenchmark:
     image_root: Path | None
     limit: int | None = None
     max_new_tokens: int | None = None
+    strict_official: bool = False
 
 
 def parse_benchmark_names(text: str | list[str]) -> list[str]:
@@ -57,6 +58,18 @@ def resolve_paths(name: str, data_root: Path | None, data: dict[str, Path], imag
         raise UserError(f"{name}: give --data-root DIR (expects {benchmark.data_layout}) or --data {name}=PATH")
     data_path, default_images = benchmark.default_paths(Path(data_root))
     return data_path, image_root or default_images
+
+
+def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Path | None) -> list[EvalItem]:
+    """The benchmark's items from its files, refused when two share an id (predictions are keyed by id, so
+    a repeated id would let one answer overwrite another). Every run, watch, hook and rescore loads here."""
+    items = benchmark.load(data_path, image_root)
+    seen: set[str] = set()
+    for item in items:
+        if item.id in seen:
+            raise UserError(f"{name}: {data_path}: item id {item.id!r} occurs more than once; ids must be unique (predictions are keyed by them)")
+        seen.add(item.id)
+    return items
 
 
 def limit_items(items: list[EvalItem], limit: int | None) -> list[EvalItem]:
@@ -86,19 +99,21 @@ def prepare_benchmark(
     image_root: Path | None = None,
     limit: int | None = None,
     max_new_tokens: int | None = None,
+    strict_official: bool = False,
 ) -> PreparedBenchmark:
-    """Locate and load one benchmark, keep its first ``limit`` questions, set the generation budget."""
+    """Locate and load one benchmark, keep its first ``limit`` questions, set the generation budget;
+    ``strict_official``: score exactly as the official script (see :func:`score_benchmark`)."""
     benchmark = get_benchmark(name)
     data_path, images = resolve_paths(name, data_root, data or {}, image_root)
     if not data_path.exists():
         raise UserError(f"{name}: {data_path} not found (expected {benchmark.data_layout or 'the benchmark file'})")
-    items = limit_items(benchmark.load(data_path, images), limit)
+    items = limit_items(load_items(name, benchmark, data_path, images), limit)
     if max_new_tokens is not None:
         if max_new_tokens < 1:
             raise UserError(f"--max-new-tokens: must be at least 1, got {max_new_tokens}")
         for item in items:
             item.max_new_tokens = max_new_tokens
-    return PreparedBenchmark(name, benchmark, items, data_path, images, limit, max_new_tokens)
+    return PreparedBenchmark(name, benchmark, items, data_path, images, limit, max_new_tokens, strict_official)
 
 
 def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmark]:
@@ -124,9 +139,15 @@ def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
             raise UserError(f"{', '.join(needing)}: scored by an LLM judge: give --judge-base-url and --judge-model")
 
 
-def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str], judge: AnswerJudge | None = None) -> dict[str, Any]:
+def score_benchmark(
+    name: str, items: list[EvalItem], predictions: dict[str, str], judge: AnswerJudge | None = None, strict_official: bool = False
+) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
-    ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``)."""
+    ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``).
+
+    ``strict_official``: the raw responses go to the official rule with no veritune step before it (AMBER
+    discriminative then counts only the exact responses ``Yes`` and ``No``, as its ``inference.py``); a
+    judge is refused then, being such a step. Recorded as ``strict_official`` in the result."""
     known = {item.id for item in items}
     stray = [key for key in predictions if key not in known]
     if stray:
@@ -134,15 +155,19 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
             f"{name}: {len(stray)} prediction id(s) are not in the benchmark, first: {', '.join(stray[:5])} "
             "(were they made on another file or subset?)"
         )
+    if strict_official and judge is not None:
+        raise UserError("--strict-official: scores the raw responses as the official script does; drop the --judge-* options")
     benchmark = get_benchmark(name)
     if judge is None and getattr(benchmark, "requires_judge", False):
         raise UserError(f"{name}: scored by an LLM judge: give --judge-base-url and --judge-model")
+    benchmark.strict_official = strict_official
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)
-    elif benchmark.answer_format:
+    elif benchmark.answer_format and not strict_official:
         resolution = rule_resolution(benchmark, items, predictions)
     result = benchmark.score(items, predictions)
+    result["strict_official"] = strict_official
     result["counts"]["predicted"] = sum(item.id in predictions for item in items)
     if resolution is not None:
         result["answer_resolution"] = resolution
@@ -182,7 +207,7 @@ def evaluate_prepared(
     if missing:
         skipped = sum(bool(item.missing_images) for item in prepared.items)
         logger.warning("%s: %d item(s) skipped, %d image(s) missing or unreadable, first: %s", prepared.name, skipped, len(missing), ", ".join(missing[:3]))
-    result = score_benchmark(prepared.name, prepared.items, predictions, judge)
+    result = score_benchmark(prepared.name, prepared.items, predictions, judge, prepared.strict_official)
     result["data"] = {"path": str(prepared.data_path), "image_root": str(prepared.image_root) if prepared.image_root else None,
                       "limit": prepared.limit}  # fmt: skip
     result["generation"] = {"backend": backend.name, "model": backend.model_name, "greedy": True, "batch_size": batch_size,
@@ -213,16 +238,17 @@ def rescore(
     image_root: Path | None = None,
     limit: int | None = None,
     judge: AnswerJudge | None = None,
+    strict_official: bool = False,
 ) -> dict[str, Any]:
     """Score an existing predictions file without loading any model (``veritune eval score``)."""
-    items = limit_items(get_benchmark(name).load(data_path, image_root), limit)
+    items = limit_items(load_items(name, get_benchmark(name), data_path, image_root), limit)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
     predictions = read_predictions(predictions_path)
     for item in items:  # answered, so its images were there when it was generated: scoring needs no image
         if item.id in predictions:
             item.missing_images = []
-    return score_benchmark(name, items, predictions, judge)
+    return score_benchmark(name, items, predictions, judge, strict_official)
 
 
 def headline_metrics(result: dict[str, Any]) -> dict[str, float]:

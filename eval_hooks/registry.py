@@ -21,7 +21,7 @@ from eval_hooks.benchmarks.mmhal import MmhalBench
 from eval_hooks.benchmarks.mmvp import Mmvp
 from eval_hooks.benchmarks.naturalbench import NaturalBench
 from eval_hooks.benchmarks.orbit import Orbit
-from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchR1
+from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchCot, OricBenchR1
 from eval_hooks.benchmarks.pope import Pope
 from eval_hooks.benchmarks.repope import RePope
 from eval_hooks.benchmarks.textvqa import TextVQA
@@ -32,6 +32,7 @@ from veritune.errors import UserError
 BENCHMARKS: dict[str, type[Benchmark]] = {
     "oric_bench": OricBench,
     "oric_bench_r1": OricBenchR1,
+    "oric_bench_cot": OricBenchCot,
     "pope": Pope,
     "hallusionbench": HallusionBench,
     "amber_discriminative": AmberDiscriminative,

@@ -178,20 +178,6 @@ def pope_yes_no(text: Any) -> YesNo:
     return "no" if any(w in ("No", "not", "no") for w in words) else "yes"
 
 
-
-def amber_yes_no(text: Any) -> YesNo | None:
-    """AMBER's official discriminative parsing: the text before the first period if it is exactly
-    Yes/yes/No/no; otherwise "no" when the whole answer contains the substrings "No", "not" or "no"
-    (substrings, as officially: "snowboard" contains "no"); None (never correct) otherwise."""
-    text = completion_text(text) or ""
-    head = text[:_MAX_SCAN_CHARS].split(".")[0]
-    if head in ("Yes", "yes", "No", "no"):
-        return head.lower()  # type: ignore[return-value]
-    if "No" in text or "not" in text or "no" in text:
-        return "no"
-    return None
-
-
 # ---------------------------------------------------------------------------------------- options
 
 OPTION_LETTERS = "ABCDEFGHIJ"
@@ -244,48 +230,72 @@ def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[st
 
 # ----------------------------------------------------------------------------------------- counts
 
-NUMBER_WORDS = {"zero": 0, "none": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-                "seven": 7, "eight": 8, "nine": 9, "ten": 10}  # fmt: skip
-ROMAN_NUMERALS = {"I": 1, "II": 2, "III": 3, "IV": 4, "V": 5, "VI": 6, "VII": 7, "VIII": 8, "IX": 9, "X": 10}
-_COUNT_WITH_LIST = re.compile(r"(\d+)\s*\[")
-_INTEGER = re.compile(r"(?<![\d.])\d+(?![\d])")
-_NUMBER_WORD = re.compile(r"\b(" + "|".join(NUMBER_WORDS) + r")\b", re.IGNORECASE)
-_ROMAN_ALTERNATIVES = "|".join(sorted(ROMAN_NUMERALS, key=len, reverse=True))
-# A numeral alone, or after "is"/"are"/"answer:": "I" inside "I think" is a pronoun, not one.
-_ROMAN = re.compile(rf"\A\s*({_ROMAN_ALTERNATIVES})\s*[.!]?\s*\Z|(?i:\b(?:is|are|answer|count)\s*:?\s+)({_ROMAN_ALTERNATIVES})\b")
+# ORBIT's official ``clean_answer_improved`` (its ``utils.py``) reads numerals and number words up to
+# twenty and ninety-nine; the tables below hold the same values, searched in the same order.
+ROMAN_NUMERALS = {numeral: value for value, numeral in enumerate(
+    ("i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi", "xvii", "xviii", "xix", "xx"),
+    start=1)}  # fmt: skip
+UNIT_WORDS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
+TEEN_WORDS = {"ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
+              "seventeen": 17, "eighteen": 18, "nineteen": 19}  # fmt: skip
+TENS_WORDS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+_COUNT_WITH_LIST = re.compile(r"(\d+)\s*\[(.*?)\]")
+_INTEGER = re.compile(r"\d+")
+# Longest numeral first ("viii" before "v" and "i"); numerals of one length in ascending value, as officially.
+_ROMAN_SEARCH = [(re.compile(rf"\b{numeral}\b"), value) for numeral, value in sorted(ROMAN_NUMERALS.items(), key=lambda kv: len(kv[0]), reverse=True)]
+_WORD_SEARCH = [(re.compile(rf"\b{word}\b"), value) for word, value in {**TEEN_WORDS, **UNIT_WORDS}.items()]
+_TENS_WORD = re.compile(rf"\b({'|'.join(TENS_WORDS)})(?:[\s-]+({'|'.join(UNIT_WORDS)}))?\b")
+_LETTERS = re.compile(r"[a-z]+")
 
 
 def extract_count(text: Any) -> tuple[int | None, str]:
-    """The count a counting answer gives, and the rule that resolved it.
+    """The count a counting answer gives, and the rule that resolved it: ORBIT's official
+    ``clean_answer_improved`` (``utils.py`` of the ORBIT repository), rule for rule and in its order.
 
-    Rules, in order: ``"count_list"``: the ``<number> [<object>, ...]`` layout ORBIT asks for;
-    ``"digits"``: the first integer written in digits; ``"word"``: the first number word from zero to
-    ten ("none" is 0); ``"roman"``: an upper-case Roman numeral I..X as the whole answer or after
-    "is"/"are"/"answer:"; otherwise
-    ``(None, "unresolved")`` (ORBIT scores a missing count as 0). Counts above ten are returned as
-    they are: whether they are valid is the benchmark's decision.
+    1. ``"count_list"``: the first ``<digits> [...]`` (closing bracket on the same line), the layout ORBIT asks for;
+    2. ``"digits"``: else the first run of digits anywhere ("2.5" reads 2);
+    3. ``"roman"``: else a Roman numeral i..xx standing as a word, in any case, longest numeral first
+       (the official quirk: a standalone "I", as in "I think", reads as 1);
+    4. ``"word"``: else a number word, searched in the order ten..nineteen then zero..nine, whatever comes first in the text
+       ("eleven" reads 11, never 0);
+    5. ``"tens_word"``: else twenty..ninety, optionally with a unit ("twenty-one" reads 21);
+    6. otherwise ``(None, "unresolved")``: the official code then falls back to 0, and so do the scorers.
+
+    Counts above ten are returned as they are: whether they are valid is the benchmark's decision.
 
     >>> extract_count("3 [cup, cup, plate]")
     (3, 'count_list')
-    >>> extract_count("There are seven birds.")
-    (7, 'word')
-    >>> extract_count("IV")
-    (4, 'roman')
+    >>> extract_count("iii")
+    (3, 'roman')
+    >>> extract_count("There are eleven birds.")
+    (11, 'word')
     """
     text = completion_text(text)
+    if text is None:
+        return None, "unresolved"
+    text = text[:_MAX_SCAN_CHARS].strip()
     if not text:
         return None, "unresolved"
-    text = _SOLUTION_TAG.sub(" ", text[:_MAX_SCAN_CHARS])
-    for pattern, rule in ((_COUNT_WITH_LIST, "count_list"), (_INTEGER, "digits")):
-        match = pattern.search(text)
-        if match:
-            return int(match.group(1) if pattern is _COUNT_WITH_LIST else match.group(0)), rule
-    match = _NUMBER_WORD.search(text)
+    match = _COUNT_WITH_LIST.search(text)
     if match:
-        return NUMBER_WORDS[match.group(1).lower()], "word"
-    match = _ROMAN.search(text)
+        return int(match.group(1)), "count_list"
+    match = _INTEGER.search(text)
     if match:
-        return ROMAN_NUMERALS[match.group(1) or match.group(2)], "roman"
+        return int(match.group(0)), "digits"
+    lower = text.lower()
+    for pattern, value in _ROMAN_SEARCH:
+        if pattern.search(lower):
+            return value, "roman"
+    for pattern, value in _WORD_SEARCH:
+        if pattern.search(lower):
+            return value, "word"
+    match = _TENS_WORD.search(lower)
+    if match:
+        return TENS_WORDS[match.group(1)] + (UNIT_WORDS[match.group(2)] if match.group(2) else 0), "tens_word"
+    for token in _LETTERS.findall(lower):  # the official last pass over the letter runs
+        for table in (UNIT_WORDS, TEEN_WORDS, TENS_WORDS):
+            if token in table:
+                return table[token], "word"
     return None, "unresolved"
 
 

@@ -104,16 +104,16 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
                "--mixed_precision", "no", "--main_process_port", str(free_port()), "finetune/grpo.py", "recipes/tiny_oric_demo.yaml",
                "--model_name_or_path", str(tiny_qwen3vl), "--dataset_path", str(train), "--image_root", str(train_images),
                "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_steps", "1", "--report_to", "none",
-               "--per_device_train_batch_size", "2", "--eval_on_save", "true", "--eval_benchmarks", "oric_bench",
+               "--per_device_train_batch_size", "2", "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1",
                "--eval_data_root", str(oric), "--eval_limit", "3", "--eval_batch_size", "2"]  # fmt: skip
     result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    hooked = read_predictions(tmp_path / "run" / "eval" / "checkpoint-1" / "oric_bench" / "predictions.jsonl")
+    hooked = read_predictions(tmp_path / "run" / "eval" / "checkpoint-1" / "oric_bench_r1" / "predictions.jsonl")
     assert len(hooked) == 12
     # The saved checkpoint, evaluated afresh by one process in the same batches, answers the same.
-    assert main(["eval", "run", "--model", str(tmp_path / "run" / "checkpoint-1"), "--benchmarks", "oric_bench", "--data-root", str(oric),
+    assert main(["eval", "run", "--model", str(tmp_path / "run" / "checkpoint-1"), "--benchmarks", "oric_bench_r1", "--data-root", str(oric),
                  "--limit", "3", "--batch-size", "2", "--dtype", "float32", "--out", str(tmp_path / "single")]) == 0  # fmt: skip
-    assert hooked == read_predictions(tmp_path / "single" / "oric_bench" / "predictions.jsonl")
+    assert hooked == read_predictions(tmp_path / "single" / "oric_bench_r1" / "predictions.jsonl")
 
 
 def test_per_benchmark_limits_in_eval_benchmarks() -> None:

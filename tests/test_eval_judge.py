@@ -80,11 +80,12 @@ def test_hallusionbench_judge_uses_gt_answer_details(tmp_path: Path, capsys: pyt
                      "--judge-base-url", server.base_url, "--judge-model", "judge-2", "--judge-cache", str(tmp_path / "j.sqlite")]) == 0  # fmt: skip
         assert len(server.requests) == 3  # every answer is judged in this mode
     printed = json.loads(capsys.readouterr().out)
-    assert printed["metrics"]["aAcc"] == pytest.approx(100 / 3)  # only "agree" is right
+    # "agree" is right, "disagree" wrong, "unsure" uncertain: right on a VS question asked without its figure (assign_correctness)
+    assert printed["metrics"]["aAcc"] == pytest.approx(200 / 3)
     assert printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
-    # without a judge the rules see none of these words as yes/no: all wrong
+    # without a judge the rules see none of these words as yes/no: all uncertain, so all right on these figure-0 VS questions
     assert main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions)]) == 0
-    assert json.loads(capsys.readouterr().out)["metrics"]["aAcc"] == 0.0
+    assert json.loads(capsys.readouterr().out)["metrics"]["aAcc"] == 100.0
 
 
 def test_judge_needs_both_url_and_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -103,11 +103,11 @@ def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp
 
 def test_eval_run_writes_results_and_prints_a_summary(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric),
-                 "--out", str(tmp_path), "--batch-size", "8", "--limit", "3"]) == 0  # fmt: skip
+                 "--out", str(tmp_path), "--batch-size", "8", "--limit", "3", "--max-new-tokens", "32"]) == 0  # fmt: skip
     metrics = json.loads((tmp_path / "oric_bench" / "metrics.json").read_text())
     assert metrics["counts"]["items"] == 12 and metrics["counts"]["predicted"] == 12
     assert len(read_predictions(tmp_path / "oric_bench" / "predictions.jsonl")) == 12
-    assert metrics["generation"]["max_new_tokens"] == [32] and metrics["data"]["path"].endswith("oric/oric_bench.json")
+    assert metrics["generation"]["max_new_tokens"] == 32 and metrics["data"]["path"].endswith("oric/oric_bench.json")
     assert len(metrics["samples"]) == 12 and metrics["samples"][0]["id"] == "1/p0"
     printed = capsys.readouterr().out
     assert "oric_bench" in printed and "macro/f1" in printed and f"{metrics['metrics']['macro/f1']:.4g}" in printed
@@ -137,7 +137,7 @@ def test_missing_and_unreadable_images_are_skipped_and_counted(tiny_qwen3vl: Pat
     (images / "COCO_val2014_000000000001.jpg").unlink()  # question 2: missing
     (images / "COCO_val2014_000000000002.jpg").write_bytes(b"not a jpeg")  # question 3: unreadable
     assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(tmp_path / "data"),
-                 "--out", str(tmp_path / "out")]) == 0  # fmt: skip
+                 "--out", str(tmp_path / "out"), "--max-new-tokens", "32"]) == 0  # fmt: skip
     metrics = json.loads((tmp_path / "out" / "oric_bench" / "metrics.json").read_text())
     assert metrics["counts"]["missing_images"] == 8 and metrics["counts"]["predicted"] == 8
     assert [Path(p).name for p in metrics["missing_images"]] == ["COCO_val2014_000000000001.jpg", "COCO_val2014_000000000002.jpg"]
@@ -167,7 +167,8 @@ def test_missing_benchmark_file_names_the_expected_layout(tmp_path: Path, capsys
 
 
 def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:
-    common = ["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric), "--batch-size", "3", "--limit", "4"]
+    common = ["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric), "--batch-size", "3", "--limit", "4",
+              "--max-new-tokens", "32"]
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--mixed_precision", "no",
               "--main_process_port", str(free_port()), "-m", "veritune.cli", *common, "--out", str(tmp_path / "two")]  # fmt: skip
     result = subprocess.run(launch, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=300)

@@ -86,7 +86,7 @@ def test_official_oric_bench_loads() -> None:
     items = get_benchmark("oric_bench").load(SHARED / "oric" / "oric_bench.json", SHARED)
     assert len(items) == 8000
     assert sum(item.meta["label"] == "yes" for item in items) == 4000
-    assert items[0].prompt == "Is there a traffic light in the image?"
+    assert items[0].prompt == "Question: Is there a traffic light in the image?\nPlease answer the question based on the given image."  # Fig. 7
 
 
 # ---- POPE
@@ -221,16 +221,6 @@ def test_official_hallusionbench_loads_all_questions() -> None:
 # ---- AMBER discriminative
 
 
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [("Yes.", "yes"), ("no", "no"), ("Yes, there is a snowboard.", "no"), ("There is not one", "no"), ("Sure", None)],
-)  # fmt: skip
-def test_amber_official_parsing(text: str, expected: str | None) -> None:
-    from rewards.graders import amber_yes_no
-
-    assert amber_yes_no(text) == expected
-
-
 def test_amber_metrics_with_no_as_positive(tmp_path: Path) -> None:
     (tmp_path / "query").mkdir()
     annotations = [{"id": i + 1, "type": "generative"} for i in range(2)] + [
@@ -246,11 +236,12 @@ def test_amber_metrics_with_no_as_positive(tmp_path: Path) -> None:
     bench = get_benchmark("amber_discriminative")
     items = bench.load(tmp_path / "query" / "query_discriminative.json")
     result = bench.score(items, {"3": "Yes", "4": "No", "5": "Yes", "6": "No"})
-    m = result["metrics"]
-    assert m["accuracy"] == pytest.approx(100 * 2 / 4.001)
-    assert m["precision"] == pytest.approx(100 * 1 / 2.001)  # answered no: 4 (right), 6 (wrong)
-    assert m["recall"] == pytest.approx(100 * 1 / 2.001)  # truth no: 4 (found), 5 (missed)
-    assert m["existence/accuracy"] == pytest.approx(100 * 2 / 2.001)
+    m = result["metrics"]  # as inference.py prints them: one decimal
+    assert m["accuracy"] == round(100 * 2 / 4.001, 1) == 50.0
+    assert m["precision"] == round(100 * 1 / 2.001, 1) == 50.0  # answered no: 4 (right), 6 (wrong)
+    assert m["recall"] == round(100 * 1 / 2.001, 1)  # truth no: 4 (found), 5 (missed)
+    assert m["f1"] == round(2 * 0.5 * 0.5 / (0.5 + 0.5 + 0.0001) * 100, 1) == 50.0
+    assert m["existence/accuracy"] == round(100 * 2 / 2.001, 1) == 100.0
     assert m["relation/recall"] == 0.0  # no "no" question in the group: no division by zero
 
 

@@ -55,7 +55,8 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
                           "--save_strategy", "no", "--report_to", "none", wait=False)  # fmt: skip
     run_dir2 = tmp_path / "runs" / f"tiny-grpo2-{train_job}"
     eval_job, result = sbatch(env, f"--output={logs}/%j.out", f"--dependency=afterok:{train_job}", "slurm/eval.sbatch", "run", run_dir2,
-                              "oric_bench", tmp_path, tmp_path / "eval", "--", "--data", f"oric_bench={bench}", "--image-root", images)  # fmt: skip
+                              "oric_bench", tmp_path, tmp_path / "eval", "--", "--data", f"oric_bench={bench}", "--image-root", images,
+                              "--max-new-tokens", "32")  # fmt: skip
     assert result.returncode == 0, (logs / f"{eval_job}.out").read_text()[-3000:]
     assert job_state(train_job, cluster) == job_state(eval_job, cluster) == "COMPLETED"
     assert json.loads((tmp_path / "eval" / "oric_bench" / "metrics.json").read_text())["counts"]["items"] == 32

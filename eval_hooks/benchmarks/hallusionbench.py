@@ -1,14 +1,18 @@
 """HallusionBench (official ``HallusionBench.json``: all 1,129 questions, the 178 image-free ones included).
 
-Scored as the official ``evaluation.py``/``utils.py`` score it:
+Scored as the official ``evaluation.py``/``utils.py`` (tianyi-lab/HallusionBench) score it:
 - aAcc: the share of questions answered correctly;
 - fAcc: per figure (``category_subcategory_set_figure``), a figure counts when every question on it is
   right; VS questions with ``figure_id`` 0 (asked without their figure) are left out, as officially;
 - qAcc: per question pair (``category_subcategory_set_question``), a pair counts when the question is right
   on every figure it is asked about (and without a figure, for VS).
-Correctness comes from the shared rule-based yes/no grader against ``gt_answer`` ("1" yes, "0" no); an
-unresolved answer is "uncertain" (officially "2") and counts as wrong. Images are
-``<image_root>/<category>/<subcategory>/<set_id>_<figure_id>.png``.
+Correctness (``assign_correctness``): officially a GPT-4 judge labels each answer correct ("1"),
+incorrect ("0") or uncertain ("2"); here the shared rule-based yes/no grader
+:func:`rewards.graders.extract_yes_no` compares the answer with ``gt_answer`` ("1" yes, "0" no) and an
+answer it cannot resolve is uncertain (with ``--judge-*`` an LLM judges every answer against
+``gt_answer_details`` instead, as officially). As officially, an uncertain answer counts as correct on a
+VS question asked without its figure (``figure_id`` 0: not knowing is right there) and as wrong
+everywhere else. Images are ``<image_root>/<category>/<subcategory>/<set_id>_<figure_id>.png``.
 """
 
 from __future__ import annotations
@@ -66,7 +70,11 @@ class HallusionBench(Benchmark):
             answer = None if item.missing_images else extract_yes_no(predictions.get(item.id))
             uncertain += answer is None
             truth = "yes" if item.meta["gt_answer"] == "1" else "no"
-            correct[item.id] = answer == truth
+            if answer is None and item.meta["category"] == "VS" and item.meta["figure_id"] == "0":
+                # uncertain without the figure is correct (assign_correctness); no answer at all is not
+                correct[item.id] = item.id in predictions
+            else:
+                correct[item.id] = answer == truth
         figures: dict[str, list[bool]] = defaultdict(list)
         pairs: dict[str, list[bool]] = defaultdict(list)
         for item in items:

@@ -1,23 +1,29 @@
 """ORBIT, object-property counting (seed ``orbit_object_property_counting.txt``; official
-``benchmark.json`` of the public ORBIT repository).
+``benchmark.json`` and scoring code ``utils.py`` of the public ORBIT repository, AbhishekKolari/ORBIT).
 
 Layout: ``{"benchmark": {"question_types": {"Q1": "direct_recognition", ...}, "images": [{"image_id",
 "image_type", "path", "questions": [{"id": "Q1".."Q3", "question", "answer", "property_category"}]}]}}``;
-image paths are relative to the image root (the repository root in the official release).
+image paths are relative to the image root (the repository root in the official release). Image ids
+repeat across image types (``image01`` is a REAL, an ANIMATED and an AI_GENERATED image), so an item id
+is ``<image_type>/<image_id>/<question id>``, e.g. ``REAL/image01/Q1``.
 
-Prompt: the instruction-tuned template of Table 6, in our words: the question, then a demand to answer
-only with the number followed by the counted objects in brackets. Generation budget 200 tokens, as in
-the public evaluation code.
+Prompt: the official one of ``utils.py`` (its Qwen2.5-VL / generic branch), the question followed by
+" Your response MUST be in the following format and nothing else:\n <NUMBER> [<OBJECT1>, <OBJECT2>,
+<OBJECT3>, ...]"; greedy, 200 new tokens, as there.
 
-Answer extraction (the shared count grader, :func:`rewards.graders.extract_count`): the ``N [objects]``
-layout, else the first integer, else a number word (zero..ten), else a Roman numeral; a missing count is
-a prediction of 0 (Sec. "Answer Extraction"). Counts above ten are invalid: never correct, and counted.
+Answer extraction: the shared count grader :func:`rewards.graders.extract_count`, which is the official
+``clean_answer_improved`` rule for rule (quirks included: a standalone "I" reads as 1); an answer it
+cannot read is a prediction of 0, as officially. Counts above ten are reported (``invalid_above_10``)
+and can never equal a true count.
 
-Metrics (percent where a share): micro accuracy; macro accuracy (the mean of the per-count accuracies
-over the ground-truth counts 0..10 present); RMSE and mean error (prediction minus truth: negative means
-undercounting) over every item with an image, with the count as extracted even when above ten, as the
-public metric code computes them; off-by-1 accuracy (|prediction - truth| <= 1, counts above ten excluded); and the
-same by reasoning level, property dimension and image type.
+Metrics, as ``utils.py`` computes them on the parsed counts (percent where a share): micro accuracy
+(exact count); macro accuracy (the mean of the per-count accuracies over the true counts 0..10 present,
+the paper's Table 2); RMSE and mean error (prediction minus truth: negative means undercounting) over
+every item; off-by-1 accuracy (|prediction - truth| <= 1, every prediction, "11" for a true 10 included);
+and the same by reasoning level, property dimension and image type. Rescoring the released
+Qwen2.5-VL-7B results reproduces Table 2 (38.70 / 31.57 / 1.88 / -0.62 / 70.28).
+Deviation: an item whose image is missing is never generated, counts as wrong in the shares and is left
+out of RMSE and mean error (the official code skips such an image altogether).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from veritune.io import read_json
 
 MAX_COUNT = 10
 LEVELS = {"Q1": "direct_recognition", "Q2": "property_inference", "Q3": "counterfactual_reasoning"}
-PROMPT = "{question} Reply with the number first and then, in square brackets, the objects you counted, and nothing else: <number> [<object 1>, <object 2>, ...]"  # fmt: skip
+PROMPT = "{question} Your response MUST be in the following format and nothing else:\n <NUMBER> [<OBJECT1>, <OBJECT2>, <OBJECT3>, ...]"
 
 
 def count_metrics(pairs: list[tuple[int | None, int]]) -> dict[str, float]:
@@ -44,7 +50,7 @@ def count_metrics(pairs: list[tuple[int | None, int]]) -> dict[str, float]:
         return {"accuracy": 0.0, "macro_accuracy": 0.0, "rmse": 0.0, "mean_error": 0.0, "off_by_1": 0.0}
 
     def right(predicted: int | None, truth: int, tolerance: int = 0) -> bool:
-        return predicted is not None and predicted <= MAX_COUNT and abs(predicted - truth) <= tolerance
+        return predicted is not None and abs(predicted - truth) <= tolerance
 
     by_truth: dict[int, list[bool]] = defaultdict(list)
     for predicted, truth in pairs:
@@ -90,7 +96,7 @@ class Orbit(Benchmark):
                 except ValueError:
                     raise UserError(f"{data_path}: images[{row}].questions[{number}]: answer {question['answer']!r} is not a count") from None
                 items.append(EvalItem(
-                    id=f"{record['image_id']}/{question['id']}", prompt=PROMPT.format(question=question["question"]), images=[image],
+                    id=f"{record['image_type']}/{record['image_id']}/{question['id']}", prompt=PROMPT.format(question=question["question"]), images=[image],
                     max_new_tokens=self.default_max_new_tokens,
                     meta={"answer": truth, "level": levels.get(question["id"], str(question["id"])),
                           "property": question.get("property_category", "unknown"), "image_type": record["image_type"]},

@@ -1,6 +1,19 @@
-"""ORIC-Bench (seed ``oric_visual_rft.txt``, Sec. 4, App. A.4): yes/no object existence under contextual
-incongruity. Every question is asked with each of its four paraphrases; metrics are computed per
-paraphrase and averaged over the four, as the paper reports.
+"""ORIC-Bench (seed ``oric_visual_rft.txt``, Sec. 4, App. A.4, B.2; official release and scorer
+``evaluate.py`` of ZhaoyangLi-1/ORIC): yes/no object existence under contextual incongruity. Every question
+is asked with each of its four paraphrases; metrics are computed per paraphrase and averaged over the
+four, as the paper reports.
+
+Protocol (App. B.2, Sec. 4.1): the image, then the question wrapped in the prompt of Fig. 7
+("Question: {question}" and, on the next line, "Please answer the question based on the given image."),
+greedy decoding with a 1,024-token limit. Variants: ``oric_bench_cot`` wraps it in the zero-shot CoT
+prompt of Fig. 12 ("Let's think step-by-step and then answer the question based on the given image.");
+``oric_bench_r1`` asks it with the R1-style instruction of the Visual-RFT training prompt (Fig. 11).
+
+Graders: ``oric_bench`` and ``oric_bench_cot`` read answers with the shared free-form grader
+:func:`rewards.graders.extract_yes_no` (the paper's first, heuristic step; its GPT second step is the
+optional ``--judge-*``); ``oric_bench_r1`` with the training reward's grader
+:func:`rewards.graders.grade_tagged_yes_no` (the yes/no inside one ``<SOLUTION>`` block; anything else
+is unverifiable, as in training, and no judge rescues it).
 
 Metrics follow the official ``evaluate.py``: per-class (yes/no) precision, recall and F1, their macro
 averages, and the yes-proportion of the predictions, in percent. An answer the grader cannot resolve is
@@ -15,19 +28,23 @@ from typing import Any
 from data_builders.oric.questions import R1_INSTRUCTION
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import confusion, per_class_prf
-from rewards.graders import extract_yes_no, normalize_yes_no_label
+from rewards.graders import extract_yes_no, grade_tagged_yes_no, normalize_yes_no_label
 from veritune.errors import UserError
 from veritune.io import read_json
 
 LABELS = ("no", "yes")
+PROMPT_FIG7 = "Question: {question}\nPlease answer the question based on the given image."
+PROMPT_FIG12_COT = "Question: {question}\nLet's think step-by-step and then answer the question based on the given image."  # fmt: skip
+PAPER_MAX_NEW_TOKENS = 1024  # "temperature 0 and a 1,024-token limit" (Sec. 4.1)
 SIZES = ("small", "medium", "large")
 
 
 class OricBench(Benchmark):
     name = "oric_bench"
     answer_format = "yes_no"
-    default_max_new_tokens = 32
-    instruction = ""  # appended to every question (see OricBenchR1)
+    default_max_new_tokens = PAPER_MAX_NEW_TOKENS
+    template = PROMPT_FIG7  # the user turn's text around each question
+    grader = staticmethod(extract_yes_no)  # answer text -> "yes" / "no" / None
     data_layout = "oric/oric_bench.json (official release or `veritune build oric-bench`), images in coco/val2014/"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
@@ -52,11 +69,11 @@ class OricBench(Benchmark):
                 items.append(
                     EvalItem(
                         id=f"{record['id']}/p{index}",
-                        prompt=f"{question} {self.instruction}".strip(),
+                        prompt=self.template.format(question=question),
                         images=[image],
                         max_new_tokens=self.default_max_new_tokens,
                         meta={"label": label, "paraphrase": index, "object_size": record.get("object_size"),
-                              "target_object": record["target_object"]},  # fmt: skip
+                              "target_object": record["target_object"], "question": question},  # fmt: skip
                         missing_images=[] if image.is_file() else [image],
                     )
                 )
@@ -70,7 +87,7 @@ class OricBench(Benchmark):
             group = [item for item in items if item.meta["paraphrase"] == index]
             truth, predicted = [], []
             for item in group:
-                answer = None if item.missing_images else extract_yes_no(predictions.get(item.id))
+                answer = None if item.missing_images else self.grader(predictions.get(item.id))
                 missing += bool(item.missing_images)
                 resolved += answer is not None
                 unresolved += answer is None and not item.missing_images
@@ -83,7 +100,7 @@ class OricBench(Benchmark):
         for index, values in per_paraphrase.items():
             metrics.update({f"p{index}/{key}": value for key, value in values.items() if key.startswith("macro") or key == "yes_proportion"})
         truth_all = [item.meta["label"] for item in items]
-        pred_all = [None if item.missing_images else extract_yes_no(predictions.get(item.id)) for item in items]
+        pred_all = [None if item.missing_images else self.grader(predictions.get(item.id)) for item in items]
         return {
             "metrics": metrics,
             "tables": {
@@ -111,10 +128,18 @@ def _metrics(truth: list[str], predicted: list[str | None], items: list[EvalItem
     return out
 
 
+class OricBenchCot(OricBench):
+    """ORIC-Bench with the zero-shot chain-of-thought prompt of Fig. 12 (the paper's CoT baseline)."""
+
+    name = "oric_bench_cot"
+    template = PROMPT_FIG12_COT
+
+
 class OricBenchR1(OricBench):
     """ORIC-Bench asked with the R1-style instruction of the Visual-RFT training prompt (ORIC Fig. 11), for
-    models trained with it; answers are read from their ``<SOLUTION>`` block."""
+    models trained with it, and graded by the training reward's grader (:func:`grade_tagged_yes_no`)."""
 
     name = "oric_bench_r1"
-    default_max_new_tokens = 256
-    instruction = R1_INSTRUCTION
+    answer_format = ""  # graded as in training: no judge resolves an answer outside the <SOLUTION> block
+    template = "{question} " + R1_INSTRUCTION
+    grader = staticmethod(grade_tagged_yes_no)

@@ -1,5 +1,6 @@
 """POPE (official JSON-lines files ``coco_pope_{random,popular,adversarial}.json``: ``question_id``,
-``image``, ``text``, ``label``). Scored as the official ``evaluate.py`` scores it: keep the answer's
+``image``, ``text``, ``label``). Scored as the official ``evaluate.py`` (AoiDragon/POPE) scores it, with the
+grader :func:`rewards.graders.pope_yes_no` (that script's rule, not the shared free-form one): keep the answer's
 first sentence, drop commas, split on spaces; "no" when a word is "No", "not" or "no", else "yes";
 accuracy, precision, recall and F1 with "yes" as the positive class, and the yes-ratio of the
 *predictions* (not of the ground truth)."""
