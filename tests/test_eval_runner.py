@@ -184,7 +184,7 @@ def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, ori
     assert main([*common, "--out", str(tmp_path / "one")]) == 0
     two = read_predictions(tmp_path / "two" / "oric_bench" / "predictions.jsonl")
     assert len(two) == 16 and two == read_predictions(tmp_path / "one" / "oric_bench" / "predictions.jsonl")
-    assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 16  # written once, by the main process
+    assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 1 + 16  # header + answers, written once, by the main process
 
 
 def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
