@@ -180,6 +180,15 @@ def _check_rewards(names: list[str], weights: list[float] | None) -> None:
 
 
 def _check_benchmarks(names: list[str]) -> None:
+    check_benchmark_names(names, "eval_benchmarks")
+
+
+def check_benchmark_names(names: str | list[str], source: str) -> None:
+    """Every benchmark name is registered (or a dotted path to a Benchmark); ``name:N`` limits are allowed.
+
+    Raises:
+        UserError: ``"<source>: unknown benchmark 'x' (did you mean 'y'?)"``.
+    """
     from eval_hooks.evaluate import parse_benchmark_names
     from eval_hooks.registry import BENCHMARKS, get_benchmark
 
@@ -188,11 +197,11 @@ def _check_benchmarks(names: list[str]) -> None:
         if "." not in spec and spec not in BENCHMARKS:
             suggestion = closest_key(spec, set(BENCHMARKS))
             hint = f" (did you mean '{suggestion}'?)" if suggestion else f"; known: {', '.join(BENCHMARKS)}"
-            raise UserError(f"eval_benchmarks: unknown benchmark '{spec}'{hint}")
+            raise UserError(f"{source}: unknown benchmark '{spec}'{hint}")
         try:
             get_benchmark(spec)
         except UserError as err:
-            raise UserError(f"eval_benchmarks: {err}") from None
+            raise UserError(f"{source}: {err}") from None
 
 
 def _raise_usage_error(source: str) -> Any:
