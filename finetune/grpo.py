@@ -1,6 +1,6 @@
 """GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
 
-    accelerate launch --config_file recipes/accelerate/zero3.yaml finetune/grpo.py recipes/qwen3vl_oric.yaml
+    veritune launch --config_file recipes/accelerate/zero3.yaml finetune/grpo.py recipes/qwen3vl_oric.yaml
 
 Any recipe key can be overridden on the command line (``--learning_rate 1e-6``). Each question is wrapped
 in the R1-style prompt of ORIC Fig. 11; the reward is ``accuracy + format`` (both weight 1) as in the
@@ -19,7 +19,14 @@ from trl import GRPOTrainer
 from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
+from finetune.training import (
+    get_callbacks,
+    get_model_and_processor,
+    log_run_header,
+    report_finished_run,
+    setup_logging,
+    train_and_save,
+)
 from rewards import UnknownRewardError, get_reward_funcs
 from veritune.errors import UserError, exit_on_user_error
 
@@ -28,6 +35,8 @@ logger = logging.getLogger("veritune.grpo")
 
 def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, model_args: VeritunModelConfig) -> None:
     setup_logging(training_args)
+    if report_finished_run(training_args):  # a finished run is not trained again
+        return
 
     # ---- Rewards (resolved first: a typo should not cost a model load)
     try:

@@ -106,7 +106,7 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
     ]  # fmt: skip
     if steps is not None:
         overrides += ["--max_steps", str(steps)]
-    launcher = [sys.executable, "-m", "accelerate.commands.launch"]
+    launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     if (REPO_ROOT / ACCELERATE_CONFIG).is_file():
         launcher += ["--config_file", ACCELERATE_CONFIG]
     else:
