@@ -71,13 +71,14 @@ def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: Verit
 
 def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
     """What a run was made from: the script settings, the recipe file's contents and the dataset's
-    ``manifest.json`` (written by veritune's builders beside their output), when present."""
+    manifest (written by veritune's builders beside their output), when present."""
     provenance: dict[str, Any] = {"script_args": vars(script_args)}
     if script_args.recipe and Path(script_args.recipe).is_file():
         provenance["recipe"] = read_yaml(script_args.recipe)
     if script_args.dataset_path:
         dataset = Path(script_args.dataset_path)
-        manifest = (dataset if dataset.is_dir() else dataset.parent) / "manifest.json"
+        # a directory build holds manifest.json; a file build has <file stem>.manifest.json beside it
+        manifest = dataset / "manifest.json" if dataset.is_dir() else dataset.with_name(f"{dataset.stem}.manifest.json")
         if manifest.is_file():
             provenance["dataset_manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
     return provenance
