@@ -66,7 +66,7 @@ def _open_file_in(tb: TracebackType | None) -> str | None:
 def decode_error_message(err: UnicodeDecodeError, path: str | None = None) -> str:
     """One line for a file that is not UTF-8 text, naming the file and the first bad byte."""
     where = f"{path}: " if path else ""
-    return f"{where}not UTF-8 text (byte {err.object[err.start:err.start + 1]!r} at offset {err.start}); save the file as UTF-8"
+    return f"{where}not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset {err.start}); save the file as UTF-8"
 
 
 def exit_on_user_error(func: F) -> F:
@@ -95,4 +95,3 @@ def exit_on_user_error(func: F) -> F:
         sys.exit(USER_ERROR_EXIT_CODE)
 
     return wrapper  # type: ignore[return-value]
-

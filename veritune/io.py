@@ -225,9 +225,17 @@ def _difference(previous: Any, identity: dict[str, Any]) -> str:
 
 
 def _check_writable(directory: Path) -> None:
+    """Create ``directory`` and check it can be written now, before the build's work (OS errors name it)."""
+    import errno
+
+    for part in (directory, *directory.parents):
+        if part.exists() and not part.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(part))
+        if part.exists():
+            break
     directory.mkdir(parents=True, exist_ok=True)
     if not os.access(directory, os.W_OK | os.X_OK):
-        raise PermissionError(13, "Permission denied", str(directory))
+        raise PermissionError(errno.EACCES, "Permission denied", str(directory))
 
 
 def _refuse(out: Path, reason: str) -> UserError:

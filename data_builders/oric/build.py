@@ -285,7 +285,8 @@ def check_usable(items: list[dict[str, Any]], settings: BuildSettings, stats: Bu
     skipped = {key: value for key, value in stats.skipped.items() if not key.startswith("shortfall_")}
     judge = f"; judge answers {dict(stats.judge_answers)}" if stats.judge_answers else ""
     hint = " (the judge found every object predictable from its context)" if stats.judge_answers and not stats.judge_answers.get("no") else ""
-    raise UserError(f"nothing usable was built: no '{'/'.join(empty)}' question{hint}; skipped {skipped}{judge}; nothing was written")
+    what = "no question" if len(empty) == 2 else f"no '{empty[0]}' question"
+    raise UserError(f"nothing usable was built: {what}{hint}; skipped {skipped}{judge}; nothing was written")
 
 
 def oric_file_images(path: Path) -> set[str]:
