@@ -119,6 +119,7 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
             "eval", "run", "--model", str(model), "--benchmarks", "oric_bench_r1",
             "--data", f"oric_bench_r1={paths['oric_bench']}", "--image-root", str(paths["world"] / "val" / "images"),
             "--out", str(paths["eval"] / name),
+            "--force",  # a rerun after further training replaces the earlier model's answers (a same-model rerun resumes)
         )  # fmt: skip
     _veritune("report", str(paths["run"]))
     _summarise(paths)
