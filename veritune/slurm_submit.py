@@ -72,7 +72,7 @@ def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: in
     load_recipe(recipe, types)
     _check_override_keys(overrides, valid_keys(types))
     config_type = types[1]
-    original = config_type.world_size
+    own = config_type.__dict__.get("world_size")
     if processes is not None:  # as the job will see it: nodes x GPUs per node
         config_type.world_size = property(lambda self: processes)  # type: ignore[method-assign,assignment]
     try:
@@ -84,7 +84,10 @@ def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: in
         print(f"note: not checked without --gpus-per-node: {str(err).split(';')[0]}")
         return None
     finally:
-        config_type.world_size = original  # type: ignore[method-assign]
+        if own is not None:
+            config_type.world_size = own  # type: ignore[method-assign]
+        elif "world_size" in config_type.__dict__:
+            del config_type.world_size
     return script_args
 
 
