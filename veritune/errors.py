@@ -91,7 +91,10 @@ def exit_on_user_error(func: F) -> F:
         except KeyboardInterrupt:
             print("interrupted: finished work is kept; rerun the same command to resume", file=sys.stderr)
             sys.exit(INTERRUPTED_EXIT_CODE)
-        print(f"error: {message}", file=sys.stderr, flush=True)
+        # One write: the processes of a distributed launch print the same line at once, and a single
+        # write of under 4 KiB to a pipe is never interleaved with another.
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
         sys.exit(USER_ERROR_EXIT_CODE)
 
     return wrapper  # type: ignore[return-value]
