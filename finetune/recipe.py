@@ -54,6 +54,8 @@ def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...])
 # Recipe values are checked here, before any model loads, so that a wrong value is one line naming the
 # key, the value and what is expected, never a traceback from inside TRL or a wall of argparse usage.
 
+# List keys whose bare string means something of its own (PEFT: "all-linear" or a regex of module names).
+_STRING_FOR_A_LIST = {"lora_target_modules"}
 _BOOL_WORDS = {"true", "false", "yes", "no", "1", "0", "y", "n", "t", "f"}
 
 
@@ -120,7 +122,7 @@ def check_value_types(values: dict[str, Any], dataclass_types: tuple[type, ...],
     hints = _field_types(dataclass_types)
     for key, value in values.items():
         tp = hints.get(key)
-        if tp is None or _accepts(tp, value):
+        if tp is None or _accepts(tp, value) or (key in _STRING_FOR_A_LIST and isinstance(value, str)):
             continue
         hint = ""
         if isinstance(value, str) and _accepts(tp, [value]):
