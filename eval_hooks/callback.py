@@ -198,7 +198,8 @@ class EvalHookCallback(TrainerCallback):
         if model is None or processor is None:
             logger.error("eval hook at step %d: the trainer passed no model or processor; skipped", step)
             return {}
-        backend = TransformersBackend(model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=f"{out_dir.parent.parent.name}/checkpoint-{step}")
+        backend = TransformersBackend(model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=f"{out_dir.parent.parent.name}/checkpoint-{step}",
+                                      model_path=out_dir.parent.parent / f"checkpoint-{step}")  # fmt: skip
         results: dict[str, dict[str, Any]] = {}
         was_training = model.training
         model.eval()

@@ -82,6 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--model", required=True, help="checkpoint directory or hub id")
     run.add_argument("--out", type=Path, required=True, help="results go to OUT/<benchmark>/{predictions.jsonl,metrics.json}")
     _add_data_arguments(run)
+    run.add_argument("--force", action="store_true", help="start over predictions in OUT made by another model, data or settings")
     run.set_defaults(handler=_run)
 
     watcher = subparsers.add_parser("watch", help="evaluate each new checkpoint of a training run as it appears")
@@ -120,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
 
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
     backend = get_backend(args.backend, args.model, args.dtype)
-    results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge)
+    results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force)
     if PartialState().is_main_process:
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")

@@ -15,7 +15,7 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
 from eval_hooks.registry import BENCHMARKS, get_benchmark
-from eval_hooks.runner import PREDICTIONS_FILE, Backend, read_predictions, run_items
+from eval_hooks.runner import PREDICTIONS_FILE, Backend, predictions_provenance, read_predictions, run_items
 from veritune.errors import UserError
 from veritune.io import atomic_write_json
 
@@ -190,9 +190,17 @@ def sample_rows(items: list[EvalItem], predictions: dict[str, str], count: int =
 
 
 def evaluate_prepared(
-    backend: Backend, prepared: PreparedBenchmark, out_dir: Path, *, batch_size: int = 8, judge: AnswerJudge | None = None
+    backend: Backend,
+    prepared: PreparedBenchmark,
+    out_dir: Path,
+    *,
+    batch_size: int = 8,
+    judge: AnswerJudge | None = None,
+    force: bool = False,
 ) -> dict[str, Any]:
-    """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl``) and score it.
+    """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl`` when it was made by
+    the same model on the same items with the same settings; ``force`` starts a different one over) and
+    score it.
 
     Every process of a distributed run calls this; the main process scores, writes ``metrics.json`` and
     returns the result, the others return ``{}``.
@@ -200,7 +208,7 @@ def evaluate_prepared(
     from accelerate import PartialState
 
     bench_dir = Path(out_dir) / prepared.name
-    predictions = run_items(backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name)
+    predictions = run_items(backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name, force=force)
     if not PartialState().is_main_process:
         return {}
     missing = sorted({str(path) for item in prepared.items for path in item.missing_images})
@@ -212,6 +220,7 @@ def evaluate_prepared(
                       "limit": prepared.limit}  # fmt: skip
     result["generation"] = {"backend": backend.name, "model": backend.model_name, "greedy": True, "batch_size": batch_size,
                             "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items})}  # fmt: skip
+    result["provenance"] = predictions_provenance(backend, prepared.items)
     result["missing_images"] = missing[:100]
     result["samples"] = sample_rows(prepared.items, predictions)
     atomic_write_json(bench_dir / METRICS_FILE, result)
@@ -219,13 +228,19 @@ def evaluate_prepared(
 
 
 def evaluate(
-    backend: Backend, prepared: list[PreparedBenchmark], out_dir: Path, *, batch_size: int = 8, judge: AnswerJudge | None = None
+    backend: Backend,
+    prepared: list[PreparedBenchmark],
+    out_dir: Path,
+    *,
+    batch_size: int = 8,
+    judge: AnswerJudge | None = None,
+    force: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
     main process."""
     results = {}
     for entry in prepared:
-        result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size, judge=judge)
+        result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size, judge=judge, force=force)
         if result:
             results[entry.name] = result
     return results

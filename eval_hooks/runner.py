@@ -35,7 +35,7 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from eval_hooks.base import EvalItem
-from veritune.errors import UserError
+from veritune.errors import UserError, decode_error_message
 
 logger = logging.getLogger("veritune.eval")
 
@@ -48,24 +48,132 @@ _PIXELS_PER_VISUAL_TOKEN = 28 * 28
 # ---------------------------------------------------------------------------------------------- files
 
 
-def read_predictions(path: Path) -> dict[str, str]:
-    """``{id: prediction}`` from a predictions file; a torn last line (killed mid-write) is ignored."""
+# The first line of a predictions file says what made it: the model (path and a content fingerprint),
+# the benchmark items (a hash of ids, prompts, image names, budgets and reference fields) and the
+# generation settings. A rerun into the same file resumes only when all three match.
+HEADER_KEY = "veritune_predictions"
+_FULL_HASH_BYTES = 64 << 20  # weight files up to this size are hashed whole; larger ones are sampled
+_SAMPLE_BLOCKS, _SAMPLE_BYTES = 16, 1 << 20
+
+
+def _file_fingerprint(path: Path, digest: Any) -> None:
+    size = path.stat().st_size
+    digest.update(f"{path.name}:{size}:".encode())
+    with path.open("rb") as handle:
+        if size <= _FULL_HASH_BYTES:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+            return
+        for index in range(_SAMPLE_BLOCKS):  # evenly spaced blocks, first and last included
+            handle.seek((size - _SAMPLE_BYTES) * index // (_SAMPLE_BLOCKS - 1))
+            digest.update(handle.read(_SAMPLE_BYTES))
+
+
+def model_fingerprint(model_path: str | Path | None) -> str | None:
+    """SHA-256 over a checkpoint directory's config and weight files (files over 64 MiB: their size and 16
+    evenly spaced 1 MiB blocks, so a 16 GB model costs a second, yet any trained weight change shows);
+    None for a hub id or a path that is not a directory."""
+    import hashlib
+
+    if model_path is None or not Path(model_path).is_dir():
+        return None
+    path = Path(model_path)
+    names = sorted(p.name for p in path.iterdir() if p.is_file() and (
+        p.suffix == ".safetensors" or p.name.endswith(".safetensors.index.json") or p.name in ("config.json", "adapter_config.json")
+        or (p.name.startswith("pytorch_model") and p.suffix == ".bin")))  # fmt: skip
+    if not names:
+        return None
+    digest = hashlib.sha256()
+    for name in names:
+        _file_fingerprint(path / name, digest)
+    return digest.hexdigest()
+
+
+def items_fingerprint(items: list[EvalItem]) -> str:
+    """SHA-256 of what the model is asked and how it is scored: ids, prompts, image file names, budgets
+    and the items' reference fields, in order."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for item in items:
+        record = [item.id, item.prompt, [Path(p).name for p in item.images], item.max_new_tokens, item.meta]
+        digest.update(json.dumps(record, sort_keys=True, ensure_ascii=False, default=str).encode() + b"\n")
+    return digest.hexdigest()
+
+
+def predictions_provenance(backend: Any, items: list[EvalItem]) -> dict[str, Any]:
+    """The header of a predictions file made by ``backend`` on ``items``."""
+    model_path = getattr(backend, "model_path", None)
+    return {
+        "model": {"name": backend.model_name, "path": str(model_path) if model_path else None, "sha256": model_fingerprint(model_path)},
+        "data": {"items": len(items), "sha256": items_fingerprint(items)},
+        "generation": {"backend": backend.name, "dtype": getattr(backend, "dtype", None), "greedy": True},
+    }
+
+
+def provenance_mismatch(previous: dict[str, Any] | None, current: dict[str, Any]) -> str | None:
+    """Why a predictions file with header ``previous`` was not made like ``current`` (None: it was)."""
+    if not isinstance(previous, dict):
+        return "it has no veritune header (made elsewhere or by an older version), so its model and data are unknown"
+    old_model, new_model = previous.get("model") or {}, current["model"]
+    if old_model.get("sha256") and new_model["sha256"]:
+        same_model = old_model["sha256"] == new_model["sha256"]
+    else:
+        same_model = (old_model.get("path") or old_model.get("name")) == (new_model["path"] or new_model["name"])
+    if not same_model:
+        return f"it holds answers of another model ({old_model.get('path') or old_model.get('name')}, sha256 {str(old_model.get('sha256'))[:12]})"
+    if (previous.get("data") or {}).get("sha256") != current["data"]["sha256"]:
+        return "it was made on other benchmark data (other file, --limit or --max-new-tokens)"
+    if previous.get("generation") != current["generation"]:
+        return f"it was made with other generation settings ({previous.get('generation')})"
+    return None
+
+
+def read_predictions_file(path: Path) -> tuple[dict[str, Any] | None, dict[str, str]]:
+    """``(header, {id: prediction})`` of a predictions file (header None when it has none); a torn last
+    line (killed mid-write) is ignored.
+
+    Raises:
+        UserError: a line is not a prediction record, the file is not UTF-8, or an id appears twice with
+            different answers.
+    """
     predictions: dict[str, str] = {}
+    first_line: dict[str, int] = {}
+    header = None
     path = Path(path)
     if not path.is_file():
-        return predictions
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+        return header, predictions
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}, line {number}: " + decode_error_message(err)) from None
             if not line.strip():
                 continue
             try:
                 record = json.loads(line)
             except json.JSONDecodeError:
                 continue
+            if number == 1 and isinstance(record, dict) and HEADER_KEY in record:
+                header = record[HEADER_KEY]
+                continue
             if not isinstance(record, dict) or "id" not in record or "prediction" not in record:
                 raise UserError(f"{path}, line {number}: expected {{\"id\": ..., \"prediction\": ...}}")
-            predictions[str(record["id"])] = str(record["prediction"])
-    return predictions
+            key, text = str(record["id"]), str(record["prediction"])
+            if key in predictions and predictions[key] != text:
+                raise UserError(
+                    f"{path}, line {number}: id {key!r} appears again with a different prediction (first on line "
+                    f"{first_line[key]}); keep one answer per id"
+                )
+            first_line.setdefault(key, number)
+            predictions[key] = text
+    return header, predictions
+
+
+def read_predictions(path: Path) -> dict[str, str]:
+    """``{id: prediction}`` from a predictions file (see :func:`read_predictions_file`)."""
+    return read_predictions_file(path)[1]
 
 
 def drop_torn_tail(path: Path) -> None:
@@ -174,8 +282,20 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, model: Any, processor: Any, *, synced_gpus: bool = False, model_name: str | None = None, image_cache: bool = True) -> None:
+    def __init__(
+        self,
+        model: Any,
+        processor: Any,
+        *,
+        synced_gpus: bool = False,
+        model_name: str | None = None,
+        image_cache: bool = True,
+        model_path: str | Path | None = None,
+    ) -> None:
         self.model = model
+        self.model_path = model_path  # the checkpoint these weights came from (fingerprinted in predictions files)
+        parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        self.dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else None
         self.processor = processor
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.synced_gpus = synced_gpus
@@ -185,7 +305,7 @@ class TransformersBackend:
     @classmethod
     def from_pretrained(cls, model_path: str | Path, dtype: str = "auto") -> TransformersBackend:
         model, processor = load_model(model_path, dtype)
-        return cls(model, processor, model_name=str(model_path))
+        return cls(model, processor, model_name=str(model_path), model_path=model_path)
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
         return generate_batch(self.model, self.processor, batch, synced_gpus=self.synced_gpus, image_cache=self.image_cache)
@@ -233,6 +353,8 @@ class VLLMBackend:
         self.processor = AutoProcessor.from_pretrained(model_path)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.model_name = str(model_path)
+        self.model_path = model_path
+        self.dtype = dtype
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
         requests = []
@@ -313,8 +435,12 @@ def run_items(
     batch_size: int = 8,
     desc: str = "eval",
     sort_by_length: bool = True,
+    force: bool = False,
 ) -> dict[str, str]:
     """Answer every item not yet in ``predictions_path``, appending as batches finish; return all answers.
+
+    The file's first line records the model, the items and the generation settings
+    (:func:`predictions_provenance`); a file made otherwise is refused, or with ``force`` started over.
 
     Every process of a distributed run calls this with the same items; each answers a share of every
     batch and all return the same predictions. Items with missing or unreadable images are never
@@ -327,7 +453,17 @@ def run_items(
         raise UserError(f"--batch-size: must be at least 1, got {batch_size}")
     state = PartialState()
     predictions_path = Path(predictions_path)
-    done = read_predictions(predictions_path)
+    provenance = predictions_provenance(backend, items)
+    header, done = read_predictions_file(predictions_path)
+    if predictions_path.is_file() and predictions_path.stat().st_size:
+        reason = provenance_mismatch(header, provenance)
+        if reason and not force:
+            raise UserError(f"{predictions_path}: {reason}; choose another --out, or add --force to start it over")
+        if reason:
+            state.wait_for_everyone()  # every process has read the old file before it goes
+            if state.is_main_process:
+                predictions_path.unlink()
+            done = {}
     sizes = mark_unreadable_images(items)
     eligible = [item for item in items if not item.missing_images]
     todo = [item for item in eligible if item.id not in done]
@@ -340,6 +476,8 @@ def run_items(
         predictions_path.parent.mkdir(parents=True, exist_ok=True)
         drop_torn_tail(predictions_path)
         handle = predictions_path.open("a", encoding="utf-8")
+        if handle.tell() == 0:
+            handle.write(json.dumps({HEADER_KEY: provenance}, ensure_ascii=False) + "\n")
     bar = tqdm(total=len(eligible), initial=len(eligible) - len(todo), desc=desc, unit="item", disable=not state.is_main_process)
     try:
         for batch in batches:

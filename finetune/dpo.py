@@ -1,6 +1,6 @@
 """DPO on preference tuples: FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3 Eq. 5, App. C, Table 10).
 
-    accelerate launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 finetune/dpo.py recipes/qwen3vl_8b_finer_lora.yaml
+    veritune launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 finetune/dpo.py recipes/qwen3vl_8b_finer_lora.yaml
 
 Any recipe key can be overridden on the command line (``--beta 0.2``). Reads a ``veritune build finer``
 directory (its ``validation`` split gives the eval loss), the FINER-Tuning release JSONL or RLAIF-V rows;
@@ -28,7 +28,14 @@ from trl import DPOTrainer
 from data_builders.finer.formats import PreferenceReport, load_preference_dataset, with_images
 from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
+from finetune.training import (
+    get_callbacks,
+    get_model_and_processor,
+    log_run_header,
+    report_finished_run,
+    setup_logging,
+    train_and_save,
+)
 from veritune.errors import UserError, exit_on_user_error
 from veritune.io import atomic_write_json
 
@@ -97,6 +104,8 @@ def get_preference_datasets(script_args: DPOScriptArguments, training_args: Veri
 
 def main(script_args: DPOScriptArguments, training_args: VeritunDPOConfig, model_args: VeritunModelConfig) -> None:
     setup_logging(training_args)
+    if report_finished_run(training_args):  # a finished run is not trained again
+        return
 
     # ---- Data (read first: a bad file should not cost a model load)
     train_dataset, eval_dataset, report = get_preference_datasets(script_args, training_args)

@@ -1,6 +1,6 @@
 """GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
 
-    accelerate launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py recipes/qwen3vl_oric.yaml
+    veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py recipes/qwen3vl_oric.yaml
 
 The recipe states its global batch in prompts (``global_batch_prompts``: Table 9's 16 prompts x G = 8 = 128
 completions per optimizer step); gradient accumulation is derived from it and the process count, and a
@@ -21,7 +21,14 @@ from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunMode
 from finetune.grpo_trainer import VeritunGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
+from finetune.training import (
+    get_callbacks,
+    get_model_and_processor,
+    log_run_header,
+    report_finished_run,
+    setup_logging,
+    train_and_save,
+)
 from rewards import UnknownRewardError, get_reward_funcs
 from veritune.errors import UserError, exit_on_user_error
 
@@ -30,6 +37,8 @@ logger = logging.getLogger("veritune.grpo")
 
 def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, model_args: VeritunModelConfig) -> None:
     setup_logging(training_args)
+    if report_finished_run(training_args):  # a finished run is not trained again
+        return
 
     # ---- Rewards (resolved first: a typo should not cost a model load)
     try:

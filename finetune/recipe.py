@@ -7,10 +7,13 @@ flag that no dataclass knows is a one-line error naming the closest valid key.
 from __future__ import annotations
 
 import difflib
+import enum
 import os
+import types
+import typing
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from transformers import HfArgumentParser
 
@@ -36,13 +39,178 @@ def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
 
 
 def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    """Read a recipe and check every key against the dataclasses' fields."""
+    """Read a recipe and check every key against the dataclasses' fields and every value against its type."""
     recipe = read_yaml(path, what="recipe file")
     keys = valid_keys(dataclass_types)
     for key in recipe:
         if key not in keys:
             raise UserError(_unknown_key_message(str(path), str(key), keys))
+    check_value_types(recipe, dataclass_types, str(path))
     return recipe
+
+
+# ---------------------------------------------------------------------------------------------- value checks
+#
+# Recipe values are checked here, before any model loads, so that a wrong value is one line naming the
+# key, the value and what is expected, never a traceback from inside TRL or a wall of argparse usage.
+
+# List keys whose bare string means something of its own (PEFT: "all-linear" or a regex of module names).
+_STRING_FOR_A_LIST = {"lora_target_modules"}
+_BOOL_WORDS = {"true", "false", "yes", "no", "1", "0", "y", "n", "t", "f"}
+
+
+def _field_types(dataclass_types: tuple[type, ...]) -> dict[str, Any]:
+    hints: dict[str, Any] = {}
+    for cls in dataclass_types:
+        try:
+            resolved = typing.get_type_hints(cls)
+        except Exception:  # noqa: BLE001 - a type we cannot resolve is left to the parser
+            continue
+        hints.update({f.name: resolved[f.name] for f in fields(cls) if f.init and f.name in resolved})
+    return hints
+
+
+def _describe(tp: Any) -> str:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(dict.fromkeys(_describe(arg) for arg in args))
+    if origin is list:
+        return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
+    if origin is typing.Literal:
+        return " or ".join(repr(arg) for arg in args)
+    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping"}
+    if tp in names:
+        return names[tp]
+    return "a string" if isinstance(tp, type) and issubclass(tp, enum.Enum) else getattr(tp, "__name__", str(tp))
+
+
+def _accepts(tp: Any, value: Any) -> bool:
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        return any(_accepts(arg, value) for arg in args)
+    if origin is list:
+        return isinstance(value, list) and all(_accepts(args[0], v) for v in value) if args else isinstance(value, list)
+    if origin is dict or tp is dict:
+        return isinstance(value, dict)
+    if origin is typing.Literal:
+        return value in args
+    if tp is type(None):
+        return value is None
+    if tp is bool:
+        return isinstance(value, bool) or (isinstance(value, (str, int)) and str(value).lower() in _BOOL_WORDS)
+    if tp is int:
+        return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.strip().lstrip("+-").isdigit())
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return True
+        try:
+            return isinstance(value, str) and float(value) == float(value)  # NaN is no learning rate
+        except ValueError:
+            return False
+    if tp is str or (isinstance(tp, type) and issubclass(tp, enum.Enum)):
+        return isinstance(value, (str, int, float)) and not isinstance(value, bool)
+    return True  # a type the parser knows better (a config object, Any): left to it
+
+
+def check_value_types(values: dict[str, Any], dataclass_types: tuple[type, ...], source: str) -> None:
+    """Each value's type against its field's (a list where an integer goes, a string where a list goes, a
+    word where a number goes).
+
+    Raises:
+        UserError: ``"<source>: <key>: expected <type>, got <value>"``.
+    """
+    hints = _field_types(dataclass_types)
+    for key, value in values.items():
+        tp = hints.get(key)
+        if tp is None or _accepts(tp, value) or (key in _STRING_FOR_A_LIST and isinstance(value, str)):
+            continue
+        hint = ""
+        if isinstance(value, str) and _accepts(tp, [value]):
+            hint = f" (write a list: [{value}])"
+        raise UserError(f"{source}: {key}: expected {_describe(tp)}, got {value!r}{hint}")
+
+
+# (key, lowest allowed, whether the lowest is excluded): numbers a run cannot start with otherwise.
+_LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
+    ("learning_rate", 0.0, False), ("weight_decay", 0.0, False), ("max_grad_norm", 0.0, False), ("beta", 0.0, False),
+    ("warmup_ratio", 0.0, False), ("num_train_epochs", 0.0, False), ("per_device_train_batch_size", 1, False),
+    ("per_device_eval_batch_size", 1, False), ("gradient_accumulation_steps", 1, False), ("num_generations", 2, False),
+    ("max_completion_length", 1, False), ("save_steps", 0.0, True), ("logging_steps", 0.0, True),
+    ("eval_batch_size", 1, False), ("eval_limit", 1, False), ("temperature", 0.0, False),
+)  # fmt: skip
+
+
+def check_recipe_values(instances: tuple[Any, ...]) -> None:
+    """Ranges and cross-key checks of a parsed recipe, before any model loads: negative learning rates and
+    batch sizes, ``reward_weights`` of another length than ``reward_funcs``, unknown reward functions and
+    unknown eval benchmarks (with the closest valid name).
+
+    Raises:
+        UserError: one line naming the key, the value and what is expected.
+    """
+    values: dict[str, Any] = {}
+    for instance in instances:
+        values.update({f.name: getattr(instance, f.name) for f in fields(instance) if f.init})
+    for key, lowest, exclusive in _LOWER_BOUNDS:
+        value = values.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and (value <= lowest if exclusive else value < lowest):
+            bound = f"greater than {lowest:g}" if exclusive else f"at least {lowest:g}"
+            raise UserError(f"{key}: must be {bound}, got {value}")
+    if "reward_funcs" in values:
+        _check_rewards(values["reward_funcs"], values.get("reward_weights"))
+    if values.get("eval_benchmarks"):
+        _check_benchmarks(values["eval_benchmarks"])
+
+
+def _check_rewards(names: list[str], weights: list[float] | None) -> None:
+    from rewards import REWARD_FUNCS, UnknownRewardError, get_reward_funcs
+
+    for name in names:
+        if "." not in name and name not in REWARD_FUNCS:
+            suggestion = closest_key(name, set(REWARD_FUNCS))
+            hint = f" (did you mean '{suggestion}'?)" if suggestion else f"; known: {', '.join(sorted(REWARD_FUNCS))}"
+            raise UserError(f"reward_funcs: unknown reward '{name}'{hint}")
+    try:
+        get_reward_funcs(names)
+    except UnknownRewardError as err:
+        raise UserError(f"reward_funcs: {err}") from None
+    if weights is not None and len(weights) != len(names):
+        raise UserError(
+            f"reward_weights: {len(weights)} weight(s) {list(weights)} for {len(names)} reward function(s) {list(names)}; "
+            "give one weight per reward function, in the same order"
+        )
+
+
+def _check_benchmarks(names: list[str]) -> None:
+    check_benchmark_names(names, "eval_benchmarks")
+
+
+def check_benchmark_names(names: str | list[str], source: str) -> None:
+    """Every benchmark name is registered (or a dotted path to a Benchmark); ``name:N`` limits are allowed.
+
+    Raises:
+        UserError: ``"<source>: unknown benchmark 'x' (did you mean 'y'?)"``.
+    """
+    from eval_hooks.evaluate import parse_benchmark_names
+    from eval_hooks.registry import BENCHMARKS, get_benchmark
+
+    for name in parse_benchmark_names(names):
+        spec = name.split(":", 1)[0]  # `name:N` limits a hook benchmark to its first N questions
+        if "." not in spec and spec not in BENCHMARKS:
+            suggestion = closest_key(spec, set(BENCHMARKS))
+            hint = f" (did you mean '{suggestion}'?)" if suggestion else f"; known: {', '.join(BENCHMARKS)}"
+            raise UserError(f"{source}: unknown benchmark '{spec}'{hint}")
+        try:
+            get_benchmark(spec)
+        except UserError as err:
+            raise UserError(f"{source}: {err}") from None
+
+
+def _raise_usage_error(source: str) -> Any:
+    def error(message: str) -> NoReturn:
+        raise UserError(f"{source}: {message}")
+
+    return error
 
 
 def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[Any, ...]:
@@ -55,6 +223,7 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
     """
     parser = HfArgumentParser(dataclass_types)
     parser.allow_abbrev = False  # `--learning_rat` must be an error, not a silent prefix match
+    parser.error = _raise_usage_error("command line")  # one line, not argparse's page of usage
     args = list(argv)
     recipe: dict[str, Any] = {}
     recipe_path: Path | None = None
@@ -74,4 +243,5 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
         raise UserError(_unknown_key_message("command line", unknown[0][2:].split("=")[0], valid_keys(dataclass_types)))
     if remaining:
         raise UserError(f"command line: unexpected argument '{remaining[0]}' (flags are --key value)")
+    check_recipe_values(tuple(instances))
     return tuple(instances)

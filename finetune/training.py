@@ -71,13 +71,14 @@ def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: Verit
 
 def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
     """What a run was made from: the script settings, the recipe file's contents and the dataset's
-    ``manifest.json`` (written by veritune's builders beside their output), when present."""
+    manifest (written by veritune's builders beside their output), when present."""
     provenance: dict[str, Any] = {"script_args": vars(script_args)}
     if script_args.recipe and Path(script_args.recipe).is_file():
         provenance["recipe"] = read_yaml(script_args.recipe)
     if script_args.dataset_path:
         dataset = Path(script_args.dataset_path)
-        manifest = (dataset if dataset.is_dir() else dataset.parent) / "manifest.json"
+        # a directory build holds manifest.json; a file build has <file stem>.manifest.json beside it
+        manifest = dataset / "manifest.json" if dataset.is_dir() else dataset.with_name(f"{dataset.stem}.manifest.json")
         if manifest.is_file():
             provenance["dataset_manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
     return provenance
@@ -184,11 +185,97 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     return value
 
 
+class _AtLastStep(Exception):
+    """Raised before a resumed run would step past its last step (its checkpoint already is the end)."""
+
+
+class StopAtLastStep(TrainerCallback):
+    """Stop a run resumed from the checkpoint of its last step before it takes a step past ``max_steps``.
+
+    The Trainer only checks ``max_steps`` after a step, so a run resumed from ``checkpoint-<max_steps>``
+    (killed between its last checkpoint and its final save) would otherwise train one step too many.
+    """
+
+    def on_step_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        if state.max_steps > 0 and state.global_step >= state.max_steps:
+            raise _AtLastStep
+
+
+def _read_state(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((path / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def finished_run(training_args: TrainingArguments) -> dict[str, Any] | None:
+    """The final trainer state of ``output_dir`` when it already holds this run, finished: final weights,
+    train metrics and a state at the last step (``max_steps``, or the same number of epochs); else None.
+    Only a run asked to resume (``resume_from_checkpoint``) is recognised as finished."""
+    if training_args.resume_from_checkpoint is None:
+        return None
+    output_dir = Path(training_args.output_dir)
+    state = _read_state(output_dir)
+    if state is None or not (output_dir / "train_results.json").is_file() or not any((output_dir / n).exists() for n in _WEIGHT_FILES):
+        return None
+    step, last = state.get("global_step", 0), state.get("max_steps", -1)
+    if training_args.max_steps > 0:
+        done = step >= training_args.max_steps
+    else:
+        done = step >= last > 0 and state.get("num_train_epochs") == training_args.num_train_epochs
+    return state if done else None
+
+
+def report_finished_run(training_args: TrainingArguments) -> bool:
+    """True, after saying so, when ``output_dir`` already holds this run finished (entry scripts call this
+    before loading a model: rerunning a finished run is a no-op)."""
+    state = finished_run(training_args)
+    if state is None:
+        return False
+    logger.warning(
+        "%s already holds this run, finished at step %d of %d: nothing to do (choose another output_dir, or remove it, "
+        "to train again)", training_args.output_dir, state["global_step"], state.get("max_steps", state["global_step"]),
+    )  # fmt: skip
+    return True
+
+
+def _train_loss(log_history: list[dict[str, Any]]) -> float:
+    """The mean loss over every step of the run, from its logged losses (each the mean of its interval)."""
+    total, previous, last = 0.0, 0, 0
+    for row in log_history:
+        if "loss" in row and "step" in row:
+            total += row["loss"] * (row["step"] - previous)
+            previous = last = row["step"]
+    return total / last if last else 0.0
+
+
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
-    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor."""
-    result = trainer.train(resume_from_checkpoint=resume_checkpoint(training_args))
-    trainer.log_metrics("train", result.metrics)
-    trainer.save_metrics("train", result.metrics)
+    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor.
+
+    A rerun of a finished run does nothing and says so; a run resumed from the checkpoint of its last
+    step trains no further and saves that checkpoint's weights and history as the final ones, exactly as
+    the uninterrupted run would have.
+    """
+    import time
+
+    from transformers.trainer_utils import speed_metrics
+
+    if report_finished_run(training_args):
+        return
+    checkpoint = resume_checkpoint(training_args)
+    trainer.add_callback(StopAtLastStep())
+    start = time.time()
+    try:
+        metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
+    except _AtLastStep:
+        logger.info("%s is the run's last step (%d): no further training; saving it as the final model", checkpoint, trainer.state.global_step)
+        metrics = speed_metrics("train", start, num_samples=0, num_steps=0)
+        metrics.update(total_flos=trainer.state.total_flos, train_loss=_train_loss(trainer.state.log_history))
+        trainer.log(metrics)
+        trainer.control = trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
+        trainer.is_in_train = False
+    trainer.log_metrics("train", metrics)
+    trainer.save_metrics("train", metrics)
     trainer.save_state()
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

@@ -15,7 +15,15 @@ from helpers import REPO_ROOT, entry_env
 from PIL import Image
 
 from eval_hooks.base import EvalItem
-from eval_hooks.runner import TransformersBackend, generate_batch, plan_batches, read_predictions, run_items
+from eval_hooks.runner import (
+    HEADER_KEY,
+    TransformersBackend,
+    generate_batch,
+    plan_batches,
+    predictions_provenance,
+    read_predictions,
+    run_items,
+)
 from veritune.cli import main
 
 
@@ -89,7 +97,8 @@ def test_multi_image_and_image_free_items(qwen3: TransformersBackend, tmp_path: 
 def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     items = make_items(tmp_path, 5)
     path = tmp_path / "predictions.jsonl"
-    kept = [json.dumps({"id": key, "prediction": "kept"}) for key in ("0", "1")]
+    header = json.dumps({HEADER_KEY: predictions_provenance(qwen3, items)})
+    kept = [header, *(json.dumps({"id": key, "prediction": "kept"}) for key in ("0", "1"))]
     path.write_text("\n".join(kept) + '\n{"id": "2", "predic')  # killed while writing item 2
     generated: list[str] = []
     original = TransformersBackend.generate
@@ -97,7 +106,7 @@ def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp
     predictions = run_items(qwen3, items, path, batch_size=2)
     assert sorted(generated) == ["2", "3", "4"]
     assert predictions["0"] == predictions["1"] == "kept"
-    assert [json.loads(line)["id"] for line in path.read_text().splitlines()][:2] == ["0", "1"]
+    assert [json.loads(line)["id"] for line in path.read_text().splitlines()[1:]][:2] == ["0", "1"]
     assert set(read_predictions(path)) == {"0", "1", "2", "3", "4"}
 
 
@@ -176,7 +185,7 @@ def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, ori
     assert main([*common, "--out", str(tmp_path / "one")]) == 0
     two = read_predictions(tmp_path / "two" / "oric_bench" / "predictions.jsonl")
     assert len(two) == 16 and two == read_predictions(tmp_path / "one" / "oric_bench" / "predictions.jsonl")
-    assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 16  # written once, by the main process
+    assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 1 + 16  # header + answers, written once, by the main process
 
 
 def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

@@ -12,8 +12,8 @@ import pytest
 from eval_fixtures import make_checkpoint, write_oric_bench
 from wandb_offline import logged_tables, offline_history
 
-from eval_hooks.evaluate import prepare_benchmarks
-from eval_hooks.runner import TransformersBackend, read_predictions
+from eval_hooks.evaluate import prepare_benchmark, prepare_benchmarks
+from eval_hooks.runner import HEADER_KEY, TransformersBackend, predictions_provenance, read_predictions
 from eval_hooks.watch import training_finished, watch
 from veritune.cli import main
 
@@ -62,7 +62,10 @@ def test_watch_skips_evaluated_checkpoints_and_resumes_a_half_done_one(
     (done / "metrics.json").write_text(json.dumps({"metrics": {"macro/f1": 1.0}, "counts": {}}))
     half = run_dir / "eval" / "checkpoint-2" / "oric_bench"
     half.mkdir(parents=True)
-    (half / "predictions.jsonl").write_text(json.dumps({"id": "1/p0", "prediction": "yes"}) + "\n")
+    prepared = prepare_benchmark("oric_bench", data_root=oric, limit=1, max_new_tokens=4)
+    backend = TransformersBackend.from_pretrained(run_dir / "checkpoint-2")
+    header = {HEADER_KEY: predictions_provenance(backend, prepared.items)}
+    (half / "predictions.jsonl").write_text(json.dumps(header) + "\n" + json.dumps({"id": "1/p0", "prediction": "yes"}) + "\n")
     generated: list[str] = []
     original = TransformersBackend.generate
     monkeypatch.setattr(TransformersBackend, "generate", lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch))

@@ -364,7 +364,7 @@ def test_negatives_are_absent_and_the_top_clip_scores(world: dict[str, Path], tm
 
 def test_manifest_records_inputs_settings_and_counts(world: dict[str, Path], tmp_path: Path) -> None:
     items = build(world, tmp_path / "train" / "oric_train.json")
-    manifest = json.loads((tmp_path / "train" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "train" / "oric_train.manifest.json").read_text())
     assert manifest["counts"] == {"questions": 20, "yes": 10, "no": 10, "images": len({i["image"] for i in items})}
     assert len(manifest["annotations_sha256"]) == 64 and manifest["judge"] == {"name": "cooccurrence", "threshold": 0.5}
     assert manifest["clip_model"] == str(world["clip"]) and manifest["settings"]["seed"] == 42
@@ -406,7 +406,7 @@ def test_exclude_images_from_keeps_files_disjoint(world: dict[str, Path], tmp_pa
     first = build(world, tmp_path / "a" / "oric_train.json")
     second = build(world, tmp_path / "b" / "oric_train.json", "oric", "train", "--exclude-images-from", str(tmp_path / "a" / "oric_train.json"))
     assert second and not {i["image"] for i in first} & {i["image"] for i in second}
-    manifest = json.loads((tmp_path / "b" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "b" / "oric_train.manifest.json").read_text())
     assert manifest["skipped"]["excluded_image"] == len({i["image"] for i in first})
 
 
@@ -479,7 +479,7 @@ def test_missing_and_unreadable_images_are_listed_skipped_counted(world: dict[st
         (images / f.name).write_bytes(f.read_bytes())
     (images / files[2].name).write_bytes(b"\xff\xd8 truncated")
     build(dict(world, train_images=images), tmp_path / "m" / "oric_train.json")
-    manifest = json.loads((tmp_path / "m" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "m" / "oric_train.manifest.json").read_text())
     assert manifest["skipped"]["missing_image_file"] == 2 and manifest["missing_images"] == [files[0].name, files[1].name]
     assert manifest["skipped"]["unreadable_image_file"] == 1 and manifest["unreadable_images"] == [files[2].name]
     assert f"missing image files (2, all listed in the manifest): {files[0].name}, {files[1].name}" in capsys.readouterr().err
@@ -495,7 +495,7 @@ def test_single_class_images_are_skipped_and_counted(world: dict[str, Path], tmp
     edited = tmp_path / "instances.json"
     edited.write_text(json.dumps(data))
     items = build(dict(world, train_annotations=edited), tmp_path / "s" / "oric_train.json")
-    manifest = json.loads((tmp_path / "s" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "s" / "oric_train.manifest.json").read_text())
     assert manifest["skipped"]["fewer_than_2_classes"] == 6
     names = {image["id"]: image["file_name"] for image in data["images"]}
     assert not {names[i] for i in single} & {i["image"] for i in items if i["label"] == "yes"}
@@ -503,7 +503,7 @@ def test_single_class_images_are_skipped_and_counted(world: dict[str, Path], tmp
 
 def test_shortfall_is_counted_and_warned(world: dict[str, Path], tmp_path: Path, capsys) -> None:
     items = build(world, tmp_path / "f" / "oric_train.json", "oric", "train", "--num-yes", "500")
-    manifest = json.loads((tmp_path / "f" / "manifest.json").read_text())
+    manifest = json.loads((tmp_path / "f" / "oric_train.manifest.json").read_text())
     yes = sum(i["label"] == "yes" for i in items)
     assert yes < 500 and manifest["skipped"]["shortfall_yes"] == 500 - yes
     assert "warning: asked for 500 yes + 10 no" in capsys.readouterr().err

@@ -20,6 +20,7 @@ COMMAND_MODULES: list[tuple[str | None, str]] = [
     (None, "veritune.demo"),
     (None, "veritune.tiny_models"),
     (None, "veritune.slurm_submit"),
+    (None, "veritune.launch"),
     ("build", "data_builders.synthetic_world"),
     ("build", "data_builders.oric.cli"),
     ("build", "data_builders.finer.cli"),

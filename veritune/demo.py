@@ -106,7 +106,7 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
     ]  # fmt: skip
     if steps is not None:
         overrides += ["--max_steps", str(steps)]
-    launcher = [sys.executable, "-m", "accelerate.commands.launch"]
+    launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     if (REPO_ROOT / ACCELERATE_CONFIG).is_file():
         launcher += ["--config_file", ACCELERATE_CONFIG]
     else:
@@ -119,6 +119,7 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
             "eval", "run", "--model", str(model), "--benchmarks", "oric_bench_r1",
             "--data", f"oric_bench_r1={paths['oric_bench']}", "--image-root", str(paths["world"] / "val" / "images"),
             "--out", str(paths["eval"] / name),
+            "--force",  # a rerun after further training replaces the earlier model's answers (a same-model rerun resumes)
         )  # fmt: skip
     _veritune("report", str(paths["run"]))
     _summarise(paths)

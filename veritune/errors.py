@@ -3,9 +3,12 @@ Python traceback."""
 
 from __future__ import annotations
 
+import errno
 import functools
+import io
 import sys
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -18,11 +21,61 @@ class UserError(Exception):
     """Bad input from the user (a file, row, key or option). The message names what is wrong and where."""
 
 
+# What to do about an OS error on a path the user gave, by exception type (checked in order).
+_OS_ERROR_ADVICE: tuple[tuple[type[OSError], str], ...] = (
+    (PermissionError, "permission denied; choose a path you can access or change its permissions"),
+    (NotADirectoryError, "a part of this path is a regular file, not a directory; choose another path"),
+    (IsADirectoryError, "is a directory where a file is expected; give a file path"),
+    (FileExistsError, "already exists and is not what this command expects; choose another path or remove it"),
+    (FileNotFoundError, "not found; check the path"),
+)
+_ERRNO_ADVICE = {
+    errno.ENOSPC: "no space left on the device; free some space or choose another location",
+    errno.EROFS: "read-only file system; choose a writable location",
+    errno.ENAMETOOLONG: "file name too long; choose a shorter path",
+    errno.EDQUOT: "disk quota exceeded; free some space or choose another location",
+}
+
+
+def os_error_message(err: OSError) -> str:
+    """One line for an OS error: the path it concerns, what went wrong and what to do."""
+    path = err.filename if err.filename is not None else None
+    advice = _ERRNO_ADVICE.get(err.errno or -1)
+    if advice is None:
+        advice = next((text for kind, text in _OS_ERROR_ADVICE if isinstance(err, kind)), None)
+    if advice is None:
+        text = str(err).strip()
+        advice = (err.strerror or (text.splitlines()[0] if text else type(err).__name__)).rstrip(".")
+    if path is None:
+        return advice
+    target = f"{path} -> {err.filename2}" if err.filename2 is not None else str(path)
+    return f"{target}: {advice}"
+
+
+def _open_file_in(tb: TracebackType | None) -> str | None:
+    """The name of the innermost text file being read where a decoding error was raised, if any."""
+    names = []
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, io.TextIOWrapper) and isinstance(getattr(value, "name", None), str):
+                names.append(value.name)
+        tb = tb.tb_next
+    return names[-1] if names else None
+
+
+def decode_error_message(err: UnicodeDecodeError, path: str | None = None) -> str:
+    """One line for a file that is not UTF-8 text, naming the file and the first bad byte."""
+    where = f"{path}: " if path else ""
+    return f"{where}not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset {err.start}); save the file as UTF-8"
+
+
 def exit_on_user_error(func: F) -> F:
     """Run ``func``; print a :class:`UserError` as ``error: ...`` on stderr and exit with code 2.
 
-    Ctrl-C prints one line and exits 130: builders and evaluators keep what they finished, so a rerun
-    resumes from there.
+    OS errors (a path that cannot be read or written: missing, not a directory, a directory, no
+    permission, disk full) and files that are not UTF-8 are user errors too: one line naming the path
+    and what to do, exit 2. Ctrl-C prints one line and exits 130: builders and evaluators keep what they
+    finished, so a rerun resumes from there.
     """
 
     @functools.wraps(func)
@@ -30,10 +83,18 @@ def exit_on_user_error(func: F) -> F:
         try:
             return func(*args, **kwargs)
         except UserError as err:
-            print(f"error: {err}", file=sys.stderr)
-            sys.exit(USER_ERROR_EXIT_CODE)
+            message = str(err)
+        except OSError as err:
+            message = os_error_message(err)
+        except UnicodeDecodeError as err:
+            message = decode_error_message(err, _open_file_in(err.__traceback__))
         except KeyboardInterrupt:
             print("interrupted: finished work is kept; rerun the same command to resume", file=sys.stderr)
             sys.exit(INTERRUPTED_EXIT_CODE)
+        # One write: the processes of a distributed launch print the same line at once, and a single
+        # write of under 4 KiB to a pipe is never interleaved with another.
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
+        sys.exit(USER_ERROR_EXIT_CODE)
 
     return wrapper  # type: ignore[return-value]

@@ -13,7 +13,23 @@ from typing import Any
 
 import yaml
 
-from veritune.errors import UserError
+from veritune.errors import UserError, decode_error_message
+
+
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# Temporary files are created 0600; outputs get the mode a plain ``open(path, "w")`` would give them, so a
+# shared data directory stays readable by whoever the user's umask lets read it.
+_FILE_MODE = 0o666 & ~_current_umask()
+
+
+def _finish_temp(tmp: str, path: Path) -> None:
+    os.chmod(tmp, _FILE_MODE)
+    os.replace(tmp, path)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -26,7 +42,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        _finish_temp(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -41,7 +57,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
-        os.replace(tmp, path)
+        _finish_temp(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -63,8 +79,8 @@ def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
             return json.load(handle)
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except UnicodeDecodeError as err:
+        raise UserError(decode_error_message(err, str(path))) from None
 
 
 def iter_jsonl(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[int, Any]]:
@@ -72,8 +88,12 @@ def iter_jsonl(path: str | os.PathLike[str], what: str = "file") -> Iterator[tup
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} not found: {path}")
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise UserError(f"{path}, line {number}: " + decode_error_message(err)) from None
             if not line.strip():
                 continue
             try:
@@ -87,9 +107,9 @@ def read_json_or_jsonl(path: str | os.PathLike[str], what: str = "file") -> list
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} not found: {path}")
-    with path.open(encoding="utf-8") as handle:
+    with path.open("rb") as handle:
         head = handle.read(1 << 16).lstrip()
-    if head.startswith("["):
+    if head.startswith(b"["):
         data = read_json(path, what)
         if not isinstance(data, list):
             raise UserError(f"{path}: expected a JSON list")
@@ -104,6 +124,8 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any
         raise UserError(f"{what} not found: {path}")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise UserError(decode_error_message(err, str(path))) from None
     except yaml.YAMLError as err:
         raise UserError(f"{path}: not valid YAML ({str(err).splitlines()[0]})") from None
     if data is None:
@@ -141,8 +163,8 @@ def read_table(path: str | os.PathLike[str], what: str = "file") -> list[dict[st
     try:
         with path.open(encoding="utf-8", newline="") as handle:
             return list(csv.DictReader(handle, delimiter="\t" if path.suffix.lower() == ".tsv" else ","))
-    except UnicodeDecodeError:
-        raise UserError(f"{path}: not a UTF-8 text file") from None
+    except UnicodeDecodeError as err:
+        raise UserError(decode_error_message(err, str(path))) from None
     except csv.Error as err:
         raise UserError(f"{path}: not a valid {path.suffix[1:].upper()} file ({err})") from None
 
@@ -159,3 +181,132 @@ def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = "not installed"
     return versions
+
+
+# ---------------------------------------------------------------------------------------------- build outputs
+#
+# One policy for every builder's output: each build names its own files (``<out>`` and
+# ``<out stem>.manifest.json`` for a file, everything inside ``<out>`` for a directory), records what it is
+# (its identity: command, input hashes, settings) before it starts, and an output that holds a different
+# build is refused unless ``--force``, which clears it first. The same build again resumes or rewrites
+# the same result.
+
+BUILD_RECORD_FILE = ".veritune_build.json"
+
+
+def build_identity(command: str, settings: dict[str, Any], inputs: dict[str, str | os.PathLike[str] | None]) -> dict[str, Any]:
+    """What makes two builds the same build: the command, its output-shaping settings and the contents
+    (SHA-256) of its input files; a directory input is named by its resolved path."""
+    hashed: dict[str, str | None] = {}
+    for name, value in inputs.items():
+        if value is None:
+            hashed[name] = None
+            continue
+        path = Path(value)
+        hashed[name] = f"sha256:{sha256_file(path)}" if path.is_file() else str(path.resolve())
+    plain = {key: (str(value) if isinstance(value, os.PathLike) else value) for key, value in settings.items()}
+    return {"command": command, "inputs": hashed, "settings": json.loads(json.dumps(plain, default=str))}
+
+
+def manifest_path(out: str | os.PathLike[str]) -> Path:
+    """Where a file output's manifest goes: ``<out stem>.manifest.json`` beside it (one per build)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.manifest.json")
+
+
+def _difference(previous: Any, identity: dict[str, Any]) -> str:
+    if not isinstance(previous, dict):
+        return "not written by a veritune build"
+    if previous.get("command") != identity["command"]:
+        return f"holds the output of `veritune {previous.get('command')}`"
+    changed = [key for part in ("inputs", "settings") for key in sorted(set(previous.get(part) or {}) | set(identity[part]))
+               if (previous.get(part) or {}).get(key) != identity[part].get(key)]  # fmt: skip
+    return f"holds a build with other inputs or settings ({', '.join(changed) or 'format'} differ)"
+
+
+def _check_writable(directory: Path) -> None:
+    """Create ``directory`` and check it can be written now, before the build's work (OS errors name it)."""
+    import errno
+
+    for part in (directory, *directory.parents):
+        if part.exists() and not part.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(part))
+        if part.exists():
+            break
+    directory.mkdir(parents=True, exist_ok=True)
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "Permission denied", str(directory))
+
+
+def _refuse(out: Path, reason: str) -> UserError:
+    return UserError(f"--out {out}: {reason}; choose another --out, or add --force to clear it and build anew")
+
+
+def claim_output_file(
+    out: str | os.PathLike[str], identity: dict[str, Any], *, force: bool, companions: tuple[str, ...] = (".manifest.json",)
+) -> Path:
+    """Make ``out`` (a file output) ready for the build ``identity``; returns its manifest path.
+
+    ``companions`` are the suffixes (after ``<out stem>``) of the other files the build writes beside it.
+    An existing output of another build, or a file veritune did not build, is refused unless ``force``,
+    which removes it and its companions first.
+
+    Raises:
+        UserError: ``out`` is a directory, or holds a different build and ``force`` is not set.
+    """
+    out = Path(out)
+    if out.is_dir():
+        raise UserError(f"--out {out}: is a directory; give a file path (e.g. {out / ('output' + (out.suffix or '.json'))})")
+    manifest = manifest_path(out)
+    owned = [out, *(out.with_name(out.stem + suffix) for suffix in companions)]
+    previous = None
+    if manifest.is_file():
+        try:
+            previous = json.loads(manifest.read_text(encoding="utf-8")).get("build")
+        except (ValueError, UnicodeDecodeError, AttributeError):
+            previous = None
+    # A claim left by a build that stopped before writing anything holds nothing to protect.
+    if any(path.exists() for path in owned if path != manifest) or (manifest.exists() and previous is None):
+        if previous != identity:
+            if not force:
+                raise _refuse(out, _difference(previous, identity))
+            for path in owned:
+                path.unlink(missing_ok=True)
+            previous = None
+    _check_writable(out.parent)
+    if previous != identity:  # claim it: an interrupted build of the same identity resumes from its companions
+        atomic_write_json(manifest, {"build": identity, "status": "in progress"})
+    return manifest
+
+
+def claim_output_dir(out_dir: str | os.PathLike[str], identity: dict[str, Any], *, force: bool) -> bool:
+    """Make ``out_dir`` (a directory output) ready for the build ``identity``; True when it already holds
+    this build (the build resumes there).
+
+    Raises:
+        UserError: ``out_dir`` is a file, or holds something else and ``force`` is not set.
+    """
+    import shutil
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserError(f"--out {out_dir}: is a file, but this build writes a directory; give a directory path")
+    record = out_dir / BUILD_RECORD_FILE
+    resuming = False
+    if out_dir.is_dir() and any(child.name != BUILD_RECORD_FILE for child in out_dir.iterdir()):
+        previous = None
+        if record.is_file():
+            try:
+                previous = json.loads(record.read_text(encoding="utf-8")).get("build")
+            except (ValueError, UnicodeDecodeError, AttributeError):
+                previous = None
+        if previous == identity:
+            resuming = True
+        elif not force:
+            raise _refuse(out_dir, _difference(previous, identity))
+        else:
+            for child in out_dir.iterdir():
+                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
+    _check_writable(out_dir)
+    atomic_write_json(record, {"build": identity})
+    return resuming

@@ -15,8 +15,10 @@ import shlex
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from veritune.errors import UserError
+from veritune.io import read_yaml
 
 
 def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
@@ -32,27 +34,127 @@ def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
     return result.stdout.strip().split(";")[0]
 
 
-def submit(args: argparse.Namespace) -> dict[str, str]:
-    """Submit the chain; returns the job id of each stage."""
+def _split(flag: str, text: str) -> list[str]:
+    try:
+        return shlex.split(text)
+    except ValueError as err:
+        raise UserError(f"{flag} {text!r}: {err} (check its quotes)") from None
+
+
+def _entry_types(entry: str) -> tuple[type, ...]:
+    if entry == "grpo":
+        from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+
+        return GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+
+    return DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+
+
+# Checks that depend on the number of processes; without --gpus-per-node that number is not known here.
+_WORLD_SIZE_CHECKS = ("multiple of num_generations", "global_batch_size:")
+
+
+def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: int | None) -> Any:
+    """Parse ``recipe`` and ``overrides`` exactly as ``finetune/<entry>.py`` will (same parser, same value
+    checks), as on ``processes`` processes; returns the script arguments.
+
+    Raises:
+        UserError: the recipe or an override is invalid, or the recipe is for the other entry point.
+    """
+    from finetune.recipe import load_recipe, parse_recipe, valid_keys
+
+    types = _entry_types(entry)
+    other = "dpo" if entry == "grpo" else "grpo"
+    keys = {str(key) for key in read_yaml(recipe, what="recipe file")}
+    if not keys <= valid_keys(types) and keys <= valid_keys(_entry_types(other)):
+        raise UserError(f"--entry {entry}: {recipe} is a {other} recipe (it sets {', '.join(sorted(keys - valid_keys(types))[:3])}); use --entry {other}")
+    load_recipe(recipe, types)
+    _check_override_keys(overrides, valid_keys(types))
+    config_type = types[1]
+    own = config_type.__dict__.get("world_size")
+    if processes is not None:  # as the job will see it: nodes x GPUs per node
+        config_type.world_size = property(lambda self: processes)  # type: ignore[method-assign,assignment]
+    try:
+        # Parsed as on a CPU: bf16/fp16 recipes are checked here, on a login node without GPUs.
+        script_args, *_ = parse_recipe([recipe, *overrides, "--use_cpu", "true"], types)
+    except UserError as err:
+        if processes is not None or not any(text in str(err) for text in _WORLD_SIZE_CHECKS):
+            raise
+        print(f"note: not checked without --gpus-per-node: {str(err).split(';')[0]}")
+        return None
+    finally:
+        if own is not None:
+            config_type.world_size = own  # type: ignore[method-assign]
+        elif "world_size" in config_type.__dict__:
+            del config_type.world_size
+    return script_args
+
+
+def _check_override_keys(overrides: list[str], keys: set[str]) -> None:
+    """Each override is ``--key value`` with a key the entry point knows (checked on its own, so a typo is
+    caught even when the full parse stops earlier at a check that needs the process count)."""
+    from finetune.recipe import closest_key
+
+    if overrides and not overrides[0].startswith("--"):
+        key = overrides[0].split("=", 1)[0].lstrip("-").replace("-", "_")
+        suggestion = key if key in keys else closest_key(key, keys)
+        unknown = "" if key in keys else f"unknown key '{key}'; "
+        example = f"--{suggestion} VALUE" if suggestion else "--learning_rate 1e-6"
+        raise UserError(f"--override {overrides[0]!r}: {unknown}overrides are --key value pairs (e.g. \"{example}\")")
+    for token in overrides:
+        if not token.startswith("--"):
+            continue
+        key = token[2:].split("=", 1)[0].replace("-", "_")
+        if key not in keys and not (key.startswith("no_") and key[3:] in keys):
+            suggestion = closest_key(key, keys)
+            raise UserError(f"--override: unknown key '{key}'" + (f" (did you mean '{suggestion}'?)" if suggestion else ""))
+
+
+def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
+    """Everything a submission needs, checked here before any job is submitted; returns the build
+    arguments and the recipe overrides, split."""
+    from finetune.recipe import check_benchmark_names
+
+    if args.nodes < 1:
+        raise UserError(f"--nodes: must be at least 1, got {args.nodes}")
+    if args.gpus_per_node < 0:
+        raise UserError(f"--gpus-per-node: must be 0 (the sbatch script's default) or more, got {args.gpus_per_node}")
     if not Path(args.recipe).is_file():
         raise UserError(f"recipe not found: {args.recipe}")
+    if args.accelerate_config and not Path(args.accelerate_config).is_file():
+        raise UserError(f"--accelerate-config: {args.accelerate_config} not found (see recipes/accelerate/)")
+    build = _split("--build", args.build) if args.build else []
+    overrides = _split("--override", args.override) if args.override else []
+    processes = args.nodes * args.gpus_per_node if args.gpus_per_node else None
+    script_args = validate_recipe(args.entry, args.recipe, overrides, processes)
+    if script_args is not None and not args.accelerate_config and not script_args.accelerate_config:
+        raise UserError(f"{args.recipe} names no accelerate_config; pass --accelerate-config")
+    if args.eval_benchmarks:
+        check_benchmark_names(args.eval_benchmarks, "--eval-benchmarks")
+        if not args.eval_data_root:
+            raise UserError("--eval-benchmarks needs --eval-data-root")
+    return build, overrides
+
+
+def submit(args: argparse.Namespace) -> dict[str, str]:
+    """Validate the submission, then submit the chain; returns the job id of each stage."""
+    build, overrides = validate(args)
     run_dir = args.run_dir or f"{args.run_root}/{Path(args.recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     common = [*args.sbatch_arg, f"--export=ALL,VERITUNE_RUN_DIR={run_dir}"]
     jobs: dict[str, str] = {}
     dependency: list[str] = []
     if args.build:
-        jobs["build"] = _sbatch(["sbatch", "--parsable", *common, "slurm/build.sbatch", *shlex.split(args.build)], args.dry_run, "BUILD_JOB")
+        jobs["build"] = _sbatch(["sbatch", "--parsable", *common, "slurm/build.sbatch", *build], args.dry_run, "BUILD_JOB")
         dependency = [f"--dependency=afterok:{jobs['build']}"]
     resources = [f"--nodes={args.nodes}"] + ([f"--gpus-per-node={args.gpus_per_node}"] if args.gpus_per_node else [])
     train = ["sbatch", "--parsable", *common, *dependency, *resources, "slurm/train.sbatch", args.entry, args.recipe]
     if args.accelerate_config:
         train.append(args.accelerate_config)
-    if args.override:
-        train += ["--", *shlex.split(args.override)]
+    if overrides:
+        train += ["--", *overrides]
     jobs["train"] = _sbatch(train, args.dry_run, "TRAIN_JOB")
     if args.eval_benchmarks:
-        if not args.eval_data_root:
-            raise UserError("--eval-benchmarks needs --eval-data-root")
         evaluation = ["sbatch", "--parsable", *common, f"--dependency=afterok:{jobs['train']}", "slurm/eval.sbatch", "run",
                       run_dir, args.eval_benchmarks, args.eval_data_root, f"{run_dir}/eval/final"]  # fmt: skip
         jobs["eval"] = _sbatch(evaluation, args.dry_run, "EVAL_JOB")

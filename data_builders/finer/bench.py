@@ -248,8 +248,10 @@ def build_finer_bench(
     client: Any = None,
     attempts: int = 3,
     filter_rounds: int = 3,
+    build: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Write the MCQ CSV and ``<out stem>.manifest.json``; returns the manifest.
+    """Write the MCQ CSV and ``<out stem>.manifest.json``; returns the manifest (``build``: the build's
+    identity, :func:`veritune.io.build_identity`, recorded so that a rerun recognises its own output).
 
     With ``image_root``, records whose image is missing are skipped and listed. With a ``discriminator``
     (which needs ``image_root``), negatives are filtered first (App. B.3), regenerated with ``client`` when
@@ -286,6 +288,7 @@ def build_finer_bench(
         "missing_images": stats.missing_images,
         "filter": filter_summary,
         "versions": package_versions(MANIFEST_PACKAGES),
+        "build": build,
     }
     atomic_write_json(out.with_name(out.stem + ".manifest.json"), manifest)
     return manifest

@@ -23,6 +23,7 @@ from data_builders.finer.build import (
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
 from data_builders.finer.llm import DEFAULT_ATTEMPTS
 from veritune.errors import UserError
+from veritune.io import build_identity, claim_output_dir, claim_output_file
 
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
@@ -61,6 +62,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     finer.add_argument("--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help=f"seeded uniform subsample (default {DEFAULT_MAX_TUPLES})")
     finer.add_argument("--validation-ratio", type=float, default=VALIDATION_RATIO)
     finer.add_argument("--seed", type=int, default=0)
+    finer.add_argument("--force", action="store_true", help="clear an --out that holds a different build")
     _add_llm(finer, "--captions: extraction and negatives; --filter-model: regenerating negatives")
     _add_filter(finer)
     finer.set_defaults(handler=_build_finer)
@@ -74,6 +76,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--max-relations", type=int, default=3, help="largest k for Multi-rel (FINER-CompreCap: 3)")
     bench.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {','.join(SETTINGS)}")
     bench.add_argument("--seed", type=int, default=0)
+    bench.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     _add_llm(bench, "--filter-model: regenerating negatives")
     _add_filter(bench)
     bench.set_defaults(handler=_build_bench)
@@ -103,7 +106,24 @@ def _thresholds(args: argparse.Namespace) -> dict[str, float]:
     return {"obj": args.theta_obj, "attr": args.theta_attr, "rel": args.theta_rel}
 
 
+# Flags that change how a build runs, not what it writes: a rerun with other values is the same build.
+_OPERATIONAL = {"out", "force", "handler", "command", "build_command", "scene_graphs", "captions", "image_root", "llm_cache",
+                "llm_concurrency", "llm_max_retries", "llm_timeout", "llm_api_key_env", "llm_base_url", "filter_device"}  # fmt: skip
+
+
+def _identity(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    settings = {key: value for key, value in vars(args).items() if key not in _OPERATIONAL}
+    inputs = {"scene_graphs": args.scene_graphs, "captions": getattr(args, "captions", None), "image_root": args.image_root}
+    return build_identity(command, settings, inputs)
+
+
 def _build_finer(args: argparse.Namespace) -> int:
+    for flag in ("scene_graphs", "captions"):
+        path = getattr(args, flag)
+        if path is not None and not path.is_file():
+            raise UserError(f"--{flag.replace('_', '-')} {path}: not found (or not a file)")
+    if claim_output_dir(args.out, _identity(args, "build finer"), force=args.force):
+        print(f"{args.out} holds this same build: resuming it", flush=True)
     if args.captions:
         if args.filter_model:
             raise UserError("--filter-model: negative filtering needs four negatives per entity, which scene graphs have; use it with --scene-graphs")
@@ -126,11 +146,16 @@ def _build_finer(args: argparse.Namespace) -> int:
 
 
 def _build_bench(args: argparse.Namespace) -> int:
+    if not args.scene_graphs.is_file():
+        raise UserError(f"--scene-graphs {args.scene_graphs}: not found (or not a file)")
+    identity = _identity(args, "build finer-bench")
+    claim_output_file(args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl"))
     settings = BenchSettings(args.max_objects, args.max_attributes, args.max_relations,
                              tuple(s.strip() for s in args.settings.split(",") if s.strip()), args.seed)  # fmt: skip
     manifest = build_finer_bench(
         args.scene_graphs, args.out, settings, image_root=args.image_root, discriminator=_discriminator(args),
         thresholds=_thresholds(args), client=_client(args), attempts=args.llm_attempts, filter_rounds=args.filter_rounds,
+        build=identity,
     )  # fmt: skip
     print(f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs ({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
           f"skipped {json.dumps(manifest['skipped'])}")  # fmt: skip

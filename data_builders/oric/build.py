@@ -26,7 +26,7 @@ from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_si
 from data_builders.oric.judges import Judge
 from data_builders.oric.questions import paraphrases, r1_prompt
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, package_versions, read_json, sha256_file
+from veritune.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
 
 JUDGE_CHUNK = 256  # query images whose judge queries are sent together (bounded memory, steady progress)
 
@@ -214,8 +214,10 @@ def write_outputs(
     stats: BuildStats,
     judge: Judge,
     clip_model: str,
+    build: dict[str, Any] | None = None,
 ) -> Path:
-    """Write the questions file and ``manifest.json`` beside it, both atomically."""
+    """Write the questions file and ``<out stem>.manifest.json`` beside it, both atomically; ``build`` is
+    the build's identity (:func:`veritune.io.build_identity`), recorded so a rerun knows its own output."""
     atomic_write_json(out, items, indent=4)
     counts = Counter(item["label"] for item in items)
     manifest = {
@@ -235,8 +237,9 @@ def write_outputs(
         "unreadable_images": stats.unreadable_images,
         "judge_answers": dict(stats.judge_answers),
         "versions": package_versions(MANIFEST_PACKAGES),
+        "build": build,
     }
-    atomic_write_json(out.with_name("manifest.json") if out.name != "manifest.json" else out.with_suffix(".manifest.json"), manifest)
+    atomic_write_json(manifest_path(out), manifest)
     return out
 
 
@@ -251,8 +254,13 @@ def build_oric_file(
     clip_cache: Path | None,
     batch_size: int = 64,
     exclude_images: set[str] | None = None,
+    build: dict[str, Any] | None = None,
 ) -> tuple[Path, BuildStats]:
-    """Build one ORIC file end to end (the ``veritune build oric`` / ``oric-bench`` commands)."""
+    """Build one ORIC file end to end (the ``veritune build oric`` / ``oric-bench`` commands).
+
+    Raises:
+        UserError: nothing usable was built (no question of a label that was asked for), with the reason.
+    """
     images, class_names = load_instances(annotations)
     stats = BuildStats()
     if exclude_images:
@@ -262,8 +270,23 @@ def build_oric_file(
     judge = judge_factory(images)
     clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
     items = build_items(images, image_root, class_names, judge, clip, settings, stats)
+    check_usable(items, settings, stats)
     return write_outputs(items, out, annotations=annotations, image_root=image_root, settings=settings, stats=stats,
-                         judge=judge, clip_model=clip_model), stats  # fmt: skip
+                         judge=judge, clip_model=clip_model, build=build), stats  # fmt: skip
+
+
+def check_usable(items: list[dict[str, Any]], settings: BuildSettings, stats: BuildStats) -> None:
+    """Refuse to write a file with no question of a label that was asked for (e.g. a judge that found every
+    object predictable leaves no "yes" question), naming why the candidates were skipped."""
+    counts = Counter(item["label"] for item in items)
+    empty = [label for label, wanted in (("yes", settings.num_yes), ("no", settings.num_no)) if wanted > 0 and not counts[label]]
+    if not empty:
+        return
+    skipped = {key: value for key, value in stats.skipped.items() if not key.startswith("shortfall_")}
+    judge = f"; judge answers {dict(stats.judge_answers)}" if stats.judge_answers else ""
+    hint = " (the judge found every object predictable from its context)" if stats.judge_answers and not stats.judge_answers.get("no") else ""
+    what = "no question" if len(empty) == 2 else f"no '{empty[0]}' question"
+    raise UserError(f"nothing usable was built: {what}{hint}; skipped {skipped}{judge}; nothing was written")
 
 
 def oric_file_images(path: Path) -> set[str]:

@@ -13,13 +13,14 @@ from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
 from data_builders.oric.judges import JUDGES, get_judge
 from data_builders.oric.review import write_review_html
 from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.io import build_identity, claim_output_file, manifest_path, read_json
 
 
 def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--annotations", type=Path, required=True, help="COCO-format instances JSON")
     parser.add_argument("--image-root", type=Path, required=True, help="directory holding the images")
-    parser.add_argument("--out", type=Path, required=True, help="output JSON (manifest.json is written beside it)")
+    parser.add_argument("--out", type=Path, required=True, help="output JSON (<name>.manifest.json is written beside it)")
+    parser.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     default_yes = 300 if kind == "train" else 1000
     parser.add_argument("--num-yes", type=int, default=default_yes, help=f"yes questions (default {default_yes})")
     parser.add_argument("--num-no", type=int, default=default_yes, help=f"no questions (default {default_yes})")
@@ -63,6 +64,8 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     if not args.image_root.is_dir():
         raise UserError(f"--image-root: not a directory: {args.image_root}")
     exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
+    identity = _identity(args, kind)
+    claim_output_file(args.out, identity, force=args.force)
     settings = BuildSettings(kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed)
     judge_factory = partial(
         get_judge, args.judge, threshold=args.judge_threshold, base_url=args.llm_base_url, model=args.llm_model,
@@ -72,12 +75,13 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     out, stats = build_oric_file(
         args.annotations, args.image_root, args.out, settings, judge_factory=judge_factory,
         clip_model=args.clip_model, clip_cache=args.clip_cache, batch_size=args.batch_size, exclude_images=exclude,
+        build=identity,
     )  # fmt: skip
     items = read_json(out)
     if args.review_html:
         write_review_html(items, args.annotations, args.image_root, args.review_html, args.review_sample, args.seed)
     yes = sum(item["label"] == "yes" for item in items)
-    print(f"wrote {out} and {out.parent / 'manifest.json'}: {yes} yes + {len(items) - yes} no questions; "
+    print(f"wrote {out} and {manifest_path(out)}: {yes} yes + {len(items) - yes} no questions; "
           f"skipped {json.dumps(dict(stats.skipped))}")  # fmt: skip
     for what, names in (("missing", stats.missing_images), ("unreadable", stats.unreadable_images)):
         if names:
@@ -86,6 +90,17 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     if yes < args.num_yes or len(items) - yes < args.num_no:
         print(f"warning: asked for {args.num_yes} yes + {args.num_no} no, the annotations gave fewer (see 'skipped')", file=sys.stderr)
     return 0
+
+
+# Flags that change how a build runs, not what it writes: a rerun with other values is the same build.
+_OPERATIONAL = {"out", "force", "handler", "llm_cache", "llm_concurrency", "llm_max_retries", "llm_api_key_env", "llm_base_url",
+                "clip_cache", "batch_size", "review_html", "review_sample", "annotations", "image_root", "exclude_images_from"}  # fmt: skip
+
+
+def _identity(args: argparse.Namespace, kind: str) -> dict:
+    settings = {key: value for key, value in vars(args).items() if key not in _OPERATIONAL and not key.endswith("_command") and key != "command"}
+    inputs = {"annotations": args.annotations, "image_root": args.image_root, "exclude_images_from": args.exclude_images_from}
+    return build_identity(f"build oric{'-bench' if kind == 'bench' else ''}", settings, inputs)
 
 
 def _check_leakage(args: argparse.Namespace) -> int:

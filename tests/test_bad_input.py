@@ -1,0 +1,275 @@
+"""Bad input never reaches a traceback (issue 17): for each command, a table of mistakes, each with the
+exit code and a substring of the one ``error:`` line it must end with."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import REPO_ROOT, entry_env
+
+from veritune.cli import main
+from veritune.errors import UserError, exit_on_user_error, os_error_message
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:
+        code = exit_info.code
+    return int(code or 0), capsys.readouterr().err
+
+
+def assert_one_error_line(err: str, substring: str) -> None:
+    assert "Traceback" not in err, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err[-3000:]
+    assert substring in errors[0], errors[0]
+    assert err.rstrip().splitlines()[-1] == errors[0], "the error is not the last line"
+
+
+@pytest.fixture()
+def paths(tmp_path: Path) -> dict[str, Path]:
+    """Files a user might get wrong: a regular file where a directory goes, non-UTF-8 text, duplicates."""
+    from test_finer_builder import GRAPH
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a regular file\n")
+    folder = tmp_path / "existing-dir"
+    folder.mkdir()
+    images = tmp_path / "images"
+    images.mkdir()
+    graphs = tmp_path / "graphs.json"
+    graphs.write_text(json.dumps([{**GRAPH, "image": "0.jpg"}]))
+    latin1 = tmp_path / "latin1.jsonl"
+    latin1.write_bytes(b'{"image": "0.jpg", "caption": "ok"}\n{"image": "1.jpg", "caption": "caf\xe9"}\n')
+    annotations = tmp_path / "instances.json"
+    annotations.write_bytes(b'{"images": [], "categories": [{"id": 1, "name": "caf\xe9"}], "annotations": []}')
+    bench = tmp_path / "bench.json"
+    bench.write_text(
+        json.dumps(
+            [{"id": 1, "image": "a.jpg", "target_object": "cup", "problem": ["Is there a cup?"] * 4, "solution": "yes"}]
+        )
+    )
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_bytes(b'{"id": "1/p0", "prediction": "yes"}\n{"id": "1/p1", "prediction": "s\xed"}\n')
+    duplicates = tmp_path / "duplicates.jsonl"
+    duplicates.write_text(
+        '{"id": "1/p0", "prediction": "yes"}\n{"id": "1/p1", "prediction": "no"}\n{"id": "1/p0", "prediction": "no"}\n'
+    )
+    return {"tmp": tmp_path, "blocker": blocker, "dir": folder, "images": images, "graphs": graphs, "latin1": latin1,
+            "annotations": annotations, "bench": bench, "predictions": predictions, "duplicates": duplicates}  # fmt: skip
+
+
+# (id, command line with {placeholders} from `paths`, exit code, substring of the error line)
+CLI_CASES = [
+    ("finer-out-under-a-file", "build finer --scene-graphs {graphs} --image-root {images} --out {blocker}/data", 2,
+     "blocker: a part of this path is a regular file"),
+    ("finer-out-is-a-file", "build finer --scene-graphs {graphs} --image-root {images} --out {blocker}", 2,
+     "is a file, but this build writes a directory"),
+    ("finer-captions-not-utf8", "build finer --captions {latin1} --image-root {images} --out {tmp}/o --llm-base-url http://127.0.0.1:9/v1 "
+     "--llm-model m --llm-cache {tmp}/c.sqlite", 2, "latin1.jsonl, line 2: not UTF-8 text"),
+    ("finer-bench-out-is-a-dir", "build finer-bench --scene-graphs {graphs} --out {dir}", 2, "existing-dir: is a directory"),
+    ("finer-bench-out-under-a-file", "build finer-bench --scene-graphs {graphs} --out {blocker}/bench.csv", 2,
+     "blocker: a part of this path is a regular file"),
+    ("oric-out-is-a-dir", "build oric --annotations {annotations} --image-root {images} --out {dir}", 2, "existing-dir: is a directory"),
+    ("oric-out-under-a-file", "build oric --annotations {annotations} --image-root {images} --out {blocker}/o.json", 2,
+     "blocker: a part of this path is a regular file"),
+    ("oric-annotations-not-utf8", "build oric --annotations {annotations} --image-root {images} --out {tmp}/o.json", 2,
+     "instances.json: not UTF-8 text"),
+    ("score-predictions-not-utf8", "eval score oric_bench --data {bench} --predictions {predictions}", 2,
+     "predictions.jsonl, line 2: not UTF-8 text"),
+    ("score-duplicate-ids", "eval score oric_bench --data {bench} --predictions {duplicates}", 2,
+     "id '1/p0' appears again with a different prediction (first on line 1)"),
+    ("score-predictions-is-a-dir", "eval score oric_bench --data {bench} --predictions {dir}", 2, "predictions file not found"),
+    ("slurm-nodes-0", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --nodes 0 --dry-run", 2, "--nodes: must be at least 1"),
+    ("slurm-negative-gpus", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --gpus-per-node -2 --dry-run", 2,
+     "--gpus-per-node: must be 0"),
+    ("slurm-missing-accelerate-config", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --accelerate-config nope.yaml "
+     "--dry-run", 2, "--accelerate-config: nope.yaml not found"),
+    ("slurm-unknown-benchmark", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --eval-benchmarks popee "
+     "--eval-data-root d --dry-run", 2, "--eval-benchmarks: unknown benchmark 'popee' (did you mean 'pope'?)"),
+    ("slurm-override-typo", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override learning_rat=1 --dry-run", 2,
+     "unknown key 'learning_rat'"),
+    ("slurm-override-flag-typo", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rat 1' --dry-run",
+     2, "--override: unknown key 'learning_rat' (did you mean 'learning_rate'?)"),
+    ("slurm-override-bad-value", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rate -1' "
+     "--dry-run", 2, "learning_rate: must be at least 0, got -1.0"),
+    ("slurm-dpo-recipe-as-grpo", "slurm submit --entry grpo --recipe recipes/tiny_finer_demo.yaml --dry-run", 2,
+     "tiny_finer_demo.yaml is a dpo recipe"),
+    ("slurm-build-unbalanced-quote", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --build 'oric --out \"x' --dry-run",
+     2, "--build 'oric --out \"x': No closing quotation"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("command", "code", "message"), [case[1:] for case in CLI_CASES], ids=[case[0] for case in CLI_CASES]
+)
+def test_cli_bad_input(command: str, code: int, message: str, paths: dict[str, Path], capsys, monkeypatch) -> None:
+    import shlex
+
+    monkeypatch.chdir(REPO_ROOT)
+    actual, err = run_cli(shlex.split(command.format(**{key: str(value) for key, value in paths.items()})), capsys)
+    assert actual == code, err[-3000:]
+    assert_one_error_line(err, message)
+
+
+def test_slurm_submit_valid_dry_run_still_prints_jobs(capsys, monkeypatch) -> None:
+    monkeypatch.chdir(REPO_ROOT)
+    assert main(["slurm", "submit", "--entry", "grpo", "--recipe", "recipes/tiny_oric_demo.yaml", "--override", "--learning_rate 1e-6",
+                 "--dry-run", "--run-dir", "outputs/r"]) == 0  # fmt: skip
+    assert "jobs: train TRAIN_JOB" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write anywhere")
+def test_out_in_an_unwritable_directory(paths: dict[str, Path], capsys) -> None:
+    locked = paths["tmp"] / "locked"
+    locked.mkdir()
+    locked.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        code, err = run_cli(
+            ["build", "finer-bench", "--scene-graphs", str(paths["graphs"]), "--out", str(locked / "b.csv")], capsys
+        )
+    finally:
+        locked.chmod(stat.S_IRWXU)
+    assert code == 2
+    assert_one_error_line(err, "locked: permission denied")
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (
+            PermissionError(13, "Permission denied", "/data/out.json"),
+            "/data/out.json: permission denied; choose a path you can access",
+        ),
+        (
+            NotADirectoryError(20, "Not a directory", "/data/file/out"),
+            "/data/file/out: a part of this path is a regular file",
+        ),
+        (IsADirectoryError(21, "Is a directory", "/data"), "/data: is a directory where a file is expected"),
+        (FileExistsError(17, "File exists", "/data/x"), "/data/x: already exists"),
+        (OSError(28, "No space left on device", "/data/x"), "/data/x: no space left on the device"),
+    ],
+    ids=["permission", "not-a-directory", "is-a-directory", "exists", "disk-full"],
+)
+def test_os_errors_are_one_line_naming_the_path(error: OSError, message: str, capsys) -> None:
+    assert message in os_error_message(error)
+
+    def fails() -> None:
+        raise error
+
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_user_error(fails)()
+    assert exit_info.value.code == 2
+    assert_one_error_line(capsys.readouterr().err, message)
+
+
+def test_decoding_error_names_the_file_being_read(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b"ok\n\xff\xfe\n")
+
+    def reads() -> None:
+        with path.open(encoding="utf-8") as handle:
+            handle.read()
+
+    with pytest.raises(SystemExit) as exit_info:
+        exit_on_user_error(reads)()
+    assert exit_info.value.code == 2
+    assert_one_error_line(capsys.readouterr().err, f"{path}: not UTF-8 text")
+
+
+# ---------------------------------------------------------------------------------------------- recipes
+
+GRPO_CASES = [
+    ("word-for-a-number", {"learning_rate": "fast"}, [], "learning_rate: expected a number, got 'fast'"),
+    ("word-for-an-int-flag", {}, ["--max_steps", "abc"], "command line: argument --max_steps/--max-steps: invalid int value: 'abc'"),
+    ("list-for-an-int", {"max_steps": [1, 2]}, [], "max_steps: expected an integer, got [1, 2]"),
+    ("string-for-a-list", {"reward_funcs": "accuracy"}, [], "reward_funcs: expected a list of strings, got 'accuracy' (write a list: [accuracy])"),
+    ("reward-weights-length", {"reward_weights": [1.0]}, [], "reward_weights: 1 weight(s) [1.0] for 2 reward function(s)"),
+    ("negative-learning-rate", {"learning_rate": -1e-5}, [], "learning_rate: must be at least 0, got -1e-05"),
+    ("unknown-eval-benchmark", {"eval_on_save": True, "eval_benchmarks": ["oric_bench_r2"]}, [],
+     "eval_benchmarks: unknown benchmark 'oric_bench_r2' (did you mean 'oric_bench_r1'?)"),
+    ("unknown-reward", {"reward_funcs": ["acuracy"]}, [], "reward_funcs: unknown reward 'acuracy' (did you mean 'accuracy'?)"),
+    ("word-for-a-bool", {"bf16": "maybe"}, [], "bf16: expected true or false or null, got 'maybe'"),
+]  # fmt: skip
+
+
+def write_recipe(tmp_path: Path, base: str, changes: dict) -> Path:
+    import yaml
+
+    recipe = yaml.safe_load((REPO_ROOT / "recipes" / base).read_text())
+    recipe.update(changes)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("changes", "flags", "message"), [case[1:] for case in GRPO_CASES], ids=[case[0] for case in GRPO_CASES]
+)
+def test_grpo_recipe_values_are_checked_before_any_model_loads(
+    changes: dict, flags: list[str], message: str, tmp_path: Path, capsys
+) -> None:
+    from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+    from finetune.recipe import parse_recipe
+
+    recipe = write_recipe(tmp_path, "tiny_oric_demo.yaml", changes)
+    with pytest.raises(SystemExit) as exit_info:  # the entry script's own wrapping of the parser
+        exit_on_user_error(parse_recipe)(
+            [str(recipe), *flags], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+        )
+    assert exit_info.value.code == 2
+    assert_one_error_line(capsys.readouterr().err, message)
+
+
+DPO_CASES = [
+    ("word-for-beta", {"beta": "high"}, "beta: expected a number, got 'high'"),
+    ("negative-learning-rate", {"learning_rate": -1.0}, "learning_rate: must be at least 0, got -1.0"),
+    ("zero-batch", {"per_device_train_batch_size": 0}, "per_device_train_batch_size: must be at least 1, got 0"),
+]
+
+
+@pytest.mark.parametrize(("changes", "message"), [case[1:] for case in DPO_CASES], ids=[case[0] for case in DPO_CASES])
+def test_dpo_recipe_values_are_checked(changes: dict, message: str, tmp_path: Path) -> None:
+    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+    from finetune.recipe import parse_recipe
+
+    recipe = write_recipe(tmp_path, "tiny_finer_demo.yaml", changes)
+    with pytest.raises(UserError, match=None) as info:
+        parse_recipe([str(recipe)], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig))
+    assert message in str(info.value)
+
+
+def test_entry_script_bad_recipe_is_one_line(tmp_path: Path) -> None:
+    recipe = write_recipe(tmp_path, "tiny_oric_demo.yaml", {"max_steps": [1, 2]})
+    result = subprocess.run([sys.executable, "finetune/grpo.py", str(recipe)], cwd=REPO_ROOT, env=entry_env(), capture_output=True,
+                            text=True, timeout=300)  # fmt: skip
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, "max_steps: expected an integer, got [1, 2]")
+
+
+def test_readme_launch_command_with_a_bad_recipe_has_no_launcher_traceback(tmp_path: Path) -> None:
+    """The README's launch line (DeepSpeed ZeRO-3, 8 processes; workers stop at the recipe, before any
+    DeepSpeed or GPU work): the worker's status comes back and only its error line is printed."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    line = next(
+        line for line in readme.splitlines() if line.startswith("veritune launch ") and "finetune/grpo.py" in line
+    )
+    recipe = write_recipe(tmp_path, "qwen3vl_oric.yaml", {"learning_rate": "fast"})
+    command = [sys.executable, "-m", "veritune.cli", *line.split()[1:]]
+    command[command.index("recipes/qwen3vl_oric.yaml")] = str(recipe)
+    result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (
+        "Traceback" not in result.stderr
+        and "CalledProcessError" not in result.stderr
+        and "ChildFailedError" not in result.stderr
+    )
+    errors = {line for line in result.stderr.splitlines() if line.startswith("error:")}
+    assert errors == {f"error: {recipe}: learning_rate: expected a number, got 'fast'"}, result.stderr[-3000:]
