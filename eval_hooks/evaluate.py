@@ -6,6 +6,7 @@ prepared (located, loaded, limited) before any model is loaded, so a wrong path 
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
-from eval_hooks.registry import get_benchmark
+from eval_hooks.registry import BENCHMARKS, get_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE, Backend, read_predictions, run_items
 from veritune.errors import UserError
 from veritune.io import atomic_write_json
@@ -39,13 +40,49 @@ class PreparedBenchmark:
     max_new_tokens: int | None = None
 
 
-def parse_benchmark_names(text: str | list[str]) -> list[str]:
-    """Benchmark names from ``"a,b"`` or a list, in order, without repeats; an empty list is an error."""
-    parts = text.split(",") if isinstance(text, str) else [p for entry in text for p in str(entry).split(",")]
-    names = list(dict.fromkeys(p.strip() for p in parts if p.strip()))
+def check_benchmark_name(name: str, source: str) -> None:
+    """Refuse a name that is neither in the registry nor a dotted path, naming the closest registered one."""
+    if name in BENCHMARKS or "." in name:
+        return
+    close = difflib.get_close_matches(name, list(BENCHMARKS), n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise UserError(f"{source}: unknown benchmark {name!r} ({hint}known: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark)")
+
+
+def parse_benchmark_names(text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = False) -> list[str]:
+    """Benchmark names from ``"a,b"`` or a list of such strings (the recipe's ``eval_benchmarks``), in order,
+    without repeats. The one parser of benchmark lists, for the CLI and the recipes alike: an empty entry
+    (``a,,b``), an unknown name or an empty list is a one-line error, never silently dropped. With
+    ``allow_limits``, an entry may be ``NAME:N`` (the eval hooks' per-benchmark limit)."""
+    entries = [text] if isinstance(text, str) else [str(entry) for entry in text]
+    names = []
+    for entry in entries:
+        for part in entry.split(","):
+            name = part.strip()
+            if not name:
+                raise UserError(f"{source}: empty entry in {entry!r} (give comma-separated names, e.g. pope,oric_bench_r1)")
+            base, sep, _ = name.rpartition(":")
+            check_benchmark_name(base.strip() if allow_limits and sep else name, source)
+            names.append(name)
     if not names:
-        raise UserError("--benchmarks: give at least one benchmark name")
-    return names
+        raise UserError(f"{source}: give at least one benchmark name")
+    return list(dict.fromkeys(names))
+
+
+def parse_data_overrides(values: list[str], source: str = "--data", benchmarks: list[str] | None = None) -> dict[str, Path]:
+    """``["pope=data/pope", ...]`` -> ``{"pope": Path("data/pope")}``: the one ``BENCHMARK=PATH`` syntax of
+    ``eval run``, ``eval score``, ``eval watch`` and the recipes' ``eval_data``. A malformed entry, or one
+    naming a benchmark that is not being evaluated, is an error (it would otherwise be silently unused)."""
+    overrides: dict[str, Path] = {}
+    for value in values:
+        name, sep, path = str(value).partition("=")
+        name = name.strip()
+        if not sep or not name or not path.strip():
+            raise UserError(f"{source} {value!r}: expected BENCHMARK=PATH, e.g. pope=data/benchmarks/pope")
+        if benchmarks is not None and name not in {b.rpartition(":")[0] or b for b in benchmarks}:
+            raise UserError(f"{source} {value!r}: {name!r} is not among the benchmarks being evaluated ({', '.join(benchmarks)})")
+        overrides[name] = Path(path.strip())
+    return overrides
 
 
 def resolve_paths(name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None) -> tuple[Path, Path | None]:
