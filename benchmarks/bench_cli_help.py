@@ -31,7 +31,9 @@ def time_command(argv: list[str], repeats: int) -> tuple[float, float]:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "veritune.cli", *argv], cwd=REPO, env=env, check=True, capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "veritune.cli", *argv], cwd=REPO, env=env, check=True, capture_output=True
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times), min(times)
 

@@ -14,7 +14,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     world = subparsers.add_parser("synthetic-world", help=command_help("build", "synthetic-world"),
                                   description="Draw a seeded world of simple shapes with COCO-format annotations "
                                   "(train and val images and instances JSON): the offline stand-in for COCO-2014.")  # fmt: skip
-    world.add_argument("--out", type=Path, required=True, help="output directory (train/ and val/, each with images/ and instances.json)")
+    world.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="output directory (train/ and val/, each with images/ and instances.json)",
+    )
     world.add_argument("--train-images", type=int, default=120, help="images in the train split")
     world.add_argument("--val-images", type=int, default=60, help="images in the val split")
     world.add_argument("--image-size", type=int, default=224, help="image side in pixels")
@@ -45,7 +50,17 @@ def _scene_graphs(args: argparse.Namespace) -> int:
 
 # ---- the one LLM flag family, shared by `build oric`, `build finer`, `build finer-bench` and the eval judge
 
-LLM_FLAGS = ("base_url", "model", "api_key_env", "cache", "concurrency", "max_retries", "timeout", "temperature", "max_tokens")
+LLM_FLAGS = (
+    "base_url",
+    "model",
+    "api_key_env",
+    "cache",
+    "concurrency",
+    "max_retries",
+    "timeout",
+    "temperature",
+    "max_tokens",
+)
 
 
 def add_llm_arguments(
@@ -59,17 +74,37 @@ def add_llm_arguments(
     group = parser.add_argument_group(f"LLM ({purpose}; any OpenAI-compatible endpoint: vLLM, SGLang, OpenAI, ...)")
     group.add_argument("--llm-base-url", help="endpoint, e.g. http://127.0.0.1:8000/v1")
     group.add_argument("--llm-model", help=model_help)
-    group.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key (local servers need none)")
-    group.add_argument("--llm-cache", type=Path, default=Path(cache), help="SQLite answer cache: a rerun sends no request already answered")
+    group.add_argument(
+        "--llm-api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key (local servers need none)",
+    )
+    group.add_argument(
+        "--llm-cache",
+        type=Path,
+        default=Path(cache),
+        help="SQLite answer cache: a rerun sends no request already answered",
+    )
     group.add_argument("--llm-concurrency", type=int, default=8, help="requests in flight at once")
-    group.add_argument("--llm-max-retries", type=int, default=5, help="retries per request on timeouts, connection errors, 408/409/429 and 5xx")
+    group.add_argument(
+        "--llm-max-retries",
+        type=int,
+        default=5,
+        help="retries per request on timeouts, connection errors, 408/409/429 and 5xx",
+    )
     group.add_argument("--llm-timeout", type=float, default=60.0, help="seconds per request")
     group.add_argument("--llm-temperature", type=float, default=0.0, help="sampling temperature")
     group.add_argument("--llm-max-tokens", type=int, default=max_tokens, help="answer length budget")
     if aliases:
         for name in ("base_url", "model", "api_key_env", "cache"):
             flag = f"--{aliases}-{name.replace('_', '-')}"
-            group.add_argument(flag, dest=f"llm_{name}", type=Path if name == "cache" else str, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+            group.add_argument(
+                flag,
+                dest=f"llm_{name}",
+                type=Path if name == "cache" else str,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
     return group  # fmt: skip
 
 

@@ -16,7 +16,9 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--family", choices=FAMILIES, default="qwen3vl", help="architecture of the tiny model")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="initialisation seed")
-    parser.add_argument("--format-warmup-steps", type=int, default=150, help="R1-style answer warm-up steps (0: purely random weights)")
+    parser.add_argument(
+        "--format-warmup-steps", type=int, default=150, help="R1-style answer warm-up steps (0: purely random weights)"
+    )
     parser.set_defaults(handler=_tiny_model)
 
 

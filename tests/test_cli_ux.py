@@ -1,0 +1,197 @@
+"""The first hour of a new user: help, one flag vocabulary, one list syntax, errors as the last line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_openai_server import FakeChatServer
+
+from data_builders.llm_client import ChatClient
+from veritune.cli import COMMANDS, build_parser, main
+from veritune.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_veritune(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "veritune.cli", *argv], cwd=REPO_ROOT, env=environment, capture_output=True, text=True
+    )
+
+
+# ---- help
+
+
+def test_top_level_help_imports_no_command_module() -> None:
+    code = ("import sys; from veritune.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'eval_hooks.cli', 'data_builders.oric.cli') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert out.strip().splitlines()[-1] == "[]"
+    assert "``" not in out  # no raw reST markup
+
+
+def test_every_command_is_listed_with_the_help_line_its_parser_has() -> None:
+    parser = build_parser()  # every module wired
+    groups = {None: parser._subparsers._group_actions[0]}
+    for name in ("build", "eval"):
+        groups[name] = groups[None].choices[name]._subparsers._group_actions[0]
+    for command in COMMANDS:
+        helps = {action.dest: action.help for action in groups[command.group]._choices_actions}
+        assert helps[command.name] == command.help, command.name
+
+
+def all_parsers(parser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if (
+            hasattr(action, "choices")
+            and isinstance(action.choices, dict)
+            and action.__class__.__name__ == "_SubParsersAction"
+        ):
+            for name, child in action.choices.items():
+                yield from all_parsers(child, (*path, name))
+
+
+def test_every_help_shows_the_defaults_and_every_option_has_help() -> None:
+    for path, parser in all_parsers(build_parser()):
+        text = parser.format_help()  # a stray % in a help line would raise here
+        for action in parser._actions:
+            if action.option_strings and action.help != "==SUPPRESS==" and action.dest != "help":
+                assert action.help, f"veritune {' '.join(path)} {action.option_strings[0]}: no help"
+                default = action.default
+                if default not in (None, False, [], "==SUPPRESS==") and action.nargs != 0:
+                    assert f"default: {default}" in " ".join(text.split()), (path, action.option_strings)
+
+
+def test_clip_model_default_is_in_help() -> None:
+    result = run_veritune("build", "oric", "--help")
+    assert "default: openai/clip-vit-base-patch32" in " ".join(result.stdout.split())
+
+
+# ---- one vocabulary
+
+
+def test_deprecated_judge_spellings_still_work(tmp_path: Path) -> None:
+    args = build_parser(["eval", "score"]).parse_args(
+        ["eval", "score", "--benchmarks", "pope", "--predictions", "p", "--judge-base-url", "u", "--judge-model", "m"]
+    )
+    assert (args.llm_base_url, args.llm_model, args.llm_cache) == ("u", "m", Path("outputs/cache/judge.sqlite"))
+    args = build_parser(["build", "oric"]).parse_args(
+        [
+            "build",
+            "oric",
+            "--annotations",
+            "a",
+            "--image-root",
+            "i",
+            "--out",
+            "o",
+            "--judge",
+            "openai",
+            "--llm-timeout",
+            "5",
+        ]
+    )
+    assert (args.context_judge, args.llm_timeout) == ("openai", 5.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--benchmarks", "pope,,amber_discriminative"], "--benchmarks: empty entry in 'pope,,amber_discriminative'"),
+        (["--benchmarks", "popee"], "--benchmarks: unknown benchmark 'popee' (did you mean 'pope'?"),
+        (["--benchmarks", "pope", "--data", "data/pope"], "--data 'data/pope': expected BENCHMARK=PATH"),
+        (["--benchmarks", "pope", "--data", "mioh=x"], "'mioh' is not among the benchmarks being evaluated"),
+        (["--benchmarks", "pope,mioh", "--predictions", "{file}"], "one file holds one benchmark's predictions"),
+        (["--benchmarks", "pope", "--llm-model", "judge"], "--llm-base-url and --llm-model: give both"),
+        (
+            ["--benchmarks", "pope", "--llm-base-url", "http://x", "--llm-model", "m", "--llm-timeout", "0"],
+            "--llm-timeout: must be positive",
+        ),
+    ],
+)
+def test_eval_score_bad_input_is_one_line(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    predictions = tmp_path / "p.jsonl"
+    predictions.write_text("")
+    argv = [a.replace("{file}", str(predictions)) for a in argv]
+    if "--predictions" not in argv:
+        argv += ["--predictions", str(predictions)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "score", "--data-root", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("error: ")
+    assert message in err
+
+
+# ---- errors are the last line (issue 17 section 6)
+
+
+def test_error_is_printed_after_every_open_progress_bar_closes() -> None:
+    code = ("from tqdm import tqdm\nfrom veritune.errors import UserError, exit_on_user_error\n"
+            "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
+            "    raise UserError('endpoint down')\nbuild()\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2
+    assert "questions" in result.stderr  # the bar was drawn ...
+    assert result.stderr.rstrip().splitlines()[-1] == "error: endpoint down"  # ... and the error is the last line
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            (500, "<html><body><h1>Internal Server Error</h1></body></html>"),
+            "failed after 2 attempts: the server answered HTTP 500: 'Internal Server Error'",
+        ),
+        ((200, '{"choices": []}'), "the server answered HTTP 200 without an answer (IndexError): '{\"choices\": []}'"),
+        ((200, "<html>gateway login</html>"), "HTTP 200 without an answer (JSONDecodeError): 'gateway login'"),
+        (
+            (401, '{"error": "invalid key"}'),
+            'refused the request: HTTP 401 (check the API key in $VERITUNE_TEST_KEY): \'{"error": "invalid key"}\'',
+        ),
+    ],
+)
+def test_llm_errors_say_what_the_server_answered(tmp_path: Path, reply: tuple[int, str], expected: str) -> None:
+    with FakeChatServer(lambda request: reply) as server:
+        chat = ChatClient(
+            server.base_url,
+            "m",
+            cache_path=tmp_path / "c.sqlite",
+            api_key_env="VERITUNE_TEST_KEY",
+            max_retries=1,
+            backoff=0.01,
+        )
+        with pytest.raises(UserError) as error:
+            chat.complete_many(["q1", "q2"])
+    assert expected in str(error.value)
+
+
+def test_llm_endpoint_down_through_the_cli_ends_with_the_error(tmp_path: Path) -> None:
+    data = tmp_path / "hallusion.json"
+    data.write_text(json.dumps([{"category": "VS", "subcategory": "chart", "set_id": "0", "figure_id": "0", "question_id": "0",
+                                 "question": "Is it?", "gt_answer": "1", "gt_answer_details": "It is.", "filename": None,
+                                 "visual_input": "0"}]))  # fmt: skip
+    predictions = tmp_path / "p.jsonl"
+    predictions.write_text(json.dumps({"id": "VS_chart_0_0_0", "prediction": "maybe"}) + "\n")
+    with FakeChatServer(lambda request: (503, "<html>Service Unavailable</html>")) as server:
+        result = run_veritune("eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions),
+                              "--llm-base-url", server.base_url, "--llm-model", "j", "--llm-cache", str(tmp_path / "j.sqlite"), "--llm-max-retries", "0")  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("error: LLM endpoint") and "HTTP 503: 'Service Unavailable'" in last
+
+
+def test_main_returns_two_for_a_group_without_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build"]) == 2
+    assert "synthetic-world" in capsys.readouterr().out
