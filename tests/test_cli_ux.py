@@ -195,3 +195,42 @@ def test_llm_endpoint_down_through_the_cli_ends_with_the_error(tmp_path: Path) -
 def test_main_returns_two_for_a_group_without_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["build"]) == 2
     assert "synthetic-world" in capsys.readouterr().out
+
+
+# ---- recipes: the TRL/open-r1 spellings
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["{recipe}", "--learning_rate", "3e-6"],
+        ["--config", "{recipe}", "--learning_rate", "3e-6"],
+        ["--learning_rate", "3e-6", "--config={recipe}"],
+        ["--recipe", "{recipe}", "--learning_rate", "3e-6"],
+    ],
+    ids=["positional", "config", "config-equals-last", "recipe"],
+)
+def test_recipe_spellings_load_the_recipe_and_flags_override(argv: list[str]) -> None:
+    from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+    from finetune.recipe import parse_recipe
+
+    recipe = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+    script_args, training_args, model_args = parse_recipe([a.replace("{recipe}", str(recipe)) for a in argv] + ["--use_cpu", "true"],
+                                                          (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))  # fmt: skip
+    assert script_args.recipe == str(recipe)
+    assert training_args.learning_rate == 3e-6  # the flag wins over the recipe
+    assert training_args.num_generations == read_yaml_key(recipe, "num_generations")  # the recipe was loaded
+
+
+def read_yaml_key(path: Path, key: str):
+    import yaml
+
+    return yaml.safe_load(path.read_text())[key]
+
+
+@pytest.mark.parametrize(("argv", "message"), [(["a.yaml", "--config", "b.yaml"], "2 recipes given"), (["--config"], "--config needs a recipe path")])
+def test_recipe_spelling_mistakes(argv: list[str], message: str) -> None:
+    from finetune.recipe import pop_recipe_path
+
+    with pytest.raises(UserError, match=message):
+        pop_recipe_path(list(argv))
