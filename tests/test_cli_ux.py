@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -234,3 +235,27 @@ def test_recipe_spelling_mistakes(argv: list[str], message: str) -> None:
 
     with pytest.raises(UserError, match=message):
         pop_recipe_path(list(argv))
+
+
+# ---- quiet setup
+
+
+def test_setup_runs_pip_once_per_change_of_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO_ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    fake_python = tmp_path / ".venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/pip.log\n')
+    fake_python.chmod(0o755)
+
+    def setup() -> str:
+        result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return result.stdout + result.stderr
+
+    assert "installing" in setup()
+    calls = (tmp_path / "pip.log").read_text().splitlines()
+    assert calls[-1] == "-m pip install --quiet --disable-pip-version-check -e .[test]"
+    assert setup() == "" and (tmp_path / "pip.log").read_text().splitlines() == calls  # nothing changed: pip not run, silent
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
+    assert "installing" in setup() and len((tmp_path / "pip.log").read_text().splitlines()) == 2 * len(calls)
