@@ -50,10 +50,26 @@ def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, 
         for table_name, rows in tables.items():
             if rows:
                 columns = list(dict.fromkeys(key for row in rows for key in row))
-                data = [[_cell(row.get(column)) for column in columns] for row in rows]
+                data = [[_image_cell(row.get(column), wandb) if column == "image" else _cell(row.get(column)) for column in columns]
+                        for row in rows]  # fmt: skip
                 payload[f"eval/{name}/{table_name}"] = wandb.Table(columns=columns, data=data)
     payload["train/global_step"] = step
     return payload
+
+
+def _image_cell(path: Any, wandb: Any, size: int = 256) -> Any:
+    """A ``wandb.Image`` thumbnail (longest side ``size``) of a sample's image; None when it cannot be read."""
+    if not path:
+        return None
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+            image.thumbnail((size, size))
+            return wandb.Image(image, caption=Path(path).name)
+    except (OSError, ValueError):
+        return None
 
 
 def _cell(value: Any) -> Any:

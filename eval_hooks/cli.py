@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import argparse
+import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +136,37 @@ def _run(args: argparse.Namespace) -> int:
     if PartialState().is_main_process:
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")
+        if args.report_to == "wandb":
+            log_eval_to_wandb(Path(args.model), results)
     return 0
+
+
+def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]]) -> str:
+    """Log ``eval run`` results to W&B: into the training run when ``model`` is a run directory or one of its
+    ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run. Returns the run id."""
+    import re
+
+    import wandb
+
+    from eval_hooks.callback import wandb_payload
+    from eval_hooks.watch import WANDB_RUN_FILE, open_wandb_run
+
+    match = re.fullmatch(r"checkpoint-(\d+)", model.name)
+    run_dir = model.parent if match else model
+    step = int(match.group(1)) if match else None
+    run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None
+    if run is None:
+        run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "veritune", job_type="eval", name=f"eval-{model.name}",
+                         config={"model": str(model)})  # fmt: skip
+        run.define_metric("train/global_step")
+        run.define_metric("eval/*", step_metric="train/global_step")
+    if step is None and (run_dir / "trainer_state.json").is_file():  # the final model of a run: its last step
+        step = json.loads((run_dir / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
+    run.log(wandb_payload(results, step or 0, wandb))
+    run_id = run.id
+    run.finish()
+    print(f"W&B: logged to run {run_id}")
+    return run_id
 
 
 def _watch(args: argparse.Namespace) -> int:

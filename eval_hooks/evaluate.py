@@ -178,13 +178,23 @@ def score_benchmark(name: str, items: list[EvalItem], predictions: dict[str, str
     return result
 
 
-def sample_rows(items: list[EvalItem], predictions: dict[str, str], count: int = SAMPLE_PREDICTIONS) -> list[dict[str, Any]]:
-    """The first ``count`` answered items as table rows: id, prompt, reference answer, prediction."""
+def sample_rows(
+    items: list[EvalItem], predictions: dict[str, str], count: int = SAMPLE_PREDICTIONS, benchmark: Benchmark | None = None
+) -> list[dict[str, Any]]:
+    """The first ``count`` answered items as table rows: id, the first image's path, prompt, reference
+    answer, prediction, and ``correct`` (the grader's reading of the prediction equals the reference's;
+    None where the benchmark has no rule-graded answer format)."""
     rows = []
     for item in items:
         if item.id in predictions:
             reference = next((item.meta[k] for k in ("label", "answer", "gt_answer") if k in item.meta), None)
-            rows.append({"id": item.id, "prompt": item.prompt, "reference": reference, "prediction": predictions[item.id]})
+            correct = None
+            if benchmark is not None and reference is not None:
+                truth = rule_answer(benchmark, item, str(reference))
+                if truth is not None:
+                    correct = rule_answer(benchmark, item, predictions[item.id]) == truth
+            rows.append({"id": item.id, "image": str(item.images[0]) if item.images else None, "prompt": item.prompt,
+                         "reference": reference, "prediction": predictions[item.id], "correct": correct})  # fmt: skip
             if len(rows) == count:
                 break
     return rows
@@ -214,7 +224,7 @@ def evaluate_prepared(
     result["generation"] = {"backend": backend.name, "model": backend.model_name, "greedy": True, "batch_size": batch_size,
                             "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items})}  # fmt: skip
     result["missing_images"] = missing[:100]
-    result["samples"] = sample_rows(prepared.items, predictions)
+    result["samples"] = sample_rows(prepared.items, predictions, benchmark=prepared.benchmark)
     atomic_write_json(bench_dir / METRICS_FILE, result)
     return result
 

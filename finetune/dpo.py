@@ -28,7 +28,14 @@ from trl import DPOTrainer
 from data_builders.finer.formats import PreferenceReport, load_preference_dataset, with_images
 from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
+from finetune.training import (
+    attach_model_card,
+    get_callbacks,
+    get_model_and_processor,
+    log_run_header,
+    setup_logging,
+    train_and_save,
+)
 from veritune.errors import UserError, exit_on_user_error
 from veritune.io import atomic_write_json
 
@@ -121,6 +128,7 @@ def main(script_args: DPOScriptArguments, training_args: VeritunDPOConfig, model
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=summary)
+    attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 

@@ -19,7 +19,14 @@ from trl import GRPOTrainer
 from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
+from finetune.training import (
+    attach_model_card,
+    get_callbacks,
+    get_model_and_processor,
+    log_run_header,
+    setup_logging,
+    train_and_save,
+)
 from rewards import UnknownRewardError, get_reward_funcs
 from veritune.errors import UserError, exit_on_user_error
 
@@ -66,6 +73,7 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=report.summary())
+    attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 

@@ -18,11 +18,12 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 from finetune.configs import ScriptArguments, VeritunModelConfig
 from finetune.models import count_parameters, get_lora_config, get_model, get_processor
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, read_yaml
+from veritune.io import atomic_write_json, atomic_write_text, read_yaml
 
 logger = logging.getLogger("veritune")
 
 WANDB_RUN_FILE = "wandb_run.json"
+DEFAULT_WANDB_PROJECT = "veritune"
 PROVENANCE_FILE = "veritune_run.json"
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
@@ -116,12 +117,18 @@ def configure_wandb(script_args: ScriptArguments, training_args: TrainingArgumen
     """W&B run settings from the recipe (project, group, tags); files go under the run directory."""
     if "wandb" not in (training_args.report_to or []):
         return
-    if script_args.wandb_project:
-        os.environ.setdefault("WANDB_PROJECT", script_args.wandb_project)
     if script_args.wandb_group:
         os.environ.setdefault("WANDB_RUN_GROUP", script_args.wandb_group)
     if script_args.wandb_tags:
         os.environ.setdefault("WANDB_TAGS", ",".join(script_args.wandb_tags))
+    # TrainingArguments.project (default "huggingface") is logged into the W&B config beside the real project:
+    # make both the project the run really goes to.
+    project = os.environ.get("WANDB_PROJECT") or script_args.wandb_project or DEFAULT_WANDB_PROJECT
+    os.environ["WANDB_PROJECT"] = project
+    if hasattr(training_args, "project"):
+        training_args.project = project
+    if not training_args.run_name:
+        training_args.run_name = Path(training_args.output_dir).name
     os.environ.setdefault("WANDB_DIR", str(Path(training_args.output_dir).resolve()))
     Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
 
@@ -146,6 +153,105 @@ def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: Verit
         100.0 * trainable / max(total, 1),
         data_summary,
     )
+
+
+# ---- model card: written by TRL with each checkpoint (and by push_to_hub); veritune fills in what it knows
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def dataset_manifest(dataset_path: str | None) -> Path | None:
+    """The ``manifest.json`` a veritune builder wrote beside (or inside) the training data, when there is one."""
+    if not dataset_path:
+        return None
+    dataset = Path(dataset_path)
+    for manifest in ((dataset if dataset.is_dir() else dataset.parent) / "manifest.json", dataset.with_suffix(".manifest.json")):
+        if manifest.is_file():
+            return manifest
+    return None
+
+
+def latest_eval_metrics(log_history: list[dict[str, Any]]) -> tuple[int | None, dict[str, float]]:
+    """The step and headline metrics (``eval/<benchmark>/<metric>``) of the newest eval-hook entry."""
+    for entry in reversed(log_history):
+        metrics = {k: v for k, v in entry.items() if k.startswith("eval/") and k.count("/") == 2 and isinstance(v, (int, float))}
+        if metrics:
+            return entry.get("step"), metrics
+    return None, {}
+
+
+def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig, model_name: str) -> str:
+    """The model card (Hub ``README.md``): base model, training data with their manifests' sha256, the
+    recipe, the latest eval-hook metrics and an image + text quick start."""
+    import yaml
+
+    base = str(model_args.model_name_or_path)
+    hub_base = base if base and not Path(base).exists() else None  # a local directory is no Hub reference
+    method = type(trainer).__name__.replace("Trainer", "")
+    repo = trainer.args.hub_model_id or model_name
+    manifest = dataset_manifest(script_args.dataset_path)
+    metadata = {"base_model": hub_base, "library_name": "transformers", "pipeline_tag": "image-text-to-text",
+                "tags": ["veritune", "trl", method.lower(), "hallucination", "generated_from_trainer"], "model_name": model_name}  # fmt: skip
+    lines = ["---", yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(), "---", "",
+             f"# {model_name}", "",
+             f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
+             f"[veritune](https://github.com/) ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.", "",
+             "## Quick start", "", "```python", "from transformers import AutoModelForImageTextToText, AutoProcessor", "",
+             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
+             f'processor = AutoProcessor.from_pretrained("{repo}")',
+             'messages = [{"role": "user", "content": [{"type": "image", "url": "photo.jpg"},',
+             '                                         {"type": "text", "text": "Is there a dog in the image?"}]}]',
+             "inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,",
+             '                                       return_tensors="pt").to(model.device)',
+             "output = model.generate(**inputs, max_new_tokens=256)",
+             'print(processor.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", "",
+             "## Training data", "", "| dataset | manifest | manifest sha256 |", "| --- | --- | --- |",
+             f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} | {file_sha256(manifest) if manifest else '-'} |", ""]  # fmt: skip
+    step, metrics = latest_eval_metrics(trainer.state.log_history)
+    if metrics:
+        lines += [f"## Evaluation (eval hooks, step {step})", "", "| benchmark | metric | value |", "| --- | --- | --- |"]
+        lines += [f"| {key.split('/')[1]} | {key.split('/')[2]} | {value:.4g} |" for key, value in metrics.items()]
+        lines.append("")
+    if script_args.recipe and Path(script_args.recipe).is_file():
+        recipe = Path(script_args.recipe)
+        lines += ["## Recipe", "", f"`{script_args.recipe}` (sha256 {file_sha256(recipe)[:12]}; command-line overrides are in "
+                  "`veritune_run.json` beside the weights):", "", "```yaml", recipe.read_text(encoding="utf-8").strip(), "```", ""]  # fmt: skip
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            lines += [f"Training curves: [W&B run]({wandb.run.url})" if wandb.run.url else f"W&B run id: {wandb.run.id}", ""]
+    except ImportError:
+        pass
+    lines += ["## Framework versions", "", *(f"- {name}: {_version(name)}" for name in ("veritune", "trl", "transformers", "torch")), ""]
+    return "\n".join(lines)
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig) -> None:
+    """Make TRL's own model-card hook (called with each checkpoint and by ``push_to_hub``) write veritune's
+    card to ``OUTPUT_DIR/README.md``, so a pushed model carries it."""
+
+    def create_model_card(model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **_: Any) -> None:
+        if not trainer.is_world_process_zero():
+            return
+        name = model_name or (trainer.args.hub_model_id or "").split("/")[-1] or Path(trainer.args.output_dir).name
+        path = Path(trainer.args.output_dir) / "README.md"
+        atomic_write_text(path, model_card_text(trainer, script_args, model_args, name))
+
+    trainer.create_model_card = create_model_card
 
 
 def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
@@ -272,4 +378,9 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
+    trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
     logger.info("model saved to %s", training_args.output_dir)
+    if training_args.push_to_hub:
+        # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above) to hub_model_id.
+        url = trainer.push_to_hub(commit_message=f"veritune: {Path(training_args.output_dir).name}")
+        logger.info("pushed to the Hub: %s", getattr(url, "commit_url", url))
