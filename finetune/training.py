@@ -298,11 +298,14 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
     callbacks: list[TrainerCallback] = [RunConfigCallback(script_args)]
     if script_args.eval_on_save and script_args.eval_benchmarks:
         from eval_hooks.callback import EvalHookCallback
+        from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
 
-        data = dict(entry.split("=", 1) for entry in script_args.eval_data if "=" in entry)
+        # The one parser of the CLI: comma-separated or listed names, NAME:LIMIT allowed; bad entries are refused.
+        benchmarks = parse_benchmark_names(script_args.eval_benchmarks, "eval_benchmarks", allow_limits=True)
+        data = {name: str(path) for name, path in parse_data_overrides(script_args.eval_data, "eval_data", benchmarks).items()}
         callbacks.append(
             EvalHookCallback(
-                script_args.eval_benchmarks,
+                benchmarks,
                 script_args.eval_data_root,
                 limit=script_args.eval_limit,
                 batch_size=script_args.eval_batch_size,
