@@ -175,10 +175,16 @@ def dataset_manifest(dataset_path: str | None) -> Path | None:
     return None
 
 
+def _is_headline(metric: str) -> bool:
+    """The metrics ``eval run`` prints too: top-level ones and macro averages (not per class or subset)."""
+    return "/" not in metric or metric.startswith("macro/")
+
+
 def latest_eval_metrics(log_history: list[dict[str, Any]]) -> tuple[int | None, dict[str, float]]:
     """The step and headline metrics (``eval/<benchmark>/<metric>``) of the newest eval-hook entry."""
     for entry in reversed(log_history):
-        metrics = {k: v for k, v in entry.items() if k.startswith("eval/") and k.count("/") == 2 and isinstance(v, (int, float))}
+        metrics = {k: v for k, v in entry.items()
+                   if k.startswith("eval/") and isinstance(v, (int, float)) and _is_headline(k.split("/", 2)[-1])}  # fmt: skip
         if metrics:
             return entry.get("step"), metrics
     return None, {}
@@ -199,7 +205,7 @@ def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: Veri
     lines = ["---", yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(), "---", "",
              f"# {model_name}", "",
              f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
-             f"[veritune](https://github.com/) ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.", "",
+             f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.", "",
              "## Quick start", "", "```python", "from transformers import AutoModelForImageTextToText, AutoProcessor", "",
              f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
              f'processor = AutoProcessor.from_pretrained("{repo}")',
@@ -214,7 +220,7 @@ def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: Veri
     step, metrics = latest_eval_metrics(trainer.state.log_history)
     if metrics:
         lines += [f"## Evaluation (eval hooks, step {step})", "", "| benchmark | metric | value |", "| --- | --- | --- |"]
-        lines += [f"| {key.split('/')[1]} | {key.split('/')[2]} | {value:.4g} |" for key, value in metrics.items()]
+        lines += [f"| {key.split('/')[1]} | {key.split('/', 2)[2]} | {value:.4g} |" for key, value in metrics.items()]
         lines.append("")
     if script_args.recipe and Path(script_args.recipe).is_file():
         recipe = Path(script_args.recipe)

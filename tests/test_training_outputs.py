@@ -85,7 +85,7 @@ def test_model_card_names_base_model_data_recipe_and_eval(pushed_run: dict, tiny
     manifest = pushed_run["data"].parent / "manifest.json"
     assert hashlib.sha256(manifest.read_bytes()).hexdigest() in card
     assert "## Recipe" in card and "num_generations: 4" in card
-    assert "## Evaluation (eval hooks, step 2)" in card and "| oric_bench | accuracy |" in card
+    assert "## Evaluation (eval hooks, step 2)" in card and "| oric_bench | macro/f1 |" in card
     assert 'AutoModelForImageTextToText.from_pretrained("someone/tiny-veritune")' in card
 
 
