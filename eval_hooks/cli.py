@@ -137,13 +137,14 @@ def _run(args: argparse.Namespace) -> int:
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")
         if args.report_to == "wandb":
-            log_eval_to_wandb(Path(args.model), results)
+            log_eval_to_wandb(Path(args.model), results, args.out)
     return 0
 
 
-def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]]) -> str:
+def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path) -> str:
     """Log ``eval run`` results to W&B: into the training run when ``model`` is a run directory or one of its
-    ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run. Returns the run id."""
+    ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run whose files go
+    under ``out``. Returns the run id."""
     import re
 
     import wandb
@@ -156,8 +157,9 @@ def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]]) -> str:
     step = int(match.group(1)) if match else None
     run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None
     if run is None:
+        out.mkdir(parents=True, exist_ok=True)
         run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "veritune", job_type="eval", name=f"eval-{model.name}",
-                         config={"model": str(model)})  # fmt: skip
+                         config={"model": str(model)}, dir=str(out))  # fmt: skip
         run.define_metric("train/global_step")
         run.define_metric("eval/*", step_metric="train/global_step")
     if step is None and (run_dir / "trainer_state.json").is_file():  # the final model of a run: its last step

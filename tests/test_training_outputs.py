@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT, entry_env
-from wandb_offline import offline_config
+from wandb_offline import offline_config, offline_history
 
 from finetune.training import compact_log_line
 
@@ -49,6 +49,7 @@ def test_console_shows_one_compact_line_per_step(pushed_run: dict) -> None:
     assert "loss" in steps[0] and "reward" in steps[0] and "accuracy" in steps[0]
     assert all(len(line) < 250 for line in steps)
     assert "{'loss'" not in console  # no raw per-step dicts
+    assert "\x1b[" not in console  # no raw colour codes when the output is not a terminal
     assert "unable to detect" not in console  # DeepSpeed's accelerator notice
     assert console.count("eval at step 2") == 1  # eval metrics once per checkpoint
 
@@ -103,3 +104,36 @@ def test_compact_line_for_dpo_logs() -> None:
     line = compact_log_line({"loss": 0.6931, "rewards/accuracies": 0.5, "rewards/margins": 0.01, "learning_rate": 5e-7, "epoch": 0.1}, 3, 10)
     assert line == "step 3/10 | loss 0.693 | pref_acc 0.5 | margin 0.01 | lr 5e-07"
     assert compact_log_line({"eval_oric_bench/accuracy": 50.0}, 3, 10) is None
+
+
+# ---- `veritune eval run --report-to wandb`
+
+
+@pytest.mark.parametrize("into_training_run", [True, False], ids=["resumes-training-run", "new-run"])
+def test_eval_run_reports_to_wandb(tiny_qwen3vl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, into_training_run: bool) -> None:
+    import shutil
+
+    from eval_fixtures import write_oric_bench
+
+    from veritune.cli import main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_DIR", raising=False)
+    write_oric_bench(tmp_path / "benchmarks")
+    model = tiny_qwen3vl
+    if into_training_run:
+        model = tmp_path / "run" / "checkpoint-3"
+        shutil.copytree(tiny_qwen3vl, model)
+        (model.parent / "wandb_run.json").write_text(json.dumps({"id": "trainrun123", "project": "veritune-test"}))
+    out = tmp_path / "eval"
+    assert main(["eval", "run", "--model", str(model), "--benchmarks", "oric_bench", "--data-root", str(tmp_path / "benchmarks"),
+                 "--out", str(out), "--limit", "1", "--max-new-tokens", "4", "--report-to", "wandb"]) == 0  # fmt: skip
+    wandb_root = (model.parent if into_training_run else out) / "wandb"
+    runs = list(wandb_root.glob("offline-run-*"))
+    assert len(runs) == 1
+    if into_training_run:
+        assert runs[0].name.endswith("-trainrun123")  # the training run's id, resumed
+    rows = offline_history(wandb_root)
+    logged = [row for row in rows if "eval/oric_bench/macro/f1" in row]
+    assert logged and logged[0]["train/global_step"] == (3 if into_training_run else 0)
