@@ -101,8 +101,11 @@ class CompactProgressCallback(ProgressCallback):
 
 def use_compact_progress(trainer: Any) -> None:
     """Swap the trainer's progress printer (``ProgressCallback``, or ``PrinterCallback`` with
-    ``disable_tqdm``) for :class:`CompactProgressCallback`; with ``disable_tqdm`` no bar is drawn."""
-    had_bar = any(isinstance(cb, ProgressCallback) for cb in trainer.callback_handler.callbacks)
+    ``disable_tqdm``) for :class:`CompactProgressCallback`; with ``disable_tqdm``, or when stderr is not a
+    terminal, no bar is drawn."""
+    # Not a terminal (a log file, Slurm, CI): lines only. The step lines already show progress, and a bar held
+    # open across the eval hooks' own bars would make tqdm nest them with cursor-movement escape codes.
+    had_bar = any(isinstance(cb, ProgressCallback) for cb in trainer.callback_handler.callbacks) and sys.stderr.isatty()
     trainer.remove_callback(ProgressCallback)
     trainer.remove_callback(PrinterCallback)
     callback = CompactProgressCallback()
