@@ -54,8 +54,10 @@ def main() -> None:
         label = "every command wired (what each --help cost before)" if argv is EAGER else f"veritune {' '.join(argv)}"
         print(f"| {label} | {median:.2f} | {best:.2f} |")
     lazy, eager = medians["--help"], medians["-c"]
-    print(f"\nveritune --help: {lazy:.2f} s lazily vs {eager:.2f} s with every command wired ({eager / lazy:.0f}x); "
-          "a command's own --help still imports that command's module (torch for most)")
+    print(
+        f"\nveritune --help: {lazy:.2f} s lazily vs {eager:.2f} s with every command wired ({eager / lazy:.0f}x); "
+        "a command's own --help still imports that command's module (torch for most)"
+    )
 
 
 if __name__ == "__main__":

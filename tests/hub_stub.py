@@ -29,14 +29,24 @@ class RecordingHubApi:
         self._append({"call": "create_repo", "repo_id": repo_id})
         return SimpleNamespace(repo_id=repo_id)
 
-    def upload_folder(self, *, repo_id: str, folder_path: str, ignore_patterns: list[str] = (), **kwargs) -> SimpleNamespace:
+    def upload_folder(
+        self, *, repo_id: str, folder_path: str, ignore_patterns: list[str] = (), **kwargs
+    ) -> SimpleNamespace:
         root = Path(folder_path)
         files = sorted(
             str(p.relative_to(root)) for p in root.rglob("*")
             if p.is_file() and not any(fnmatch.fnmatch(part, pattern) for part in p.relative_to(root).parts for pattern in ignore_patterns)
         )  # fmt: skip
         card = (root / "README.md").read_text() if (root / "README.md").is_file() else None
-        self._append({"call": "upload_folder", "repo_id": repo_id, "files": files, "readme": card, "commit_message": kwargs.get("commit_message")})
+        self._append(
+            {
+                "call": "upload_folder",
+                "repo_id": repo_id,
+                "files": files,
+                "readme": card,
+                "commit_message": kwargs.get("commit_message"),
+            }
+        )
         return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/recorded")
 
 

@@ -229,7 +229,10 @@ def read_yaml_key(path: Path, key: str):
     return yaml.safe_load(path.read_text())[key]
 
 
-@pytest.mark.parametrize(("argv", "message"), [(["a.yaml", "--config", "b.yaml"], "2 recipes given"), (["--config"], "--config needs a recipe path")])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["a.yaml", "--config", "b.yaml"], "2 recipes given"), (["--config"], "--config needs a recipe path")],
+)
 def test_recipe_spelling_mistakes(argv: list[str], message: str) -> None:
     from finetune.recipe import pop_recipe_path
 
@@ -256,7 +259,9 @@ def test_setup_runs_pip_once_per_change_of_pyproject(tmp_path: Path) -> None:
     assert "installing" in setup()
     calls = (tmp_path / "pip.log").read_text().splitlines()
     assert calls[-1] == "-m pip install --quiet --disable-pip-version-check -e .[test]"
-    assert setup() == "" and (tmp_path / "pip.log").read_text().splitlines() == calls  # nothing changed: pip not run, silent
+    assert (
+        setup() == "" and (tmp_path / "pip.log").read_text().splitlines() == calls
+    )  # nothing changed: pip not run, silent
     (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
     assert "installing" in setup() and len((tmp_path / "pip.log").read_text().splitlines()) == 2 * len(calls)
 
@@ -265,7 +270,9 @@ def test_setup_runs_pip_once_per_change_of_pyproject(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("offline", ["1", None])
-def test_uncached_clip_model_offline_fails_at_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: str | None) -> None:
+def test_uncached_clip_model_offline_fails_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: str | None
+) -> None:
     import time
 
     from veritune import hub
@@ -282,7 +289,9 @@ def test_uncached_clip_model_offline_fails_at_once(tmp_path: Path, monkeypatch: 
         hub.require_model_source("openai/clip-vit-base-patch32", "--clip-model")
     assert time.perf_counter() - start < 5
     message = str(error.value)
-    assert message.startswith("--clip-model: 'openai/clip-vit-base-patch32' is not a local directory and not in the Hugging Face cache")
+    assert message.startswith(
+        "--clip-model: 'openai/clip-vit-base-patch32' is not a local directory and not in the Hugging Face cache"
+    )
     assert "--clip-model models/clip-vit-base-patch32" in message and "\n" not in message
     hub.require_model_source(str(tmp_path), "--clip-model")  # a local directory always passes
 
@@ -291,11 +300,19 @@ def test_training_side_uses_the_same_strict_list_parser() -> None:
     from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
 
     # a recipe list, a comma-separated command-line value, and NAME:LIMIT, all through one parser
-    assert parse_benchmark_names(["pope,mioh", "oric_bench_r1:5"], "eval_benchmarks", allow_limits=True) == ["pope", "mioh", "oric_bench_r1:5"]
+    assert parse_benchmark_names(["pope,mioh", "oric_bench_r1:5"], "eval_benchmarks", allow_limits=True) == [
+        "pope",
+        "mioh",
+        "oric_bench_r1:5",
+    ]
     with pytest.raises(UserError, match=r"eval_benchmarks: empty entry in 'pope,'"):
         parse_benchmark_names(["pope,"], "eval_benchmarks", allow_limits=True)
-    with pytest.raises(UserError, match=r"eval_benchmarks: unknown benchmark 'oric_bench_r2' \(did you mean 'oric_bench_r1'"):
+    with pytest.raises(
+        UserError, match=r"eval_benchmarks: unknown benchmark 'oric_bench_r2' \(did you mean 'oric_bench_r1'"
+    ):
         parse_benchmark_names(["oric_bench_r2"], "eval_benchmarks", allow_limits=True)
     with pytest.raises(UserError, match=r"eval_data 'data/pope': expected BENCHMARK=PATH"):
         parse_data_overrides(["data/pope"], "eval_data", ["pope"])
-    assert parse_data_overrides(["oric_bench_r1=x.json"], "eval_data", ["oric_bench_r1:5"]) == {"oric_bench_r1": Path("x.json")}
+    assert parse_data_overrides(["oric_bench_r1=x.json"], "eval_data", ["oric_bench_r1:5"]) == {
+        "oric_bench_r1": Path("x.json")
+    }

@@ -22,7 +22,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.skipif(available() is not None, reas
 
 
 def readme_sbatch_lines() -> list[list[str]]:
-    lines = [line.strip() for line in (REPO_ROOT / "README.md").read_text().splitlines() if line.strip().startswith("sbatch ")]
+    lines = [
+        line.strip()
+        for line in (REPO_ROOT / "README.md").read_text().splitlines()
+        if line.strip().startswith("sbatch ")
+    ]
     assert lines, "the README shows no sbatch line"
     commands = []
     for line in lines:
@@ -41,7 +45,9 @@ def readme_sbatch_lines() -> list[list[str]]:
 
 
 def fresh_clone(target: Path) -> Path:
-    files = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, text=True, check=True).stdout.split("\0")
+    files = subprocess.run(
+        ["git", "ls-files", "-z"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split("\0")
     for name in filter(None, files):
         source = REPO_ROOT / name
         if source.is_file():

@@ -26,7 +26,14 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     (data.parent / "manifest.json").write_text(json.dumps({"builder": "test"}))
     records = json.loads(data.read_text())
     bench = root / "bench.json"
-    bench.write_text(json.dumps([{**r, "problem": [r["problem"].split("?")[0] + "?"] * 4, "solution": r["solution"][10:-11]} for r in records]))
+    bench.write_text(
+        json.dumps(
+            [
+                {**r, "problem": [r["problem"].split("?")[0] + "?"] * 4, "solution": r["solution"][10:-11]}
+                for r in records
+            ]
+        )
+    )
     record = root / "hub.json"
     output_dir = root / "run"
     command = [sys.executable, str(REPO_ROOT / "tests" / "hub_stub.py"), str(record), "finetune/grpo.py",
@@ -39,7 +46,13 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     env.pop("WANDB_PROJECT", None)
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
-    return {"dir": output_dir, "stdout": result.stdout, "stderr": result.stderr, "hub": json.loads(record.read_text()), "data": data}
+    return {
+        "dir": output_dir,
+        "stdout": result.stdout,
+        "stderr": result.stderr,
+        "hub": json.loads(record.read_text()),
+        "data": data,
+    }
 
 
 def test_console_shows_one_compact_line_per_step(pushed_run: dict) -> None:
@@ -101,7 +114,9 @@ def test_push_to_hub_uploads_weights_processor_and_card(pushed_run: dict) -> Non
 
 
 def test_compact_line_for_dpo_logs() -> None:
-    line = compact_log_line({"loss": 0.6931, "rewards/accuracies": 0.5, "rewards/margins": 0.01, "learning_rate": 5e-7, "epoch": 0.1}, 3, 10)
+    line = compact_log_line(
+        {"loss": 0.6931, "rewards/accuracies": 0.5, "rewards/margins": 0.01, "learning_rate": 5e-7, "epoch": 0.1}, 3, 10
+    )
     assert line == "step 3/10 | loss 0.693 | pref_acc 0.5 | margin 0.01 | lr 5e-07"
     assert compact_log_line({"eval_oric_bench/accuracy": 50.0}, 3, 10) is None
 
@@ -110,7 +125,9 @@ def test_compact_line_for_dpo_logs() -> None:
 
 
 @pytest.mark.parametrize("into_training_run", [True, False], ids=["resumes-training-run", "new-run"])
-def test_eval_run_reports_to_wandb(tiny_qwen3vl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, into_training_run: bool) -> None:
+def test_eval_run_reports_to_wandb(
+    tiny_qwen3vl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, into_training_run: bool
+) -> None:
     import shutil
 
     from eval_fixtures import write_oric_bench

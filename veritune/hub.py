@@ -15,7 +15,9 @@ TRUTHY = {"1", "true", "yes", "on"}
 
 def hub_offline() -> bool:
     """True when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) asks for no network."""
-    return any(os.environ.get(name, "").strip().lower() in TRUTHY for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+    return any(
+        os.environ.get(name, "").strip().lower() in TRUTHY for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    )
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:
@@ -44,7 +46,9 @@ def require_model_source(name: str, flag: str) -> None:
     the Hub is offline or unreachable; return quietly otherwise (loading then proceeds as usual)."""
     if Path(name).exists() or is_cached(name):
         return
-    reason = "HF_HUB_OFFLINE is set" if hub_offline() else ("the Hub cannot be reached" if not hub_reachable() else None)
+    reason = (
+        "HF_HUB_OFFLINE is set" if hub_offline() else ("the Hub cannot be reached" if not hub_reachable() else None)
+    )
     if reason is None:
         return
     local = Path(name).name
