@@ -316,3 +316,26 @@ def test_training_side_uses_the_same_strict_list_parser() -> None:
     assert parse_data_overrides(["oric_bench_r1=x.json"], "eval_data", ["oric_bench_r1:5"]) == {
         "oric_bench_r1": Path("x.json")
     }
+
+
+def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from data_builders.synthetic_world import build_synthetic_world
+
+    paths = build_synthetic_world(tmp_path / "world", num_train_images=4, num_val_images=1, seed=0, image_size=64)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build", "oric", "--annotations", str(paths["train_annotations"]), "--image-root", str(paths["train_images"]),
+              "--out", str(tmp_path / "oric.json"), "--clip-cache", str(tmp_path / "clip")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and time.perf_counter() - start < 30
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("error: --clip-model: 'openai/clip-vit-base-patch32' is not a local directory")
+    )

@@ -15,7 +15,6 @@ from data_builders.oric.judges import JUDGES, get_judge
 from data_builders.oric.review import write_review_html
 from veritune.cli import command_help
 from veritune.errors import UserError
-from veritune.hub import require_model_source
 from veritune.io import read_json
 
 
@@ -67,7 +66,6 @@ def _build(args: argparse.Namespace, kind: str) -> int:
             raise UserError(f"{flag} must be at least {least} (got {value})")
     if not args.image_root.is_dir():
         raise UserError(f"--image-root: not a directory: {args.image_root}")
-    require_model_source(args.clip_model, "--clip-model")  # offline and not cached: say so now, not after a minute of retries
     exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
     settings = BuildSettings(kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed)
     judge_factory = partial(get_judge, args.context_judge, threshold=args.context_judge_threshold, base_url=args.llm_base_url,
