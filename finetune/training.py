@@ -57,8 +57,11 @@ CONSOLE_KEYS = [
 def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
     """One short console line for a trainer log dict, or None for logs that are not per-step training logs
     (the eval hooks' metrics print their own line once per checkpoint)."""
+    if "eval_loss" in logs:  # the Trainer's own evaluation (DPO's validation split): one line, same keys
+        line = compact_log_line({key.removeprefix("eval_"): value for key, value in logs.items()}, step, max_steps)
+        return None if line is None else "eval " + line
     if any(key.startswith("eval_") for key in logs) and "loss" not in logs:
-        return None
+        return None  # the eval hooks' metrics: the hook prints its own line
     if "train_runtime" in logs:
         loss = logs.get("train_loss")
         return (f"done: {step} steps in {logs['train_runtime']:.0f} s ({logs.get('train_steps_per_second', 0):.3g} steps/s)"

@@ -119,6 +119,7 @@ def test_compact_line_for_dpo_logs() -> None:
     )
     assert line == "step 3/10 | loss 0.693 | pref_acc 0.5 | margin 0.01 | lr 5e-07"
     assert compact_log_line({"eval_oric_bench/accuracy": 50.0}, 3, 10) is None
+    assert compact_log_line({"eval_loss": 0.69, "eval_rewards/accuracies": 0.25, "eval_runtime": 1.0}, 3, 10) == "eval step 3/10 | loss 0.69 | pref_acc 0.25"
 
 
 # ---- `veritune eval run --report-to wandb`
