@@ -1,5 +1,5 @@
 # One command per habit. Each target sets up .venv first (idempotent).
-.PHONY: setup demo test lint bench
+.PHONY: setup demo test test-all lint bench
 
 setup:
 	bash scripts/setup.sh
@@ -8,6 +8,10 @@ demo:
 	bash scripts/demo.sh
 
 test:
+	bash scripts/test.sh -m "not slow"
+
+# Everything, the slow end-to-end runs (Slurm from a fresh clone, ...) included.
+test-all:
 	bash scripts/test.sh
 
 lint: setup

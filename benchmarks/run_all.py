@@ -29,6 +29,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("eval_runner", ["benchmarks/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
     ("answer_extraction", ["benchmarks/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
     ("gpu", ["benchmarks/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
+    ("cli_help", ["benchmarks/bench_cli_help.py"], "`veritune --help` start-up time: commands are imported only when they run (issue 15)"),
 ]
 
 

@@ -11,8 +11,6 @@ are a valid COCO ``instances`` file (``images``, ``annotations`` with ``bbox``/`
 
 from __future__ import annotations
 
-import argparse
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -160,26 +158,3 @@ def generate_coco_scale_annotations(
             )
     categories = [{"id": index + 1, "name": name, "supercategory": "object"} for index, name in enumerate(classes)]
     return atomic_write_json(path, {"images": images, "annotations": annotations, "categories": categories}, indent=None)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune build synthetic-world``."""
-    parser = subparsers.add_parser("synthetic-world", help="draw a synthetic COCO-format image world")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--train-images", type=int, default=120)
-    parser.add_argument("--val-images", type=int, default=60)
-    parser.add_argument("--image-size", type=int, default=224)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    paths = build_synthetic_world(
-        args.out,
-        num_train_images=args.train_images,
-        num_val_images=args.val_images,
-        seed=args.seed,
-        image_size=args.image_size,
-    )
-    print(json.dumps({key: str(value) for key, value in paths.items()}, indent=2))
-    return 0

@@ -34,7 +34,7 @@ from transformers import TrainerCallback, TrainerControl, TrainerState, Training
 from transformers.trainer_callback import CallbackHandler
 
 from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges, resolve_paths
-from eval_hooks.registry import get_benchmark
+from eval_hooks.registry import expand_presets, get_benchmark
 from veritune.errors import UserError
 
 logger = logging.getLogger("veritune.eval")
@@ -56,29 +56,32 @@ def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, 
         for table_name, rows in tables.items():
             if rows:
                 columns = list(dict.fromkeys(key for row in rows for key in row))
-                data = [[_cell(row.get(column)) for column in columns] for row in rows]
+                data = [[_image_cell(row.get(column), wandb) if column == "image" else _cell(row.get(column)) for column in columns]
+                        for row in rows]  # fmt: skip
                 payload[f"eval/{name}/{table_name}"] = wandb.Table(columns=columns, data=data)
     payload["train/global_step"] = step
     return payload
+
+
+def _image_cell(path: Any, wandb: Any, size: int = 256) -> Any:
+    """A ``wandb.Image`` thumbnail (longest side ``size``) of a sample's image; None when it cannot be read."""
+    if not path:
+        return None
+    try:
+        from PIL import Image
+
+        with Image.open(path) as image:
+            image = image.convert("RGB")
+            image.thumbnail((size, size))
+            return wandb.Image(image, caption=Path(path).name)
+    except (OSError, ValueError):
+        return None
 
 
 def _cell(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
-# Named sets of benchmarks for eval_benchmarks / eval_final_benchmarks ("general:100" limits each member).
-# general: the six general-ability benchmarks of seed finer_tuning_dpo.txt, Sec. 4.4 and Table 3.
-PRESETS: dict[str, tuple[str, ...]] = {"general": ("mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar")}
-
-
-def expand_presets(entries: list[str]) -> list[str]:
-    """Each preset name (optionally ``name:N``) replaced by its benchmarks (each with the same ``:N``)."""
-    expanded = []
-    for entry in entries:
-        name, sep, count = str(entry).strip().partition(":")
-        members = PRESETS.get(name)
-        expanded.extend([f"{member}{sep}{count}" for member in members] if members else [str(entry)])
-    return list(dict.fromkeys(expanded))
 
 
 def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:

@@ -1,29 +1,32 @@
-"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears) and
-``eval score`` (re-score a predictions file, no model)."""
+"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears),
+``eval score`` (re-score predictions, no model) and ``veritune report`` (HTML report of a run)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.evaluate import evaluate, headline_metrics, parse_benchmark_names, prepare_benchmarks, rescore
+from data_builders.cli import add_llm_arguments, llm_client_options
+from eval_hooks.evaluate import (
+    evaluate,
+    headline_metrics,
+    parse_benchmark_names,
+    parse_data_overrides,
+    prepare_benchmarks,
+    rescore,
+)
 from eval_hooks.registry import BENCHMARKS
+from veritune.cli import command_help
 from veritune.errors import UserError
+from veritune.io import atomic_write_json
 
 STRICT_HELP = ("score the raw responses exactly as the official script does, with no veritune normalisation before it "
                "(AMBER discriminative: only the exact responses Yes / No count); no judge")
 
 
-def _data_overrides(values: list[str]) -> dict[str, Path]:
-    overrides = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise UserError(f"--data {value!r}: expected BENCHMARK=PATH")
-        overrides[name] = Path(path)
-    return overrides
 
 
 def summary_table(results: dict[str, dict[str, Any]]) -> str:
@@ -43,49 +46,54 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_argument_group("LLM judge (optional: resolves answers the rules cannot; HallusionBench: judges every answer against gt_answer_details)")
-    group.add_argument("--judge-base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    group.add_argument("--judge-model", help="model name sent to the endpoint (recorded with the results)")
-    group.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    group.add_argument("--judge-cache", type=Path, default=Path("outputs/cache/judge.sqlite"), help="answer cache (a rerun sends no request)")
+    add_llm_arguments(parser, "optional judge: resolves answers the rules cannot; HallusionBench: judges every answer "
+                      "against gt_answer_details", cache="outputs/cache/judge.sqlite", max_tokens=8,
+                      model_help="judge model sent to the endpoint (recorded with the results)", aliases="judge")  # fmt: skip
 
 
 def _judge(args: argparse.Namespace) -> Any:
-    if not (args.judge_base_url or args.judge_model):
+    if not (args.llm_base_url or args.llm_model):
         return None
-    if not (args.judge_base_url and args.judge_model):
-        raise UserError("--judge-base-url and --judge-model: give both to use an LLM judge")
+    if not (args.llm_base_url and args.llm_model):
+        raise UserError("--llm-base-url and --llm-model: give both to use an LLM judge")
     if args.strict_official:  # refused before any model loads
-        raise UserError("--strict-official: scores the raw responses as the official script does; drop the --judge-* options")
+        raise UserError("--strict-official: scores the raw responses as the official script does; drop the --llm-* judge options")
     from eval_hooks.judge import AnswerJudge
 
-    return AnswerJudge(args.judge_base_url, args.judge_model, cache_path=args.judge_cache, api_key_env=args.judge_api_key_env)
+    return AnswerJudge(args.llm_base_url, args.llm_model, **llm_client_options(args))
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark")
-    parser.add_argument("--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)")
-    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH", help="a benchmark's file or folder (repeatable)")
-    parser.add_argument("--image-root", type=Path, help="images of the --data files")
-    parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
+    _add_location_arguments(parser)
     parser.add_argument("--batch-size", type=int, default=8, help="items per generate call (per process); vLLM: try 256")
     parser.add_argument("--max-new-tokens", type=int, help="generation budget for every item (default: each benchmark's own)")
     parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"], help="vllm only when installed")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"], help="model weights' dtype")
     parser.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(parser)
 
 
+def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark")
+    parser.add_argument("--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)")
+    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH", help="a benchmark's file or folder, instead of its --data-root layout (repeatable)")
+    parser.add_argument("--image-root", type=Path, help="images of the --data files")
+    parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the eval commands."""
-    run = subparsers.add_parser("run", help="generate answers with a model and score them")
+    run = subparsers.add_parser("run", help=command_help("eval", "run"))
     run.add_argument("--model", required=True, help="checkpoint directory or hub id")
     run.add_argument("--out", type=Path, required=True, help="results go to OUT/<benchmark>/{predictions.jsonl,metrics.json}")
     _add_data_arguments(run)
     run.add_argument("--force", action="store_true", help="start over predictions in OUT made by another model, data or settings")
+    run.add_argument("--report-to", choices=["none", "wandb"], default="none",
+                     help="wandb: log the metrics and sample tables to a W&B run (the training run's, when --model is a "
+                     "checkpoint of a run that logged to W&B; else a new run in $WANDB_PROJECT)")  # fmt: skip
     run.set_defaults(handler=_run)
 
-    watcher = subparsers.add_parser("watch", help="evaluate each new checkpoint of a training run as it appears")
+    watcher = subparsers.add_parser("watch", help=command_help("eval", "watch"))
     watcher.add_argument("run_dir", type=Path, help="the training run's output_dir (holds checkpoint-N folders)")
     _add_data_arguments(watcher)
     watcher.add_argument("--interval", type=float, default=60.0, help="seconds between looks for new checkpoints")
@@ -93,20 +101,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     watcher.add_argument("--once", action="store_true", help="evaluate the checkpoints there now, then exit")
     watcher.set_defaults(handler=_watch)
 
-    score = subparsers.add_parser("score", help="score a predictions file (no model is loaded)")
-    score.add_argument("benchmark", help=", ".join(BENCHMARKS))
-    score.add_argument("--data", type=Path, required=True, help="the benchmark's file or folder")
-    score.add_argument("--predictions", type=Path, required=True, help="JSONL of {id, prediction}")
-    score.add_argument("--image-root", type=Path)
-    score.add_argument("--limit", type=int, help="the --limit the predictions were made with")
+    score = subparsers.add_parser("score", help=command_help("eval", "score"))
+    _add_location_arguments(score)
+    score.add_argument("--predictions", type=Path, required=True,
+                       help="a JSONL of {id, prediction} (one benchmark), or an `eval run --out` directory holding "
+                       "<benchmark>/predictions.jsonl")  # fmt: skip
+    score.add_argument("--out", type=Path, help="metrics go to OUT/<benchmark>/metrics.json (default: <predictions>.metrics.json beside each predictions file)")
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(score)
     score.set_defaults(handler=_score)
 
 
+def register_report(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune report``."""
+    parser = subparsers.add_parser("report", help=command_help(None, "report"))
+    parser.add_argument("run_dir", type=Path, help="the training run's output_dir")
+    parser.add_argument("--out", type=Path, help="output HTML file (default: RUN_DIR/report.html)")
+    parser.set_defaults(handler=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from eval_hooks.report import write_report
+
+    print(f"wrote {write_report(args.run_dir, args.out)}")
+    return 0
+
+
 def _prepare(args: argparse.Namespace) -> list:
     names = parse_benchmark_names(args.benchmarks)
-    return prepare_benchmarks(names, data_root=args.data_root, data=_data_overrides(args.data), image_root=args.image_root,
+    data = parse_data_overrides(args.data, benchmarks=names)
+    return prepare_benchmarks(names, data_root=args.data_root, data=data, image_root=args.image_root,
                               limit=args.limit, max_new_tokens=args.max_new_tokens, strict_official=args.strict_official)  # fmt: skip
 
 
@@ -125,7 +149,39 @@ def _run(args: argparse.Namespace) -> int:
     if PartialState().is_main_process:
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")
+        if args.report_to == "wandb":
+            log_eval_to_wandb(Path(args.model), results, args.out)
     return 0
+
+
+def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path) -> str:
+    """Log ``eval run`` results to W&B: into the training run when ``model`` is a run directory or one of its
+    ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run whose files go
+    under ``out``. Returns the run id."""
+    import re
+
+    import wandb
+
+    from eval_hooks.callback import wandb_payload
+    from eval_hooks.watch import WANDB_RUN_FILE, open_wandb_run
+
+    match = re.fullmatch(r"checkpoint-(\d+)", model.name)
+    run_dir = model.parent if match else model
+    step = int(match.group(1)) if match else None
+    run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None
+    if run is None:
+        out.mkdir(parents=True, exist_ok=True)
+        run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "veritune", job_type="eval", name=f"eval-{model.name}",
+                         config={"model": str(model)}, dir=str(out))  # fmt: skip
+        run.define_metric("train/global_step")
+        run.define_metric("eval/*", step_metric="train/global_step")
+    if step is None and (run_dir / "trainer_state.json").is_file():  # the final model of a run: its last step
+        step = json.loads((run_dir / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
+    run.log(wandb_payload(results, step or 0, wandb))
+    run_id = run.id
+    run.finish()
+    print(f"W&B: logged to run {run_id}")
+    return run_id
 
 
 def _watch(args: argparse.Namespace) -> int:
@@ -144,6 +200,25 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    result = rescore(args.benchmark, args.data, args.predictions, args.image_root, args.limit, judge=_judge(args), strict_official=args.strict_official)
-    print(json.dumps(result, indent=2))
+    from eval_hooks.evaluate import resolve_paths
+    from eval_hooks.runner import PREDICTIONS_FILE
+
+    names = parse_benchmark_names(args.benchmarks)
+    data = parse_data_overrides(args.data, benchmarks=names)
+    if args.predictions.is_file() and len(names) > 1:
+        raise UserError(f"--predictions {args.predictions}: one file holds one benchmark's predictions; for {len(names)} benchmarks "
+                        "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)")  # fmt: skip
+    judge = _judge(args)
+    results = {}
+    for name in names:
+        predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE
+        data_path, image_root = resolve_paths(name, args.data_root, data, args.image_root)
+        result = rescore(name, data_path, predictions, image_root, args.limit, judge=judge, strict_official=args.strict_official)
+        # Beside the predictions by default, never over `eval run`'s own metrics.json (it records the generation).
+        metrics_path = args.out / name / "metrics.json" if args.out else predictions.with_name(f"{predictions.stem}.metrics.json")
+        atomic_write_json(metrics_path, result)
+        results[name] = result | {"metrics_path": str(metrics_path)}
+    print(summary_table(results))
+    for name, result in results.items():
+        print(f"{name}: {result['metrics_path']}")
     return 0

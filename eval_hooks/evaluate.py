@@ -6,6 +6,7 @@ prepared (located, loaded, limited) before any model is loaded, so a wrong path 
 
 from __future__ import annotations
 
+import difflib
 import logging
 import re
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
-from eval_hooks.registry import BENCHMARKS, get_benchmark
+from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE, Backend, predictions_provenance, read_predictions, run_items
 from veritune.errors import UserError
 from veritune.io import atomic_write_json
@@ -40,13 +41,53 @@ class PreparedBenchmark:
     strict_official: bool = False
 
 
-def parse_benchmark_names(text: str | list[str]) -> list[str]:
-    """Benchmark names from ``"a,b"`` or a list, in order, without repeats; an empty list is an error."""
-    parts = text.split(",") if isinstance(text, str) else [p for entry in text for p in str(entry).split(",")]
-    names = list(dict.fromkeys(p.strip() for p in parts if p.strip()))
+def check_benchmark_name(name: str, source: str) -> None:
+    """Refuse a name that is neither in the registry nor a dotted path, naming the closest registered one."""
+    if name in BENCHMARKS or "." in name:
+        return
+    close = difflib.get_close_matches(name, list(BENCHMARKS), n=1, cutoff=0.5)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise UserError(f"{source}: unknown benchmark {name!r} ({hint}known: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark)")
+
+
+def parse_benchmark_names(text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = False) -> list[str]:
+    """Benchmark names from ``"a,b"`` or a list of such strings (the recipe's ``eval_benchmarks``), in order,
+    without repeats. The one parser of benchmark lists, for the CLI and the recipes alike: an empty entry
+    (``a,,b``), an unknown name or an empty list is a one-line error, never silently dropped. With
+    ``allow_limits``, an entry may be ``NAME:N`` (the eval hooks' per-benchmark limit)."""
+    entries = [text] if isinstance(text, str) else [str(entry) for entry in text]
+    names = []
+    for entry in entries:
+        for part in entry.split(","):
+            name = part.strip()
+            if not name:
+                raise UserError(f"{source}: empty entry in {entry!r} (give comma-separated names, e.g. pope,oric_bench_r1)")
+            base, sep, limit = name.rpartition(":")
+            base = base.strip() if allow_limits and sep else name
+            if base in PRESETS:  # a preset ("general") stands for its benchmarks, each with the same limit
+                names.extend(f"{member}:{limit}" if allow_limits and sep else member for member in PRESETS[base])
+                continue
+            check_benchmark_name(base, source)
+            names.append(name)
     if not names:
-        raise UserError("--benchmarks: give at least one benchmark name")
-    return names
+        raise UserError(f"{source}: give at least one benchmark name")
+    return list(dict.fromkeys(names))
+
+
+def parse_data_overrides(values: list[str], source: str = "--data", benchmarks: list[str] | None = None) -> dict[str, Path]:
+    """``["pope=data/pope", ...]`` -> ``{"pope": Path("data/pope")}``: the one ``BENCHMARK=PATH`` syntax of
+    ``eval run``, ``eval score``, ``eval watch`` and the recipes' ``eval_data``. A malformed entry, or one
+    naming a benchmark that is not being evaluated, is an error (it would otherwise be silently unused)."""
+    overrides: dict[str, Path] = {}
+    for value in values:
+        name, sep, path = str(value).partition("=")
+        name = name.strip()
+        if not sep or not name or not path.strip():
+            raise UserError(f"{source} {value!r}: expected BENCHMARK=PATH, e.g. pope=data/benchmarks/pope")
+        if benchmarks is not None and name not in {b.rpartition(":")[0] or b for b in benchmarks}:
+            raise UserError(f"{source} {value!r}: {name!r} is not among the benchmarks being evaluated ({', '.join(benchmarks)})")
+        overrides[name] = Path(path.strip())
+    return overrides
 
 
 def resolve_paths(name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None) -> tuple[Path, Path | None]:
@@ -136,7 +177,7 @@ def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
     if judge is None:
         needing = [name for name in names if name in BENCHMARKS and getattr(BENCHMARKS[name], "requires_judge", False)]
         if needing:
-            raise UserError(f"{', '.join(needing)}: scored by an LLM judge: give --judge-base-url and --judge-model")
+            raise UserError(f"{', '.join(needing)}: scored by an LLM judge: give --llm-base-url and --llm-model")
 
 
 def score_benchmark(
@@ -159,7 +200,7 @@ def score_benchmark(
         raise UserError("--strict-official: scores the raw responses as the official script does; drop the --judge-* options")
     benchmark = get_benchmark(name)
     if judge is None and getattr(benchmark, "requires_judge", False):
-        raise UserError(f"{name}: scored by an LLM judge: give --judge-base-url and --judge-model")
+        raise UserError(f"{name}: scored by an LLM judge: give --llm-base-url and --llm-model")
     benchmark.strict_official = strict_official
     resolution = None
     if judge is not None:
@@ -177,13 +218,23 @@ def score_benchmark(
     return result
 
 
-def sample_rows(items: list[EvalItem], predictions: dict[str, str], count: int = SAMPLE_PREDICTIONS) -> list[dict[str, Any]]:
-    """The first ``count`` answered items as table rows: id, prompt, reference answer, prediction."""
+def sample_rows(
+    items: list[EvalItem], predictions: dict[str, str], count: int = SAMPLE_PREDICTIONS, benchmark: Benchmark | None = None
+) -> list[dict[str, Any]]:
+    """The first ``count`` answered items as table rows: id, the first image's path, prompt, reference
+    answer, prediction, and ``correct`` (the grader's reading of the prediction equals the reference's;
+    None where the benchmark has no rule-graded answer format)."""
     rows = []
     for item in items:
         if item.id in predictions:
             reference = next((item.meta[k] for k in ("label", "answer", "gt_answer") if k in item.meta), None)
-            rows.append({"id": item.id, "prompt": item.prompt, "reference": reference, "prediction": predictions[item.id]})
+            correct = None
+            if benchmark is not None and reference is not None:
+                truth = rule_answer(benchmark, item, str(reference))
+                if truth is not None:
+                    correct = rule_answer(benchmark, item, predictions[item.id]) == truth
+            rows.append({"id": item.id, "image": str(item.images[0]) if item.images else None, "prompt": item.prompt,
+                         "reference": reference, "prediction": predictions[item.id], "correct": correct})  # fmt: skip
             if len(rows) == count:
                 break
     return rows
@@ -222,7 +273,7 @@ def evaluate_prepared(
                             "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items})}  # fmt: skip
     result["provenance"] = predictions_provenance(backend, prepared.items)
     result["missing_images"] = missing[:100]
-    result["samples"] = sample_rows(prepared.items, predictions)
+    result["samples"] = sample_rows(prepared.items, predictions, benchmark=prepared.benchmark)
     atomic_write_json(bench_dir / METRICS_FILE, result)
     return result
 

@@ -64,14 +64,15 @@ def _question(item: EvalItem) -> str:
 class AnswerJudge:
     """An OpenAI-compatible LLM that resolves answers for scoring (see the module docstring)."""
 
-    def __init__(self, base_url: str, model: str, *, cache_path: str | Path, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8) -> None:
+    def __init__(self, base_url: str, model: str, *, cache_path: str | Path, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8,
+                 max_retries: int = 5, timeout: float = 60.0, temperature: float = 0.0, max_tokens: int | None = 8) -> None:  # fmt: skip
         from data_builders.llm_client import ChatClient
 
         self.model = model
         self._settings = {"base_url": base_url, "cache_path": cache_path, "api_key_env": api_key_env, "concurrency": concurrency}
         self._rubric_clients: dict[tuple[float, int | None], Any] = {}
         self.client = ChatClient(base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency,
-                                 temperature=0.0, max_tokens=8)  # fmt: skip
+                                 max_retries=max_retries, timeout=timeout, temperature=temperature, max_tokens=max_tokens)  # fmt: skip
 
     def resolve(self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         """Predictions with judge-resolved answers substituted, and the resolution record."""

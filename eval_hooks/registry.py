@@ -70,3 +70,18 @@ def get_benchmark(name: str) -> Benchmark:
     if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
         raise UserError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)} or a dotted path to a Benchmark")
     return cls()
+
+
+# Named sets of benchmarks for eval_benchmarks / eval_final_benchmarks ("general:100" limits each member).
+# general: the six general-ability benchmarks of seed finer_tuning_dpo.txt, Sec. 4.4 and Table 3.
+PRESETS: dict[str, tuple[str, ...]] = {"general": ("mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar")}
+
+
+def expand_presets(entries: list[str]) -> list[str]:
+    """Each preset name (optionally ``name:N``) replaced by its benchmarks (each with the same ``:N``)."""
+    expanded = []
+    for entry in entries:
+        name, sep, count = str(entry).strip().partition(":")
+        members = PRESETS.get(name)
+        expanded.extend([f"{member}{sep}{count}" for member in members] if members else [str(entry)])
+    return list(dict.fromkeys(expanded))

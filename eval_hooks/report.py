@@ -13,7 +13,6 @@ plotting library), with each point's value as a hover title. It shows
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -291,16 +290,3 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n")  # fmt: skip
     return atomic_write_text(out or run_dir / "report.html", page)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune report``."""
-    parser = subparsers.add_parser("report", help="write a static HTML report of a training run (opens offline)")
-    parser.add_argument("run_dir", type=Path, help="the training run's output_dir")
-    parser.add_argument("--out", type=Path, help="default: RUN_DIR/report.html")
-    parser.set_defaults(handler=_report)
-
-
-def _report(args: argparse.Namespace) -> int:
-    print(f"wrote {write_report(args.run_dir, args.out)}")
-    return 0

@@ -29,6 +29,7 @@ from data_builders.finer.formats import PreferenceReport, load_preference_datase
 from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
 from finetune.recipe import parse_recipe
 from finetune.training import (
+    attach_model_card,
     get_callbacks,
     get_model_and_processor,
     log_run_header,
@@ -130,6 +131,7 @@ def main(script_args: DPOScriptArguments, training_args: VeritunDPOConfig, model
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=summary)
+    attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 

@@ -22,6 +22,7 @@ from finetune.grpo_trainer import VeritunGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
 from finetune.training import (
+    attach_model_card,
     get_callbacks,
     get_model_and_processor,
     log_run_header,
@@ -77,6 +78,7 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         callbacks=get_callbacks(script_args, training_args),
     )
     log_run_header(trainer, script_args, model_args, data_summary=report.summary())
+    attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 

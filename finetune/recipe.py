@@ -213,10 +213,38 @@ def _raise_usage_error(source: str) -> Any:
     return error
 
 
-def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[Any, ...]:
-    """Parse ``[RECIPE.yaml] [--key value ...]`` into one instance per dataclass type.
+RECIPE_FLAGS = ("--config", "--recipe")  # TRL's TrlParser spelling and ours
 
-    The recipe sets the defaults; flags override them. Without a recipe, flags alone are used.
+
+def pop_recipe_path(args: list[str]) -> Path | None:
+    """Take the recipe path out of ``args``: a leading ``RECIPE.yaml``, or ``--config PATH`` (TRL's
+    ``TrlParser``, open-r1) or ``--recipe PATH`` anywhere (also as ``--flag=PATH``). Two recipes are an error."""
+    found: list[str] = []
+    if args and not args[0].startswith("-"):
+        found.append(args.pop(0))
+    index = 0
+    while index < len(args):
+        flag, eq, value = args[index].partition("=")
+        if flag in RECIPE_FLAGS:
+            if eq:
+                args.pop(index)
+            elif index + 1 < len(args) and not args[index + 1].startswith("--"):
+                args.pop(index)
+                value = args.pop(index)
+            else:
+                raise UserError(f"command line: {flag} needs a recipe path (e.g. {flag} recipes/qwen3vl_oric.yaml)")
+            found.append(value)
+            continue
+        index += 1
+    if len(found) > 1:
+        raise UserError(f"command line: {len(found)} recipes given ({', '.join(found)}); give one (then --key value overrides)")
+    return Path(found[0]) if found else None
+
+
+def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[Any, ...]:
+    """Parse ``[RECIPE.yaml | --config RECIPE.yaml | --recipe RECIPE.yaml] [--key value ...]`` into one
+    instance per dataclass type, as TRL's ``TrlParser`` does: the recipe sets the defaults, flags override
+    them. Without a recipe, flags alone are used.
 
     Raises:
         UserError: missing or malformed recipe, unknown key or flag, or a value the dataclasses reject.
@@ -226,9 +254,8 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
     parser.error = _raise_usage_error("command line")  # one line, not argparse's page of usage
     args = list(argv)
     recipe: dict[str, Any] = {}
-    recipe_path: Path | None = None
-    if args and not args[0].startswith("-"):
-        recipe_path = Path(args.pop(0))
+    recipe_path = pop_recipe_path(args)
+    if recipe_path is not None:
         recipe = load_recipe(recipe_path, dataclass_types)
     parser.set_defaults(**recipe)
     try:

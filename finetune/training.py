@@ -7,20 +7,23 @@ import json
 import logging
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import transformers
 from transformers import TrainerCallback, TrainingArguments
+from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from finetune.configs import ScriptArguments, VeritunModelConfig
 from finetune.models import count_parameters, get_lora_config, get_model, get_processor
 from veritune.errors import UserError
-from veritune.io import atomic_write_json, read_yaml
+from veritune.io import atomic_write_json, atomic_write_text, read_yaml
 
 logger = logging.getLogger("veritune")
 
 WANDB_RUN_FILE = "wandb_run.json"
+DEFAULT_WANDB_PROJECT = "veritune"
 PROVENANCE_FILE = "veritune_run.json"
 _CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
 _WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
@@ -31,18 +34,107 @@ def setup_logging(training_args: TrainingArguments) -> None:
     level = logging.INFO if training_args.should_log else logging.WARNING
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=level, force=True)
     transformers.utils.logging.set_verbosity(level if level == logging.WARNING else logging.WARNING)
+    # DeepSpeed warns on import, once per process, that it "was unable to detect" an accelerator when there is
+    # none; on a CPU-only machine say so up front, which is what it falls back to anyway.
+    if "DS_ACCELERATOR" not in os.environ and "deepspeed" not in sys.modules:
+        import torch
+
+        if not torch.cuda.is_available():
+            os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+# ---- console output: one compact line per logging step (the full dict goes to TRAIN_LOG_FILE and W&B)
+
+TRAIN_LOG_FILE = "train_log.jsonl"
+# (key in TRL's logs, label on the console), in the order shown; `rewards/<name>/mean` are added after `reward`.
+CONSOLE_KEYS = [
+    ("loss", "loss"), ("reward", "reward"), ("reward_std", "±"), ("rewards/accuracies", "pref_acc"),
+    ("rewards/margins", "margin"), ("kl", "kl"), ("entropy", "entropy"), ("completions/mean_length", "len"),
+    ("grad_norm", "grad"), ("learning_rate", "lr"),
+]  # fmt: skip
+
+
+def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+    """One short console line for a trainer log dict, or None for logs that are not per-step training logs
+    (the eval hooks' metrics print their own line once per checkpoint)."""
+    if "eval_loss" in logs:  # the Trainer's own evaluation (DPO's validation split): one line, same keys
+        line = compact_log_line({key.removeprefix("eval_"): value for key, value in logs.items()}, step, max_steps)
+        return None if line is None else "eval " + line
+    if any(key.startswith("eval_") for key in logs) and "loss" not in logs:
+        return None  # the eval hooks' metrics: the hook prints its own line
+    if "train_runtime" in logs:
+        loss = logs.get("train_loss")
+        return (f"done: {step} steps in {logs['train_runtime']:.0f} s ({logs.get('train_steps_per_second', 0):.3g} steps/s)"
+                + (f", mean loss {loss:.4g}" if isinstance(loss, (int, float)) else ""))  # fmt: skip
+    parts = [f"step {step}/{max_steps}"]
+    for key, label in CONSOLE_KEYS:
+        value = logs.get(key)
+        if isinstance(value, (int, float)):
+            parts.append(f"{label} {value:.3g}" if label != "±" else f"± {value:.3g}")
+        if key == "reward":
+            for name, reward in logs.items():
+                match = re.fullmatch(r"rewards/(.+?)(?:_reward)?/mean", name)
+                if match and isinstance(reward, (int, float)):
+                    parts.append(f"{match.group(1)} {reward:.3g}")
+    return " | ".join(parts)
+
+
+class CompactProgressCallback(ProgressCallback):
+    """transformers' progress bar, but each log is one compact line instead of the full dict (~30 keys,
+    lines over 1,000 characters); the full dict is appended to ``OUTPUT_DIR/train_log.jsonl`` (and goes
+    to W&B and ``trainer_state.json`` as before)."""
+
+    def on_log(self, args: TrainingArguments, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        if not state.is_world_process_zero or not logs:
+            return
+        record = {**logs, "step": state.global_step}
+        try:
+            with open(Path(args.output_dir) / TRAIN_LOG_FILE, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record, default=str) + "\n")
+        except OSError as err:  # the console line still shows; the trainer state keeps the history
+            logger.warning("could not append to %s: %s", TRAIN_LOG_FILE, err)
+        line = compact_log_line(logs, state.global_step, state.max_steps)
+        if line is None:
+            return
+        if self.training_bar is not None:
+            self.training_bar.write(line)
+        else:
+            print(line, flush=True)
+
+
+def use_compact_progress(trainer: Any) -> None:
+    """Swap the trainer's progress printer (``ProgressCallback``, or ``PrinterCallback`` with
+    ``disable_tqdm``) for :class:`CompactProgressCallback`; with ``disable_tqdm``, or when stderr is not a
+    terminal, no bar is drawn."""
+    # Not a terminal (a log file, Slurm, CI): lines only. The step lines already show progress, and a bar held
+    # open across the eval hooks' own bars would make tqdm nest them with cursor-movement escape codes.
+    had_bar = any(isinstance(cb, ProgressCallback) for cb in trainer.callback_handler.callbacks) and sys.stderr.isatty()
+    trainer.remove_callback(ProgressCallback)
+    trainer.remove_callback(PrinterCallback)
+    callback = CompactProgressCallback()
+    if not had_bar:  # disable_tqdm: lines only
+        callback.on_train_begin = lambda *args, **kwargs: setattr(callback, "current_step", 0)  # type: ignore[method-assign]
+        callback.on_step_end = lambda *args, **kwargs: None  # type: ignore[method-assign]
+        callback.on_train_end = lambda *args, **kwargs: None  # type: ignore[method-assign]
+    trainer.add_callback(callback)
 
 
 def configure_wandb(script_args: ScriptArguments, training_args: TrainingArguments) -> None:
     """W&B run settings from the recipe (project, group, tags); files go under the run directory."""
     if "wandb" not in (training_args.report_to or []):
         return
-    if script_args.wandb_project:
-        os.environ.setdefault("WANDB_PROJECT", script_args.wandb_project)
     if script_args.wandb_group:
         os.environ.setdefault("WANDB_RUN_GROUP", script_args.wandb_group)
     if script_args.wandb_tags:
         os.environ.setdefault("WANDB_TAGS", ",".join(script_args.wandb_tags))
+    # TrainingArguments.project (default "huggingface") is logged into the W&B config beside the real project:
+    # make both the project the run really goes to.
+    project = os.environ.get("WANDB_PROJECT") or script_args.wandb_project or DEFAULT_WANDB_PROJECT
+    os.environ["WANDB_PROJECT"] = project
+    if hasattr(training_args, "project"):
+        training_args.project = project
+    if not training_args.run_name:
+        training_args.run_name = Path(training_args.output_dir).name
     os.environ.setdefault("WANDB_DIR", str(Path(training_args.output_dir).resolve()))
     Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
 
@@ -67,6 +159,111 @@ def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: Verit
         100.0 * trainable / max(total, 1),
         data_summary,
     )
+
+
+# ---- model card: written by TRL with each checkpoint (and by push_to_hub); veritune fills in what it knows
+
+
+def file_sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def dataset_manifest(dataset_path: str | None) -> Path | None:
+    """The ``manifest.json`` a veritune builder wrote beside (or inside) the training data, when there is one."""
+    if not dataset_path:
+        return None
+    dataset = Path(dataset_path)
+    for manifest in ((dataset if dataset.is_dir() else dataset.parent) / "manifest.json", dataset.with_suffix(".manifest.json")):
+        if manifest.is_file():
+            return manifest
+    return None
+
+
+def _is_headline(metric: str) -> bool:
+    """The metrics ``eval run`` prints too: top-level ones and macro averages (not per class or subset)."""
+    return "/" not in metric or metric.startswith("macro/")
+
+
+def latest_eval_metrics(log_history: list[dict[str, Any]]) -> tuple[int | None, dict[str, float]]:
+    """The step and headline metrics (``eval/<benchmark>/<metric>``) of the newest eval-hook entry."""
+    for entry in reversed(log_history):
+        metrics = {k: v for k, v in entry.items()
+                   if k.startswith("eval/") and isinstance(v, (int, float)) and _is_headline(k.split("/", 2)[-1])}  # fmt: skip
+        if metrics:
+            return entry.get("step"), metrics
+    return None, {}
+
+
+def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig, model_name: str) -> str:
+    """The model card (Hub ``README.md``): base model, training data with their manifests' sha256, the
+    recipe, the latest eval-hook metrics and an image + text quick start."""
+    import yaml
+
+    base = str(model_args.model_name_or_path)
+    hub_base = base if base and not Path(base).exists() else None  # a local directory is no Hub reference
+    method = type(trainer).__name__.replace("Trainer", "")
+    repo = trainer.args.hub_model_id or model_name
+    manifest = dataset_manifest(script_args.dataset_path)
+    metadata = {"base_model": hub_base, "library_name": "transformers", "pipeline_tag": "image-text-to-text",
+                "tags": ["veritune", "trl", method.lower(), "hallucination", "generated_from_trainer"], "model_name": model_name}  # fmt: skip
+    lines = ["---", yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(), "---", "",
+             f"# {model_name}", "",
+             f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
+             f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.", "",
+             "## Quick start", "", "```python", "from transformers import AutoModelForImageTextToText, AutoProcessor", "",
+             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
+             f'processor = AutoProcessor.from_pretrained("{repo}")',
+             'messages = [{"role": "user", "content": [{"type": "image", "url": "photo.jpg"},',
+             '                                         {"type": "text", "text": "Is there a dog in the image?"}]}]',
+             "inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,",
+             '                                       return_tensors="pt").to(model.device)',
+             "output = model.generate(**inputs, max_new_tokens=256)",
+             'print(processor.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", "",
+             "## Training data", "", "| dataset | manifest | manifest sha256 |", "| --- | --- | --- |",
+             f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} | {file_sha256(manifest) if manifest else '-'} |", ""]  # fmt: skip
+    step, metrics = latest_eval_metrics(trainer.state.log_history)
+    if metrics:
+        lines += [f"## Evaluation (eval hooks, step {step})", "", "| benchmark | metric | value |", "| --- | --- | --- |"]
+        lines += [f"| {key.split('/')[1]} | {key.split('/', 2)[2]} | {value:.4g} |" for key, value in metrics.items()]
+        lines.append("")
+    if script_args.recipe and Path(script_args.recipe).is_file():
+        recipe = Path(script_args.recipe)
+        lines += ["## Recipe", "", f"`{script_args.recipe}` (sha256 {file_sha256(recipe)[:12]}; command-line overrides are in "
+                  "`veritune_run.json` beside the weights):", "", "```yaml", recipe.read_text(encoding="utf-8").strip(), "```", ""]  # fmt: skip
+    try:
+        import wandb
+
+        if wandb.run is not None:
+            lines += [f"Training curves: [W&B run]({wandb.run.url})" if wandb.run.url else f"W&B run id: {wandb.run.id}", ""]
+    except ImportError:
+        pass
+    lines += ["## Framework versions", "", *(f"- {name}: {_version(name)}" for name in ("veritune", "trl", "transformers", "torch")), ""]
+    return "\n".join(lines)
+
+
+def _version(name: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig) -> None:
+    """Make TRL's own model-card hook (called with each checkpoint and by ``push_to_hub``) write veritune's
+    card to ``OUTPUT_DIR/README.md``, so a pushed model carries it."""
+
+    def create_model_card(model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **_: Any) -> None:
+        if not trainer.is_world_process_zero():
+            return
+        name = model_name or (trainer.args.hub_model_id or "").split("/")[-1] or Path(trainer.args.output_dir).name
+        path = Path(trainer.args.output_dir) / "README.md"
+        atomic_write_text(path, model_card_text(trainer, script_args, model_args, name))
+
+    trainer.create_model_card = create_model_card
 
 
 def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
@@ -114,11 +311,14 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
     callbacks: list[TrainerCallback] = [RunConfigCallback(script_args)]
     if (script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks:
         from eval_hooks.callback import EvalHookCallback
+        from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
 
-        data = dict(entry.split("=", 1) for entry in script_args.eval_data if "=" in entry)
+        # The one parser of the CLI: comma-separated or listed names, NAME:LIMIT allowed; bad entries are refused.
+        benchmarks = parse_benchmark_names(script_args.eval_benchmarks, "eval_benchmarks", allow_limits=True)
+        data = {name: str(path) for name, path in parse_data_overrides(script_args.eval_data, "eval_data", benchmarks).items()}
         callbacks.append(
             EvalHookCallback(
-                script_args.eval_benchmarks if script_args.eval_on_save else [],
+                benchmarks if script_args.eval_on_save else [],
                 script_args.eval_data_root,
                 limit=script_args.eval_limit,
                 batch_size=script_args.eval_batch_size,
@@ -264,6 +464,7 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
         return
     checkpoint = resume_checkpoint(training_args)
     trainer.add_callback(StopAtLastStep())
+    use_compact_progress(trainer)
     start = time.time()
     try:
         metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
@@ -280,4 +481,9 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
+    trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
     logger.info("model saved to %s", training_args.output_dir)
+    if training_args.push_to_hub:
+        # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above) to hub_model_id.
+        url = trainer.push_to_hub(commit_message=f"veritune: {Path(training_args.output_dir).name}")
+        logger.info("pushed to the Hub: %s", getattr(url, "commit_url", url))

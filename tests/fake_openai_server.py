@@ -42,7 +42,7 @@ class FakeChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server._lock:
                     server.requests.append(body)
-                    server.headers.append(dict(self.headers))
+                    server.headers.append({name.title(): value for name, value in self.headers.items()})  # clients differ in case
                     number = len(server.requests)
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)

@@ -75,7 +75,12 @@ def test_hook_metrics_reach_the_log_history_and_the_other_loggers(grpo_run: tupl
     run_dir, result = grpo_run
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
     assert [row["step"] for row in history if METRIC in row] == [1, 2]
-    assert "'eval_oric_bench_r1/macro/f1'" in result.stdout + result.stderr  # the Trainer's console logger printed them
+    # the other loggers got them: the console's progress callback writes every log dict to train_log.jsonl ...
+    logged = [json.loads(line) for line in (run_dir / "train_log.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in logged if "eval_oric_bench_r1/macro/f1" in row] == [1, 2]
+    # ... and the console shows them once per checkpoint (the hook's own line), not a second time as a dict
+    console = result.stdout + result.stderr
+    assert console.count("eval at step 1") == 1 and "'eval_oric_bench_r1/macro/f1'" not in console
 
 
 def test_hook_restores_train_mode_and_padding_side(tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:

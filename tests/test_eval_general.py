@@ -17,9 +17,9 @@ import pytest
 from PIL import Image
 
 from eval_hooks.benchmarks.vlmeval_tsv import vqa_accuracy
-from eval_hooks.callback import PRESETS, EvalHookCallback
+from eval_hooks.callback import EvalHookCallback
 from eval_hooks.evaluate import rescore
-from eval_hooks.registry import get_benchmark
+from eval_hooks.registry import PRESETS, get_benchmark
 from rewards.graders import mme_yes_no, normalize_vqa_answer, relaxed_match, vlmeval_yes_no
 from veritune.cli import main
 from veritune.errors import UserError

@@ -76,21 +76,21 @@ def test_hallusionbench_judge_uses_gt_answer_details(tmp_path: Path, capsys: pyt
     data = hallusion_file(tmp_path)
     predictions = write_predictions(tmp_path / "p.jsonl", {"VS_chart_0_0_0": "agree", "VS_chart_0_0_1": "disagree", "VS_chart_0_0_2": "unsure"})
     with FakeChatServer(hallusion_judge) as server:
-        assert main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions),
-                     "--judge-base-url", server.base_url, "--judge-model", "judge-2", "--judge-cache", str(tmp_path / "j.sqlite")]) == 0  # fmt: skip
+        assert main(["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions),
+                     "--llm-base-url", server.base_url, "--llm-model", "judge-2", "--llm-cache", str(tmp_path / "j.sqlite")]) == 0  # fmt: skip
         assert len(server.requests) == 3  # every answer is judged in this mode
-    printed = json.loads(capsys.readouterr().out)
+    printed = json.loads((tmp_path / "p.metrics.json").read_text())
     # "agree" is right, "disagree" wrong, "unsure" uncertain: right on a VS question asked without its figure (assign_correctness)
     assert printed["metrics"]["aAcc"] == pytest.approx(200 / 3)
     assert printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
     # without a judge the rules see none of these words as yes/no: all uncertain, so all right on these figure-0 VS questions
-    assert main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions)]) == 0
-    assert json.loads(capsys.readouterr().out)["metrics"]["aAcc"] == 100.0
+    assert main(["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions)]) == 0
+    assert json.loads((tmp_path / "p.metrics.json").read_text())["metrics"]["aAcc"] == 100.0
 
 
 def test_judge_needs_both_url_and_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = hallusion_file(tmp_path)
     predictions = write_predictions(tmp_path / "p.jsonl", {})
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "score", "hallusionbench", "--data", str(data), "--predictions", str(predictions), "--judge-model", "x"])
+        main(["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions), "--llm-model", "x"])
     assert exit_info.value.code == 2 and "give both" in capsys.readouterr().err

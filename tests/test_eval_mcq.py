@@ -145,8 +145,8 @@ def test_finer_bench_output_scores_through_eval_score(tmp_path: Path, capsys: py
     # every q+ right, every q- answered with the "Yes" option: each pair fails
     lines = [{"id": i.id, "prediction": i.meta["answer"] if i.meta["polarity"] == "pos" else "A"} for i in items]
     predictions.write_text("".join(json.dumps(line) + "\n" for line in lines))
-    assert main(["eval", "score", "finer", "--data", str(tmp_path / "finer.csv"), "--image-root", str(tmp_path), "--predictions", str(predictions)]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    assert main(["eval", "score", "--benchmarks", "finer", "--data", f"finer={tmp_path / 'finer.csv'}", "--image-root", str(tmp_path), "--predictions", str(predictions)]) == 0
+    printed = json.loads((tmp_path / "predictions.metrics.json").read_text())
     truth_neg_is_a = sum(i.meta["answer"] == "A" for i in items if i.meta["polarity"] == "neg")
     assert printed["metrics"]["pos/accuracy"] == 100.0
     assert printed["metrics"]["paired_accuracy"] == pytest.approx(100 * truth_neg_is_a / (len(items) // 2))

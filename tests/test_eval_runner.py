@@ -128,9 +128,9 @@ def test_eval_score_equals_eval_run_metrics(tiny_qwen3vl: Path, oric: Path, tmp_
                  "--image-root", str(oric / "coco" / "val2014"), "--out", str(tmp_path), "--max-new-tokens", "16"]) == 0  # fmt: skip
     run_metrics = json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())
     capsys.readouterr()
-    assert main(["eval", "score", "oric_bench_r1", "--data", str(data), "--image-root", str(oric / "coco" / "val2014"),
-                 "--predictions", str(tmp_path / "oric_bench_r1" / "predictions.jsonl")]) == 0  # fmt: skip
-    assert json.loads(capsys.readouterr().out)["metrics"] == run_metrics["metrics"]
+    assert main(["eval", "score", "--benchmarks", "oric_bench_r1", "--data", f"oric_bench_r1={data}", "--image-root", str(oric / "coco" / "val2014"),
+                 "--predictions", str(tmp_path)]) == 0  # fmt: skip
+    assert json.loads((tmp_path / "oric_bench_r1" / "predictions.metrics.json").read_text())["metrics"] == run_metrics["metrics"]
 
 
 def test_max_new_tokens_caps_every_answer(qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:

@@ -148,8 +148,10 @@ def test_eval_score_cli_prints_metrics(tmp_path: Path, capsys) -> None:
     items = get_benchmark("oric_bench").load(data, tmp_path)
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_text("".join(json.dumps({"id": i.id, "prediction": "yes"}) + "\n" for i in items))
-    assert main(["eval", "score", "oric_bench", "--data", str(data), "--predictions", str(predictions)]) == 0
-    printed = json.loads(capsys.readouterr().out)
+    assert main(["eval", "score", "--benchmarks", "oric_bench", "--data", f"oric_bench={data}", "--predictions", str(predictions)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split() == ["benchmark", "items", "answered", "missing", "img", "metric", "value"]  # eval run's table
+    printed = json.loads((tmp_path / "predictions.metrics.json").read_text())
     assert printed["metrics"]["yes_proportion"] == 100.0
     assert printed == rescore("oric_bench", data, predictions)
 

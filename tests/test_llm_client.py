@@ -101,7 +101,7 @@ def test_retries_exhausted_error_keeps_earlier_answers(tmp_path: Path) -> None:
     with FakeChatServer(echo) as server:
         client(server, tmp_path).complete("first")
         server.fail_first = 10**6  # from now on every request fails
-        with pytest.raises(UserError, match=r"unreachable after 3 attempts \(HTTP 500\)"):
+        with pytest.raises(UserError, match=r"failed after 3 attempts: the server answered HTTP 500: '\{\}'; answers received so far are cached"):
             client(server, tmp_path, max_retries=2).complete("second")
         sent = len(server.requests)
         assert client(server, tmp_path).complete("first") == "answer to first"

@@ -190,7 +190,7 @@ def test_judge_registry_unknown_name_is_an_error() -> None:
 
 
 def test_openai_judge_needs_endpoint_and_model() -> None:
-    with pytest.raises(UserError, match="--judge openai needs --llm-base-url and --llm-model"):
+    with pytest.raises(UserError, match="--context-judge openai needs --llm-base-url and --llm-model"):
         get_judge("openai", [], base_url=None, model="m")
 
 
@@ -290,7 +290,7 @@ def build(world: dict[str, Path], out: Path, kind: str = "oric", split: str = "t
     code = main([
         "build", kind, "--annotations", str(world[f"{split}_annotations"]), "--image-root", str(world[f"{split}_images"]),
         "--out", str(out), "--num-yes", "10", "--num-no", "10", "--yes-per-image", per_image, "--no-per-image", per_image,
-        "--judge-threshold", "0.5", "--clip-model", str(world["clip"]), "--clip-cache", str(out.parent / "clip"), *extra,
+        "--context-judge-threshold", "0.5", "--clip-model", str(world["clip"]), "--clip-cache", str(out.parent / "clip"), *extra,
     ])  # fmt: skip
     assert code == 0
     return json.loads(out.read_text())
@@ -512,7 +512,7 @@ def test_shortfall_is_counted_and_warned(world: dict[str, Path], tmp_path: Path,
 def test_unreachable_judge_endpoint_is_a_clear_error(world: dict[str, Path], tmp_path: Path, capsys) -> None:
     code, err = run_cli([
         "build", "oric", "--annotations", str(world["train_annotations"]), "--image-root", str(world["train_images"]),
-        "--out", str(tmp_path / "o.json"), "--judge", "openai", "--llm-base-url", "http://127.0.0.1:9/v1",
+        "--out", str(tmp_path / "o.json"), "--context-judge", "openai", "--llm-base-url", "http://127.0.0.1:9/v1",
         "--llm-model", "m", "--llm-cache", str(tmp_path / "c.sqlite"), "--llm-max-retries", "1", "--clip-model", str(world["clip"]),
         "--clip-cache", str(tmp_path / "clip"),
     ], capsys)  # fmt: skip
@@ -524,7 +524,7 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
     args = [
         "build", "oric", "--annotations", str(world["train_annotations"]), "--image-root", str(world["train_images"]),
         "--out", str(tmp_path / "o.json"), "--num-yes", "6", "--num-no", "6", "--yes-per-image", "1", "--no-per-image", "1",
-        "--judge", "openai", "--llm-model", "judge", "--llm-cache", str(tmp_path / "c.sqlite"), "--llm-max-retries", "0",
+        "--context-judge", "openai", "--llm-model", "judge", "--llm-cache", str(tmp_path / "c.sqlite"), "--llm-max-retries", "0",
         "--llm-concurrency", "1", "--clip-model", str(world["clip"]), "--clip-cache", str(tmp_path / "clip"),
     ]  # fmt: skip
     answered: list[dict] = []

@@ -1,8 +1,10 @@
-"""The ``veritune`` command line: one entry point for data builders, evaluation, reports and demos.
+"""The veritune command line: one entry point for data builders, evaluation, reports and demos.
 
-Commands live next to the code they drive. Each module listed in :data:`COMMAND_MODULES` defines
-``register(subparsers)``, which adds its sub-commands and sets ``handler`` (a function taking the parsed
-``argparse.Namespace`` and returning an exit code or None) on each of them.
+Commands are listed in :data:`COMMANDS` by name, with their help line and the ``module:function`` that adds
+their parser. ``veritune --help`` and ``veritune build --help`` import nothing else; a command's module is
+imported only when that command runs or its own ``--help`` is asked, so the help answers at once (torch is
+never imported to print it). The wiring function takes ``subparsers`` and adds one or more commands, each
+with ``handler`` (a function taking the parsed ``argparse.Namespace`` and returning an exit code or None).
 """
 
 from __future__ import annotations
@@ -10,24 +12,39 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from dataclasses import dataclass
 
 from veritune import __version__
 from veritune.errors import exit_on_user_error
 
-# (group, module): group None registers top-level commands, "build" registers `veritune build ...`,
-# "eval" registers `veritune eval ...`.
-COMMAND_MODULES: list[tuple[str | None, str]] = [
-    (None, "veritune.demo"),
-    (None, "veritune.tiny_models"),
-    (None, "veritune.slurm_submit"),
-    (None, "veritune.launch"),
-    ("build", "data_builders.synthetic_world"),
-    ("build", "data_builders.oric.cli"),
-    ("build", "data_builders.finer.cli"),
-    ("build", "data_builders.finer.synthetic"),
-    ("eval", "eval_hooks.cli"),
-    (None, "eval_hooks.report"),
-]
+
+@dataclass(frozen=True)
+class Command:
+    """One ``veritune [GROUP] NAME`` command: its help line and the function that adds its parser."""
+
+    group: str | None
+    name: str
+    target: str  # "module:function(subparsers)"; several commands may share one target
+    help: str
+
+
+COMMANDS: list[Command] = [
+    Command(None, "demo", "veritune.demo:register", "the embedded default: tiny model + generated data -> GRPO -> eval"),
+    Command(None, "tiny-model", "veritune.commands:register_tiny_model", "build a tiny random-initialised VLM checkpoint offline"),
+    Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
+    Command(None, "launch", "veritune.launch:register", "`accelerate launch` that exits with the worker's status, without the launcher's traceback"),
+    Command("build", "synthetic-world", "data_builders.cli:register", "draw a synthetic COCO-format image world (offline demo data)"),
+    Command("build", "scene-graphs", "data_builders.cli:register", "FINER-layout scene graphs of a synthetic world (input of `build finer`)"),
+    Command("build", "oric", "data_builders.oric.cli:register", "ORIC-style GRPO training questions (paper: 300 yes + 300 no)"),
+    Command("build", "oric-bench", "data_builders.oric.cli:register", "ORIC-Bench (paper: 1,000 yes + 1,000 no)"),
+    Command("build", "check-leakage", "data_builders.oric.cli:register", "fail when two ORIC files share an image"),
+    Command("build", "finer", "data_builders.finer.cli:register", "FINER-Tuning DPO preference tuples (scene graphs or captions + LLM)"),
+    Command("build", "finer-bench", "data_builders.finer.cli:register", "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) from scene graphs"),
+    Command("eval", "run", "eval_hooks.cli:register", "generate answers with a model and score them"),
+    Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),
+    Command("eval", "score", "eval_hooks.cli:register", "score a predictions file (no model is loaded)"),
+    Command(None, "report", "eval_hooks.cli:register_report", "write a static HTML report of a training run (opens offline)"),
+]  # fmt: skip
 
 GROUP_HELP = {
     "build": "build training data and benchmarks (ORIC, FINER, synthetic worlds)",
@@ -35,25 +52,83 @@ GROUP_HELP = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The full ``veritune`` argument parser with every registered command."""
-    parser = argparse.ArgumentParser(prog="veritune", description=__doc__.splitlines()[0])
+def command_help(group: str | None, name: str) -> str:
+    """The help line of ``veritune [group] name`` (the one listed in :data:`COMMANDS`)."""
+    return next(c.help for c in COMMANDS if (c.group, c.name) == (group, name))
+
+
+def _no_default(value: object) -> bool:
+    return value is None or value is False or value is argparse.SUPPRESS or (isinstance(value, list) and not value)
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, except where there is none (None, False, an empty list)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if "%(default)" in text or _no_default(action.default) or action.nargs == 0:
+            return text
+        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
+            return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+        return text
+
+
+def show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Give ``parser`` and every parser below it :class:`HelpFormatter`; options without help still show their default."""
+    parser.formatter_class = HelpFormatter
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                show_defaults(child)
+        elif action.help is None and action.option_strings and not _no_default(action.default):
+            action.help = ""
+            action.help = HelpFormatter("x")._get_help_string(action)
+
+
+def _selected(argv: list[str]) -> tuple[str | None, str | None]:
+    """The command (and, for a group, the sub-command) named on the command line, before any parsing."""
+    words = [word for word in argv if not word.startswith("-")]
+    first = words[0] if words else None
+    second = words[1] if len(words) > 1 and first in GROUP_HELP else None
+    return first, second
+
+
+def _wire(target: str, subparsers: argparse._SubParsersAction) -> None:
+    module_name, function = target.split(":")
+    getattr(importlib.import_module(module_name), function)(subparsers)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The ``veritune`` parser. With ``argv``, only the module of the command it names is imported (the other
+    commands get a help-only placeholder); without, every command is wired (used by tests and docs)."""
+    parser = argparse.ArgumentParser(
+        prog="veritune", description="veritune: build data, fine-tune, evaluate and report on vision-language models"
+    )
     parser.add_argument("--version", action="version", version=f"veritune {__version__}")
     top = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict[str | None, argparse._SubParsersAction] = {None: top}
-    for group, module_name in COMMAND_MODULES:
-        if group not in groups:
-            group_parser = top.add_parser(group, help=GROUP_HELP.get(group, ""))
-            groups[group] = group_parser.add_subparsers(dest=f"{group}_command", metavar="COMMAND")
+    first, second = _selected(argv) if argv is not None else (None, None)
+    chosen = {c.target for c in COMMANDS if argv is None or (c.group, c.name) in ((None, first), (first, second))}
+    wired: set[str] = set()
+    for command in COMMANDS:
+        if command.group not in groups:
+            group_parser = top.add_parser(command.group, help=GROUP_HELP.get(command.group, ""))
+            groups[command.group] = group_parser.add_subparsers(dest=f"{command.group}_command", metavar="COMMAND")
             group_parser.set_defaults(handler=lambda args, p=group_parser: p.print_help() or 2)
-        importlib.import_module(module_name).register(groups[group])
+        if command.target not in chosen:
+            groups[command.group].add_parser(command.name, help=command.help, add_help=False).set_defaults(handler=None)
+        elif command.target not in wired:
+            _wire(command.target, groups[command.group])
+            wired.add(command.target)
+    show_defaults(parser)
     return parser
 
 
 @exit_on_user_error
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the process exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(argv)
     args = parser.parse_args(argv)
     handler = getattr(args, "handler", None)
     if handler is None:

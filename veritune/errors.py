@@ -69,6 +69,20 @@ def decode_error_message(err: UnicodeDecodeError, path: str | None = None) -> st
     return f"{where}not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset {err.start}); save the file as UTF-8"
 
 
+def close_progress_bars() -> None:
+    """Close every open tqdm bar now, so that the ``error:`` line is the last line printed (an unclosed bar is
+    otherwise redrawn when it is garbage-collected, after the error)."""
+    tqdm_module = sys.modules.get("tqdm")
+    if tqdm_module is None:
+        return
+    for bar in list(getattr(tqdm_module.tqdm, "_instances", ())):
+        try:
+            bar.close()
+        except Exception:  # noqa: BLE001 - a bar that cannot close must not hide the error
+            pass
+    sys.stderr.flush()
+
+
 def exit_on_user_error(func: F) -> F:
     """Run ``func``; print a :class:`UserError` as ``error: ...`` on stderr and exit with code 2.
 
@@ -89,8 +103,10 @@ def exit_on_user_error(func: F) -> F:
         except UnicodeDecodeError as err:
             message = decode_error_message(err, _open_file_in(err.__traceback__))
         except KeyboardInterrupt:
+            close_progress_bars()
             print("interrupted: finished work is kept; rerun the same command to resume", file=sys.stderr)
             sys.exit(INTERRUPTED_EXIT_CODE)
+        close_progress_bars()
         # One write: the processes of a distributed launch print the same line at once, and a single
         # write of under 4 KiB to a pipe is never interleaved with another.
         sys.stderr.write(f"error: {message}\n")

@@ -14,7 +14,6 @@ Everything is deterministic given the seed.
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from typing import Any
@@ -334,21 +333,3 @@ def _build_processor(family: str, tokenizer: Any, image_size: int) -> Any:
         video_processor=video_processor,
         chat_template=QWEN_VL_CHAT_TEMPLATE,
     )
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune tiny-model``."""
-    parser = subparsers.add_parser("tiny-model", help="build a tiny random-initialised VLM checkpoint offline")
-    parser.add_argument("--family", choices=FAMILIES, default="qwen3vl")
-    parser.add_argument("--out", required=True, type=Path, help="output directory")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--format-warmup-steps", type=int, default=150, help="R1-style answer warm-up steps (0: purely random weights)"
-    )
-    parser.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    path = build_tiny_model(args.family, args.out, seed=args.seed, format_warmup_steps=args.format_warmup_steps)
-    print(f"tiny {args.family} checkpoint written to {path}")
-    return 0

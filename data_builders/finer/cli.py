@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from data_builders.cli import add_llm_arguments, llm_client_options
 from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench
 from data_builders.finer.build import (
     DEFAULT_MAX_TUPLES,
@@ -22,21 +23,13 @@ from data_builders.finer.build import (
 )
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
 from data_builders.finer.llm import DEFAULT_ATTEMPTS
+from veritune.cli import command_help
 from veritune.errors import UserError
 from veritune.io import build_identity, claim_output_dir, claim_output_file
 
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
-    group = parser.add_argument_group(f"LLM ({purpose})")
-    group.add_argument("--llm-base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1")
-    group.add_argument("--llm-model", help="model name sent to the endpoint (the paper used Phi-4-14B)")
-    group.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    group.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"), help="answer cache (resumes reruns)")
-    group.add_argument("--llm-concurrency", type=int, default=8)
-    group.add_argument("--llm-max-retries", type=int, default=5, help="retries per request on timeouts, 429 and 5xx")
-    group.add_argument("--llm-timeout", type=float, default=60.0)
-    group.add_argument("--llm-temperature", type=float, default=0.0)
-    group.add_argument("--llm-max-tokens", type=int, default=512)
+    group = add_llm_arguments(parser, purpose, model_help="model name sent to the endpoint (the paper used Phi-4-14B)")
     group.add_argument("--llm-attempts", type=int, default=DEFAULT_ATTEMPTS, help="answers per request before a unit is skipped (bad answers are sent back with the reason)")  # fmt: skip
 
 
@@ -53,13 +46,13 @@ def _add_filter(parser: argparse.ArgumentParser) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune build finer`` and ``veritune build finer-bench``."""
-    finer = subparsers.add_parser("finer", help="FINER-Tuning DPO preference tuples (scene graphs or captions + LLM)")
+    finer = subparsers.add_parser("finer", help=command_help("build", "finer"))
     source = finer.add_mutually_exclusive_group(required=True)
     source.add_argument("--scene-graphs", type=Path, help="scene graphs in the FINER layout (offline, no LLM)")
     source.add_argument("--captions", type=Path, help="JSON lines {image, caption} (needs --llm-base-url and --llm-model)")
     finer.add_argument("--image-root", type=Path, required=True, help="directory the image paths are relative to")
     finer.add_argument("--out", type=Path, required=True, help="output directory (train.jsonl, validation.jsonl, manifest.json)")
-    finer.add_argument("--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help=f"seeded uniform subsample (default {DEFAULT_MAX_TUPLES})")
+    finer.add_argument("--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help="seeded uniform subsample")
     finer.add_argument("--validation-ratio", type=float, default=VALIDATION_RATIO)
     finer.add_argument("--seed", type=int, default=0)
     finer.add_argument("--force", action="store_true", help="clear an --out that holds a different build")
@@ -67,7 +60,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_filter(finer)
     finer.set_defaults(handler=_build_finer)
 
-    bench = subparsers.add_parser("finer-bench", help="FINER MCQ benchmark (Multi-obj/attr/rel, Wh) from scene graphs")
+    bench = subparsers.add_parser("finer-bench", help=command_help("build", "finer-bench"))
     bench.add_argument("--scene-graphs", type=Path, required=True, help="scene graphs in the FINER layout")
     bench.add_argument("--out", type=Path, required=True, help="output CSV (a <name>.manifest.json is written beside it)")
     bench.add_argument("--image-root", type=Path, help="skip (and list) records whose image is missing here")
@@ -89,11 +82,7 @@ def _client(args: argparse.Namespace, required: str | None = None) -> Any:
         return None
     from data_builders.llm_client import ChatClient
 
-    return ChatClient(
-        args.llm_base_url, args.llm_model, cache_path=args.llm_cache, api_key_env=args.llm_api_key_env,
-        concurrency=args.llm_concurrency, max_retries=args.llm_max_retries, timeout=args.llm_timeout,
-        temperature=args.llm_temperature, max_tokens=args.llm_max_tokens,
-    )  # fmt: skip
+    return ChatClient(args.llm_base_url, args.llm_model, **llm_client_options(args))
 
 
 def _discriminator(args: argparse.Namespace) -> ChoiceDiscriminator | None:

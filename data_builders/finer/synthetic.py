@@ -11,7 +11,6 @@ the`` as negatives.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -80,16 +79,3 @@ def scene_graphs_from_coco(annotations: Path, out: Path) -> Path:
             objects[index]["neg_relation"].append([r for r in (*RELATIONS, EXTRA_RELATION) if r != rel])
         graphs.append({"example_id": f"synthetic_{image['id']:06d}", "image": image["file_name"], "objects": objects})
     return atomic_write_json(out, graphs)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune build scene-graphs``."""
-    parser = subparsers.add_parser("scene-graphs", help="FINER-layout scene graphs of a synthetic world (input of `build finer`)")
-    parser.add_argument("--annotations", type=Path, required=True, help="the synthetic world's COCO annotations")
-    parser.add_argument("--out", type=Path, required=True, help="output JSON")
-    parser.set_defaults(handler=_run)
-
-
-def _run(args: argparse.Namespace) -> int:
-    print(f"wrote {scene_graphs_from_coco(args.annotations, args.out)}")
-    return 0

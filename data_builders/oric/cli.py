@@ -8,10 +8,12 @@ import sys
 from functools import partial
 from pathlib import Path
 
+from data_builders.cli import add_llm_arguments, llm_client_options
 from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, oric_file_images
 from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
 from data_builders.oric.judges import JUDGES, get_judge
 from data_builders.oric.review import write_review_html
+from veritune.cli import command_help
 from veritune.errors import UserError
 from veritune.io import build_identity, claim_output_file, manifest_path, read_json
 
@@ -22,20 +24,20 @@ def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument("--out", type=Path, required=True, help="output JSON (<name>.manifest.json is written beside it)")
     parser.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     default_yes = 300 if kind == "train" else 1000
-    parser.add_argument("--num-yes", type=int, default=default_yes, help=f"yes questions (default {default_yes})")
-    parser.add_argument("--num-no", type=int, default=default_yes, help=f"no questions (default {default_yes})")
+    parser.add_argument("--num-yes", type=int, default=default_yes, help="yes questions")
+    parser.add_argument("--num-no", type=int, default=default_yes, help="no questions")
     parser.add_argument("--yes-per-image", type=int, default=2, help="present objects asked per query image")
     parser.add_argument("--no-per-image", type=int, default=2, help="absent objects asked per similar image")
     parser.add_argument("--min-classes", type=int, default=2, help="query images need this many annotated classes")
-    parser.add_argument("--judge", default="cooccurrence", help=f"{', '.join(JUDGES)}, or a dotted path to a judge factory")
-    parser.add_argument("--judge-threshold", type=float, default=0.25, help="cooccurrence: P(target|context) for 'yes'")
-    parser.add_argument("--llm-base-url", help="openai judge: endpoint, e.g. http://127.0.0.1:8000/v1")
-    parser.add_argument("--llm-model", help="openai judge: model name")
-    parser.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the key")
-    parser.add_argument("--llm-cache", type=Path, default=Path("outputs/cache/llm.sqlite"), help="SQLite answer cache (resume)")
-    parser.add_argument("--llm-concurrency", type=int, default=8, help="openai judge: requests in flight at once")
-    parser.add_argument("--llm-max-retries", type=int, default=5, help="retries per request on timeouts, 429 and 5xx")
-    parser.add_argument("--clip-model", default=DEFAULT_CLIP_MODEL, help="CLIP/SigLIP hub id or directory")
+    parser.add_argument("--context-judge", default="cooccurrence",
+                        help=f"who decides whether an ROI object is predictable from its context (ORIC Fig. 6): {', '.join(JUDGES)} "
+                        "(an LLM through the --llm-* flags), or a dotted path to a judge factory")  # fmt: skip
+    parser.add_argument("--context-judge-threshold", type=float, default=0.25, help="cooccurrence: P(target|context) for 'yes'")
+    # Deprecated spellings (before `--llm-*` became the one LLM flag family): accepted, hidden.
+    parser.add_argument("--judge", dest="context_judge", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    parser.add_argument("--judge-threshold", dest="context_judge_threshold", type=float, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    add_llm_arguments(parser, "--context-judge openai", max_tokens=None)
+    parser.add_argument("--clip-model", default=DEFAULT_CLIP_MODEL, help="CLIP/SigLIP hub id or local directory (offline: a directory, or a model already in the HF cache)")
     parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"), help="image embedding cache (resume)")
     parser.add_argument("--batch-size", type=int, default=64, help="CLIP embedding batch size")
     parser.add_argument("--seed", type=int, default=42)
@@ -47,18 +49,20 @@ def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ORIC build commands."""
-    _add_common(subparsers.add_parser("oric", help="ORIC-style GRPO training questions (paper: 300 yes + 300 no)"), "train")
-    _add_common(subparsers.add_parser("oric-bench", help="ORIC-Bench (paper: 1,000 yes + 1,000 no)"), "bench")
-    leak = subparsers.add_parser("check-leakage", help="fail when two ORIC files share an image")
-    leak.add_argument("first", type=Path)
-    leak.add_argument("second", type=Path)
+    _add_common(subparsers.add_parser("oric", help=command_help("build", "oric")), "train")
+    _add_common(subparsers.add_parser("oric-bench", help=command_help("build", "oric-bench")), "bench")
+    leak = subparsers.add_parser("check-leakage", help=command_help("build", "check-leakage"),
+                                 description="Exit 2 when the two ORIC files share an image (a training set must not "
+                                 "contain ORIC-Bench images); exit 0 and say so when they share none.")  # fmt: skip
+    leak.add_argument("first", type=Path, help="an ORIC JSON file (e.g. the training questions)")
+    leak.add_argument("second", type=Path, help="another ORIC JSON file (e.g. ORIC-Bench)")
     leak.set_defaults(handler=_check_leakage)
 
 
 def _build(args: argparse.Namespace, kind: str) -> int:
     for flag, value, least in (("--num-yes", args.num_yes, 0), ("--num-no", args.num_no, 0), ("--yes-per-image", args.yes_per_image, 1),
                                ("--no-per-image", args.no_per_image, 1), ("--min-classes", args.min_classes, 2),
-                               ("--batch-size", args.batch_size, 1), ("--llm-concurrency", args.llm_concurrency, 1)):  # fmt: skip
+                               ("--batch-size", args.batch_size, 1)):  # fmt: skip
         if value < least:
             raise UserError(f"{flag} must be at least {least} (got {value})")
     if not args.image_root.is_dir():
@@ -67,11 +71,8 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     identity = _identity(args, kind)
     claim_output_file(args.out, identity, force=args.force)
     settings = BuildSettings(kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed)
-    judge_factory = partial(
-        get_judge, args.judge, threshold=args.judge_threshold, base_url=args.llm_base_url, model=args.llm_model,
-        api_key_env=args.llm_api_key_env, cache_path=args.llm_cache, concurrency=args.llm_concurrency,
-        max_retries=args.llm_max_retries,
-    )  # fmt: skip
+    judge_factory = partial(get_judge, args.context_judge, threshold=args.context_judge_threshold, base_url=args.llm_base_url,
+                            model=args.llm_model, **llm_client_options(args))  # fmt: skip
     out, stats = build_oric_file(
         args.annotations, args.image_root, args.out, settings, judge_factory=judge_factory,
         clip_model=args.clip_model, clip_cache=args.clip_cache, batch_size=args.batch_size, exclude_images=exclude,

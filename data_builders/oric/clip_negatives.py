@@ -22,6 +22,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from veritune.errors import UserError
+from veritune.hub import require_model_source
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch32"  # the encoder of the public ORIC builder
 TEXT_TEMPLATE = "an image contains {name}"
@@ -55,6 +56,7 @@ class ClipScorer:
         self.batch_size = max(1, batch_size)
         self.workers = max(1, workers if workers is not None else min(8, os.cpu_count() or 1))
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        require_model_source(model_name, "--clip-model")
         try:
             self.model = AutoModel.from_pretrained(model_name).to(self.device).eval()
             self.processor = AutoProcessor.from_pretrained(model_name)

@@ -117,13 +117,17 @@ def _openai_judge(
     cache_path: str | Path = "outputs/cache/llm.sqlite",
     concurrency: int = 8,
     max_retries: int = 5,
+    timeout: float = 60.0,
+    temperature: float = 0.0,
+    max_tokens: int | None = None,
     **_: Any,
 ) -> Judge:
     if not base_url or not model:
-        raise UserError("--judge openai needs --llm-base-url and --llm-model")
+        raise UserError("--context-judge openai needs --llm-base-url and --llm-model")
     client = ChatClient(
-        base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries
-    )
+        base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries,
+        timeout=timeout, temperature=temperature, max_tokens=max_tokens,
+    )  # fmt: skip
     return OpenAIJudge(client)
 
 
@@ -135,7 +139,7 @@ def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
     """Build a judge by registry name (:data:`JUDGES`) or dotted path to a factory ``f(images, **options)``.
 
     Options: ``threshold`` (cooccurrence); ``base_url``, ``model``, ``api_key_env``, ``cache_path``,
-    ``concurrency``, ``max_retries`` (openai).
+    ``concurrency``, ``max_retries``, ``timeout``, ``temperature``, ``max_tokens`` (openai).
     """
     factory = JUDGES.get(name)
     if factory is None and "." in name:
@@ -145,5 +149,5 @@ def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
         except (ImportError, AttributeError):
             factory = None
     if factory is None:
-        raise UserError(f"--judge: unknown judge {name!r}; known: {', '.join(JUDGES)}, or a dotted path to a factory")
+        raise UserError(f"--context-judge: unknown judge {name!r}; known: {', '.join(JUDGES)}, or a dotted path to a factory")
     return factory(images, **options)

@@ -7,7 +7,7 @@ references joined by "; ") and ``split``; the images (downloaded from ``url``) i
 ``image_name``. The prompt is the question.
 
 Scored as the repository's ``HaloQuest_Colab.ipynb`` auto-eval: every answer goes to the configured LLM
-judge (``--judge-base-url/--judge-model``; this benchmark cannot be scored without one) with the
+judge (``--llm-base-url/--llm-model``; this benchmark cannot be scored without one) with the
 notebook's prompt (question, model response and the joined ground-truth responses), and the judge's
 ``is_prediction_correct`` decides; the score is the share of correct answers in percent, overall, per
 hallucination type (the three subsets) and per image type, as the README's leaderboard reports.
@@ -105,7 +105,7 @@ class HaloQuest(Benchmark):
             text = predictions.get(item.id, "")
             if text and not item.missing_images and not text.startswith("[judge] "):
                 raise UserError(
-                    f"{self.name}: item {item.id}: not a judge verdict; HaloQuest is scored by an LLM judge (--judge-base-url, --judge-model)"
+                    f"{self.name}: item {item.id}: not a judge verdict; HaloQuest is scored by an LLM judge (--llm-base-url, --llm-model)"
                 )
             correct.append(not item.missing_images and text == VERDICT[True])
         metrics = {"score": 100 * sum(correct) / len(items) if items else 0.0}

@@ -7,7 +7,7 @@ images in ``images/`` under the file name of ``image_src``. The prompt is the qu
 greedily with up to 1,024 new tokens, as ``Eval/model_vqa_mmhal.py`` does.
 
 Scored as ``Eval/eval_gpt_mmhal.py`` and ``Eval/summarize_gpt_mmhal.py`` (read, not copied: GPL-3.0):
-every answer goes to the configured LLM judge (``--judge-base-url/--judge-model``; this benchmark cannot
+every answer goes to the configured LLM judge (``--llm-base-url/--llm-model``; this benchmark cannot
 be scored without one) with the official rubric prompt below as a single user message at temperature 0
 (the record's image contents joined by ", ", question, human answer, model answer); the rating is the
 s in 0..6 for which "rating: s" occurs in the lower-cased review, 0 when none or several do. Metrics:
@@ -157,7 +157,7 @@ class MmhalBench(Benchmark):
                 continue
             if not text.startswith("[judge] rating: "):
                 raise UserError(
-                    f"{self.name}: item {item.id}: not a judge rating; MMHal-Bench is scored by an LLM judge (--judge-base-url, --judge-model)"
+                    f"{self.name}: item {item.id}: not a judge rating; MMHal-Bench is scored by an LLM judge (--llm-base-url, --llm-model)"
                 )
             scores.append(int(text.rsplit(" ", 1)[1]))
         n = len(scores)

@@ -5,7 +5,7 @@ Release layout (the MMVP/MMVP dataset): ``Questions.csv`` with columns ``Questio
 *i*; rows 2k and 2k+1 are the two questions of pair k. The prompt is ``scripts/evaluate_mllm.py``'s:
 the question, a space, the options.
 
-Scoring follows ``scripts/gpt_grader.py``: with an LLM judge (``--judge-base-url/--judge-model``) each
+Scoring follows ``scripts/gpt_grader.py``: with an LLM judge (``--llm-base-url/--llm-model``) each
 answer is graded by the judge with the official grader prompt and system message (temperature 0.2) and
 credited only on a reply of exactly "yes"; a pair counts only when both of its questions are credited.
 Pair accuracy is the official metric; per-question accuracy is also reported. Without a judge

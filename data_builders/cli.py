@@ -1,0 +1,123 @@
+"""``veritune build synthetic-world`` and ``veritune build scene-graphs``: offline demo data."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from veritune.cli import command_help
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune build synthetic-world`` and ``veritune build scene-graphs``."""
+    world = subparsers.add_parser("synthetic-world", help=command_help("build", "synthetic-world"),
+                                  description="Draw a seeded world of simple shapes with COCO-format annotations "
+                                  "(train and val images and instances JSON): the offline stand-in for COCO-2014.")  # fmt: skip
+    world.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        help="output directory (train/ and val/, each with images/ and instances.json)",
+    )
+    world.add_argument("--train-images", type=int, default=120, help="images in the train split")
+    world.add_argument("--val-images", type=int, default=60, help="images in the val split")
+    world.add_argument("--image-size", type=int, default=224, help="image side in pixels")
+    world.add_argument("--seed", type=int, default=0, help="random seed (same seed, same world)")
+    world.set_defaults(handler=_synthetic_world)
+
+    graphs = subparsers.add_parser("scene-graphs", help=command_help("build", "scene-graphs"))
+    graphs.add_argument("--annotations", type=Path, required=True, help="the synthetic world's COCO annotations")
+    graphs.add_argument("--out", type=Path, required=True, help="output JSON")
+    graphs.set_defaults(handler=_scene_graphs)
+
+
+def _synthetic_world(args: argparse.Namespace) -> int:
+    from data_builders.synthetic_world import build_synthetic_world
+
+    paths = build_synthetic_world(args.out, num_train_images=args.train_images, num_val_images=args.val_images,
+                                  seed=args.seed, image_size=args.image_size)  # fmt: skip
+    print(json.dumps({key: str(value) for key, value in paths.items()}, indent=2))
+    return 0
+
+
+def _scene_graphs(args: argparse.Namespace) -> int:
+    from data_builders.finer.synthetic import scene_graphs_from_coco
+
+    print(f"wrote {scene_graphs_from_coco(args.annotations, args.out)}")
+    return 0
+
+
+# ---- the one LLM flag family, shared by `build oric`, `build finer`, `build finer-bench` and the eval judge
+
+LLM_FLAGS = (
+    "base_url",
+    "model",
+    "api_key_env",
+    "cache",
+    "concurrency",
+    "max_retries",
+    "timeout",
+    "temperature",
+    "max_tokens",
+)
+
+
+def add_llm_arguments(
+    parser: argparse.ArgumentParser, purpose: str, *, cache: str = "outputs/cache/llm.sqlite", max_tokens: int | None = 512,
+    model_help: str = "model name sent to the endpoint (recorded with the output)", aliases: str | None = None,
+) -> argparse._ArgumentGroup:  # fmt: skip
+    """Add ``--llm-base-url``, ``--llm-model``, ``--llm-cache``, ``--llm-timeout``, ... to ``parser``.
+
+    ``aliases="judge"`` also accepts the deprecated ``--judge-base-url`` style spellings (hidden from help).
+    """
+    group = parser.add_argument_group(f"LLM ({purpose}; any OpenAI-compatible endpoint: vLLM, SGLang, OpenAI, ...)")
+    group.add_argument("--llm-base-url", help="endpoint, e.g. http://127.0.0.1:8000/v1")
+    group.add_argument("--llm-model", help=model_help)
+    group.add_argument(
+        "--llm-api-key-env",
+        default="OPENAI_API_KEY",
+        help="environment variable holding the API key (local servers need none)",
+    )
+    group.add_argument(
+        "--llm-cache",
+        type=Path,
+        default=Path(cache),
+        help="SQLite answer cache: a rerun sends no request already answered",
+    )
+    group.add_argument("--llm-concurrency", type=int, default=8, help="requests in flight at once")
+    group.add_argument(
+        "--llm-max-retries",
+        type=int,
+        default=5,
+        help="retries per request on timeouts, connection errors, 408/409/429 and 5xx",
+    )
+    group.add_argument("--llm-timeout", type=float, default=60.0, help="seconds per request")
+    group.add_argument("--llm-temperature", type=float, default=0.0, help="sampling temperature")
+    group.add_argument("--llm-max-tokens", type=int, default=max_tokens, help="answer length budget")
+    if aliases:
+        for name in ("base_url", "model", "api_key_env", "cache"):
+            flag = f"--{aliases}-{name.replace('_', '-')}"
+            group.add_argument(
+                flag,
+                dest=f"llm_{name}",
+                type=Path if name == "cache" else str,
+                default=argparse.SUPPRESS,
+                help=argparse.SUPPRESS,
+            )
+    return group  # fmt: skip
+
+
+def llm_client_options(args: argparse.Namespace) -> dict:
+    """The :class:`~data_builders.llm_client.ChatClient` keyword options from :func:`add_llm_arguments`' flags,
+    checked (one ``error:`` line naming the flag)."""
+    from veritune.errors import UserError
+
+    for flag, value, least in (("--llm-concurrency", args.llm_concurrency, 1), ("--llm-max-retries", args.llm_max_retries, 0),
+                               ("--llm-timeout", args.llm_timeout, 1e-9), ("--llm-temperature", args.llm_temperature, 0.0),
+                               ("--llm-max-tokens", args.llm_max_tokens if args.llm_max_tokens is not None else 1, 1)):  # fmt: skip
+        if value < least:
+            raise UserError(f"{flag}: must be {'positive' if least == 1e-9 else f'at least {least:g}'}, got {value:g}")
+    return {"cache_path": args.llm_cache, "api_key_env": args.llm_api_key_env, "concurrency": args.llm_concurrency,
+            "max_retries": args.llm_max_retries, "timeout": args.llm_timeout, "temperature": args.llm_temperature,
+            "max_tokens": args.llm_max_tokens}  # fmt: skip

@@ -1,0 +1,341 @@
+"""The first hour of a new user: help, one flag vocabulary, one list syntax, errors as the last line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from fake_openai_server import FakeChatServer
+
+from data_builders.llm_client import ChatClient
+from veritune.cli import COMMANDS, build_parser, main
+from veritune.errors import UserError
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_veritune(*argv: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "veritune.cli", *argv], cwd=REPO_ROOT, env=environment, capture_output=True, text=True
+    )
+
+
+# ---- help
+
+
+def test_top_level_help_imports_no_command_module() -> None:
+    code = ("import sys; from veritune.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'eval_hooks.cli', 'data_builders.oric.cli') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert out.strip().splitlines()[-1] == "[]"
+    assert "``" not in out  # no raw reST markup
+
+
+def test_every_command_is_listed_with_the_help_line_its_parser_has() -> None:
+    parser = build_parser()  # every module wired
+    groups = {None: parser._subparsers._group_actions[0]}
+    for name in ("build", "eval"):
+        groups[name] = groups[None].choices[name]._subparsers._group_actions[0]
+    for command in COMMANDS:
+        helps = {action.dest: action.help for action in groups[command.group]._choices_actions}
+        assert helps[command.name] == command.help, command.name
+
+
+def all_parsers(parser, path=()):
+    yield path, parser
+    for action in parser._actions:
+        if (
+            hasattr(action, "choices")
+            and isinstance(action.choices, dict)
+            and action.__class__.__name__ == "_SubParsersAction"
+        ):
+            for name, child in action.choices.items():
+                yield from all_parsers(child, (*path, name))
+
+
+def test_every_help_shows_the_defaults_and_every_option_has_help() -> None:
+    for path, parser in all_parsers(build_parser()):
+        text = parser.format_help()  # a stray % in a help line would raise here
+        for action in parser._actions:
+            if action.option_strings and action.help != "==SUPPRESS==" and action.dest != "help":
+                assert action.help, f"veritune {' '.join(path)} {action.option_strings[0]}: no help"
+                default = action.default
+                if default not in (None, False, [], "==SUPPRESS==") and action.nargs != 0:
+                    assert f"default: {default}" in " ".join(text.split()), (path, action.option_strings)
+
+
+def test_clip_model_default_is_in_help() -> None:
+    result = run_veritune("build", "oric", "--help")
+    assert "default: openai/clip-vit-base-patch32" in " ".join(result.stdout.split())
+
+
+# ---- one vocabulary
+
+
+def test_deprecated_judge_spellings_still_work(tmp_path: Path) -> None:
+    args = build_parser(["eval", "score"]).parse_args(
+        ["eval", "score", "--benchmarks", "pope", "--predictions", "p", "--judge-base-url", "u", "--judge-model", "m"]
+    )
+    assert (args.llm_base_url, args.llm_model, args.llm_cache) == ("u", "m", Path("outputs/cache/judge.sqlite"))
+    args = build_parser(["build", "oric"]).parse_args(
+        [
+            "build",
+            "oric",
+            "--annotations",
+            "a",
+            "--image-root",
+            "i",
+            "--out",
+            "o",
+            "--judge",
+            "openai",
+            "--llm-timeout",
+            "5",
+        ]
+    )
+    assert (args.context_judge, args.llm_timeout) == ("openai", 5.0)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--benchmarks", "pope,,amber_discriminative"], "--benchmarks: empty entry in 'pope,,amber_discriminative'"),
+        (["--benchmarks", "popee"], "--benchmarks: unknown benchmark 'popee' (did you mean 'pope'?"),
+        (["--benchmarks", "pope", "--data", "data/pope"], "--data 'data/pope': expected BENCHMARK=PATH"),
+        (["--benchmarks", "pope", "--data", "mioh=x"], "'mioh' is not among the benchmarks being evaluated"),
+        (["--benchmarks", "pope,mioh", "--predictions", "{file}"], "one file holds one benchmark's predictions"),
+        (["--benchmarks", "pope", "--llm-model", "judge"], "--llm-base-url and --llm-model: give both"),
+        (
+            ["--benchmarks", "pope", "--llm-base-url", "http://x", "--llm-model", "m", "--llm-timeout", "0"],
+            "--llm-timeout: must be positive",
+        ),
+    ],
+)
+def test_eval_score_bad_input_is_one_line(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    predictions = tmp_path / "p.jsonl"
+    predictions.write_text("")
+    argv = [a.replace("{file}", str(predictions)) for a in argv]
+    if "--predictions" not in argv:
+        argv += ["--predictions", str(predictions)]
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "score", "--data-root", str(tmp_path), *argv])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2, err
+    assert err.strip().splitlines() == [err.strip()] and err.startswith("error: ")
+    assert message in err
+
+
+# ---- errors are the last line (issue 17 section 6)
+
+
+def test_error_is_printed_after_every_open_progress_bar_closes() -> None:
+    code = ("from tqdm import tqdm\nfrom veritune.errors import UserError, exit_on_user_error\n"
+            "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
+            "    raise UserError('endpoint down')\nbuild()\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 2
+    assert "questions" in result.stderr  # the bar was drawn ...
+    assert result.stderr.rstrip().splitlines()[-1] == "error: endpoint down"  # ... and the error is the last line
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        (
+            (500, "<html><body><h1>Internal Server Error</h1></body></html>"),
+            "failed after 2 attempts: the server answered HTTP 500: 'Internal Server Error'",
+        ),
+        ((200, '{"choices": []}'), "the server answered HTTP 200 without an answer (IndexError): '{\"choices\": []}'"),
+        ((200, "<html>gateway login</html>"), "HTTP 200 without an answer (JSONDecodeError): 'gateway login'"),
+        (
+            (401, '{"error": "invalid key"}'),
+            'refused the request: HTTP 401 (check the API key in $VERITUNE_TEST_KEY): \'{"error": "invalid key"}\'',
+        ),
+    ],
+)
+def test_llm_errors_say_what_the_server_answered(tmp_path: Path, reply: tuple[int, str], expected: str) -> None:
+    with FakeChatServer(lambda request: reply) as server:
+        chat = ChatClient(
+            server.base_url,
+            "m",
+            cache_path=tmp_path / "c.sqlite",
+            api_key_env="VERITUNE_TEST_KEY",
+            max_retries=1,
+            backoff=0.01,
+        )
+        with pytest.raises(UserError) as error:
+            chat.complete_many(["q1", "q2"])
+    assert expected in str(error.value)
+
+
+def test_llm_endpoint_down_through_the_cli_ends_with_the_error(tmp_path: Path) -> None:
+    data = tmp_path / "hallusion.json"
+    data.write_text(json.dumps([{"category": "VS", "subcategory": "chart", "set_id": "0", "figure_id": "0", "question_id": "0",
+                                 "question": "Is it?", "gt_answer": "1", "gt_answer_details": "It is.", "filename": None,
+                                 "visual_input": "0"}]))  # fmt: skip
+    predictions = tmp_path / "p.jsonl"
+    predictions.write_text(json.dumps({"id": "VS_chart_0_0_0", "prediction": "maybe"}) + "\n")
+    with FakeChatServer(lambda request: (503, "<html>Service Unavailable</html>")) as server:
+        result = run_veritune("eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions),
+                              "--llm-base-url", server.base_url, "--llm-model", "j", "--llm-cache", str(tmp_path / "j.sqlite"), "--llm-max-retries", "0")  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith("error: LLM endpoint") and "HTTP 503: 'Service Unavailable'" in last
+
+
+def test_main_returns_two_for_a_group_without_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["build"]) == 2
+    assert "synthetic-world" in capsys.readouterr().out
+
+
+# ---- recipes: the TRL/open-r1 spellings
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["{recipe}", "--learning_rate", "3e-6"],
+        ["--config", "{recipe}", "--learning_rate", "3e-6"],
+        ["--learning_rate", "3e-6", "--config={recipe}"],
+        ["--recipe", "{recipe}", "--learning_rate", "3e-6"],
+    ],
+    ids=["positional", "config", "config-equals-last", "recipe"],
+)
+def test_recipe_spellings_load_the_recipe_and_flags_override(argv: list[str]) -> None:
+    from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+    from finetune.recipe import parse_recipe
+
+    recipe = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+    script_args, training_args, model_args = parse_recipe([a.replace("{recipe}", str(recipe)) for a in argv] + ["--use_cpu", "true"],
+                                                          (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))  # fmt: skip
+    assert script_args.recipe == str(recipe)
+    assert training_args.learning_rate == 3e-6  # the flag wins over the recipe
+    assert training_args.num_generations == read_yaml_key(recipe, "num_generations")  # the recipe was loaded
+
+
+def read_yaml_key(path: Path, key: str):
+    import yaml
+
+    return yaml.safe_load(path.read_text())[key]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [(["a.yaml", "--config", "b.yaml"], "2 recipes given"), (["--config"], "--config needs a recipe path")],
+)
+def test_recipe_spelling_mistakes(argv: list[str], message: str) -> None:
+    from finetune.recipe import pop_recipe_path
+
+    with pytest.raises(UserError, match=message):
+        pop_recipe_path(list(argv))
+
+
+# ---- quiet setup
+
+
+def test_setup_runs_pip_once_per_change_of_pyproject(tmp_path: Path) -> None:
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO_ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n')
+    fake_python = tmp_path / ".venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/pip.log\n')
+    fake_python.chmod(0o755)
+
+    def setup() -> str:
+        result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, capture_output=True, text=True, check=True)
+        return result.stdout + result.stderr
+
+    assert "installing" in setup()
+    calls = (tmp_path / "pip.log").read_text().splitlines()
+    assert calls[-1] == "-m pip install --quiet --disable-pip-version-check -e .[test]"
+    assert (
+        setup() == "" and (tmp_path / "pip.log").read_text().splitlines() == calls
+    )  # nothing changed: pip not run, silent
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\nversion = "2"\n')
+    assert "installing" in setup() and len((tmp_path / "pip.log").read_text().splitlines()) == 2 * len(calls)
+
+
+# ---- offline and not cached: one line at once
+
+
+@pytest.mark.parametrize("offline", ["1", None])
+def test_uncached_clip_model_offline_fails_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, offline: str | None
+) -> None:
+    import time
+
+    from veritune import hub
+
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    if offline:
+        monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    else:  # online, but the Hub does not answer
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:9")
+    start = time.perf_counter()
+    with pytest.raises(UserError) as error:
+        hub.require_model_source("openai/clip-vit-base-patch32", "--clip-model")
+    assert time.perf_counter() - start < 5
+    message = str(error.value)
+    assert message.startswith(
+        "--clip-model: 'openai/clip-vit-base-patch32' is not a local directory and not in the Hugging Face cache"
+    )
+    assert "--clip-model models/clip-vit-base-patch32" in message and "\n" not in message
+    hub.require_model_source(str(tmp_path), "--clip-model")  # a local directory always passes
+
+
+def test_training_side_uses_the_same_strict_list_parser() -> None:
+    from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
+
+    # a recipe list, a comma-separated command-line value, and NAME:LIMIT, all through one parser
+    assert parse_benchmark_names(["pope,mioh", "oric_bench_r1:5"], "eval_benchmarks", allow_limits=True) == [
+        "pope",
+        "mioh",
+        "oric_bench_r1:5",
+    ]
+    with pytest.raises(UserError, match=r"eval_benchmarks: empty entry in 'pope,'"):
+        parse_benchmark_names(["pope,"], "eval_benchmarks", allow_limits=True)
+    with pytest.raises(
+        UserError, match=r"eval_benchmarks: unknown benchmark 'oric_bench_r2' \(did you mean 'oric_bench_r1'"
+    ):
+        parse_benchmark_names(["oric_bench_r2"], "eval_benchmarks", allow_limits=True)
+    with pytest.raises(UserError, match=r"eval_data 'data/pope': expected BENCHMARK=PATH"):
+        parse_data_overrides(["data/pope"], "eval_data", ["pope"])
+    assert parse_data_overrides(["oric_bench_r1=x.json"], "eval_data", ["oric_bench_r1:5"]) == {
+        "oric_bench_r1": Path("x.json")
+    }
+
+
+def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import time
+
+    from data_builders.synthetic_world import build_synthetic_world
+
+    paths = build_synthetic_world(tmp_path / "world", num_train_images=4, num_val_images=1, seed=0, image_size=64)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["build", "oric", "--annotations", str(paths["train_annotations"]), "--image-root", str(paths["train_images"]),
+              "--out", str(tmp_path / "oric.json"), "--clip-cache", str(tmp_path / "clip")])  # fmt: skip
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and time.perf_counter() - start < 30
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("error: --clip-model: 'openai/clip-vit-base-patch32' is not a local directory")
+    )
