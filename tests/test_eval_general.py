@@ -306,7 +306,7 @@ def test_tsv_without_an_answer_column_is_one_line_exit_2(tmp_path: Path, capsys:
     predictions = predictions_file(tmp_path / "p.jsonl", {"0": "yes"})
     for name in ("tsv_yn", "tsv_vqa", "mme", "textvqa", "chartqa"):
         with pytest.raises(SystemExit) as exit_info:
-            main(["eval", "score", name, "--data", str(data), "--predictions", str(predictions)])
+            main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(data), "--predictions", str(predictions)])
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "bad.tsv: missing column 'answer'" in err and "\n" not in err
@@ -437,9 +437,9 @@ def test_eval_run_and_eval_score_agree_on_every_new_benchmark(
         ), name
         assert ran["generation"]["max_new_tokens"] == 3
         assert (
-            main(["eval", "score", name, "--data", str(data), "--predictions", str(predictions), "--limit", "4"]) == 0
+            main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(data), "--predictions", str(predictions), "--limit", "4"]) == 0
         )
-        assert json.loads(capsys.readouterr().out)["metrics"] == ran["metrics"], name
+        assert json.loads(predictions.with_name("predictions.metrics.json").read_text())["metrics"] == ran["metrics"], name
         assert rescore(name, data, predictions, limit=4)["metrics"] == ran["metrics"], name
 
 

@@ -310,13 +310,13 @@ def test_mmhal_judge_rubric_scores(tmp_path: Path, capsys: pytest.CaptureFixture
     data = write_mmhal(tmp_path / "mmhal")
     predictions = write_predictions(tmp_path / "p.jsonl", {str(i): f"Answer {i}." for i in range(3)})
     with pytest.raises(SystemExit) as exit_info:  # no judge: one line, exit 2
-        main(["eval", "score", "mmhal", "--data", str(data), "--predictions", str(predictions)])
+        main(["eval", "score", "--benchmarks", "mmhal", "--data", "mmhal" + "=" + str(data), "--predictions", str(predictions)])
     assert exit_info.value.code == 2 and "mmhal: scored by an LLM judge" in capsys.readouterr().err
     with FakeChatServer(mmhal_judge) as server:
-        command = ["eval", "score", "mmhal", "--data", str(data), "--predictions", str(predictions), "--judge-base-url", server.base_url,
+        command = ["eval", "score", "--benchmarks", "mmhal", "--data", "mmhal" + "=" + str(data), "--predictions", str(predictions), "--judge-base-url", server.base_url,
                    "--judge-model", "gpt-4.1-mini", "--judge-cache", str(tmp_path / "j.sqlite")]  # fmt: skip
         assert main(command) == 0
-        first = json.loads(capsys.readouterr().out)
+        first = json.loads((tmp_path / "p.metrics.json").read_text())
         prompt = next(
             r["messages"][0]["content"] for r in server.requests if "Question 0 about" in r["messages"][0]["content"]
         )
@@ -329,7 +329,7 @@ def test_mmhal_judge_rubric_scores(tmp_path: Path, capsys: pytest.CaptureFixture
     assert (metrics["attribute/score"], metrics["adversarial/score"], metrics["comparison/score"]) == (5, 2, 0)
     assert first["answer_resolution"]["model"] == "gpt-4.1-mini" and first["answer_resolution"]["mode"] == "rubric"
     assert "Rating: 2" in first["answer_resolution"]["reviews"]["1"]
-    assert json.loads(capsys.readouterr().out)["metrics"] == metrics
+    assert json.loads((tmp_path / "p.metrics.json").read_text())["metrics"] == metrics
 
 
 def haloquest_judge(request: dict[str, Any]) -> str:
@@ -406,7 +406,7 @@ def test_bad_release_files_are_one_line_errors(tmp_path: Path, capsys: pytest.Ca
                                  ("crpe_relation", jsonl(tmp_path / "c.jsonl", [{"question_id": 1}]), "line 1: expected CRPE fields"),
                                  ("dash_b", tmp_path, "dash_benchmark_neg.json not found")):  # fmt: skip
         with pytest.raises(SystemExit) as exit_info:
-            main(["eval", "score", name, "--data", str(path), "--predictions", str(predictions)])
+            main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(path), "--predictions", str(predictions)])
         err = capsys.readouterr().err
         assert (
             exit_info.value.code == 2
@@ -471,9 +471,9 @@ def test_all_seven_run_end_to_end_and_rescore(
             ), name
             assert len(read_predictions(out / name / "predictions.jsonl")) == count
             extra = ["--image-root", str(images[name])] if name in images else []
-            assert main(["eval", "score", name, "--data", str(data[name]), "--predictions", str(out / name / "predictions.jsonl"),
+            assert main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(data[name]), "--predictions", str(out / name / "predictions.jsonl"),
                          *extra, *judge]) == 0  # fmt: skip
-            assert json.loads(capsys.readouterr().out)["metrics"] == run["metrics"], name
+            assert json.loads((out / name / "predictions.metrics.json").read_text())["metrics"] == run["metrics"], name
         assert len(server.requests) == sent  # re-scoring asked the judge nothing new
     for name in ("mmvp", "mmhal", "haloquest"):
         assert json.loads((out / name / "metrics.json").read_text())["answer_resolution"]["model"] == "judge-e2e"

@@ -24,10 +24,15 @@ def write_jsonl(path: Path, rows: dict[str, str]) -> Path:
     return path
 
 
-def score(capsys: pytest.CaptureFixture[str], *args: str) -> dict:
+def score(capsys: pytest.CaptureFixture[str], name: str, *args: str) -> dict:
+    """``veritune eval score`` of one benchmark (``name --data PATH --predictions FILE ...``); its metrics file."""
+    args_list = list(args)
+    data = args_list[args_list.index("--data") + 1]
+    args_list[args_list.index("--data") + 1] = f"{name}={data}"
+    predictions = Path(args_list[args_list.index("--predictions") + 1])
     capsys.readouterr()
-    assert main(["eval", "score", *args]) == 0
-    return json.loads(capsys.readouterr().out)
+    assert main(["eval", "score", "--benchmarks", name, *args_list]) == 0
+    return json.loads(predictions.with_name(f"{predictions.stem}.metrics.json").read_text())
 
 
 def refused(capsys: pytest.CaptureFixture[str], *args: str) -> str:
@@ -125,9 +130,10 @@ def test_duplicate_orbit_ids_are_refused_naming_the_first(tmp_path: Path, capsys
         capsys,
         "eval",
         "score",
+        "--benchmarks",
         "orbit",
         "--data",
-        str(tmp_path / "benchmark.json"),
+        "orbit=" + str(tmp_path / "benchmark.json"),
         "--predictions",
         str(tmp_path / "p.jsonl"),
     )
@@ -225,7 +231,7 @@ def test_amber_attribute_group_sums_the_three_attribute_counters(tmp_path: Path)
 def test_strict_official_refuses_a_judge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = amber_files(tmp_path, [("discriminative-hallucination", "yes")])
     write_jsonl(tmp_path / "p.jsonl", {"2": "Yes"})
-    err = refused(capsys, "eval", "score", "amber_discriminative", "--data", str(data), "--predictions", str(tmp_path / "p.jsonl"),
+    err = refused(capsys, "eval", "score", "--benchmarks", "amber_discriminative", "--data", "amber_discriminative" + "=" + str(data), "--predictions", str(tmp_path / "p.jsonl"),
                   "--strict-official", "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-model", "m")  # fmt: skip
     assert "--strict-official" in err
 
