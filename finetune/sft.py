@@ -69,7 +69,7 @@ def load_present_classes(annotations: str | Path) -> tuple[list[tuple[str, list[
     try:
         names = {c["id"]: c["name"] for c in data["categories"]}
         present: dict[int, list[str]] = {image["id"]: [] for image in data["images"]}
-        for row, ann in enumerate(data["annotations"]):
+        for ann in data["annotations"]:
             name = names[ann["category_id"]]
             if name not in present[ann["image_id"]]:
                 present[ann["image_id"]].append(name)
