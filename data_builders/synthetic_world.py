@@ -52,7 +52,7 @@ SCENES: dict[str, tuple[tuple[int, int, int], list[str]]] = {
 }
 IN_CONTEXT_RATE = 0.8  # each of the scene's classes is present with this probability ...
 OUT_OF_CONTEXT_RATE = 0.35  # ... and one class of another scene (drawn smaller) with this one
-SECOND_INSTANCE_RATE = 0.25  # a present in-context class gets a second box
+SECOND_INSTANCE_RATE = 0.15  # a present in-context class gets a second box
 CROWD_RATE = 0.05  # share of boxes marked iscrowd
 RELATIONS = ("is to the left of the", "is to the right of the", "is above the", "is below the")
 EXTRA_RELATION = "is inside the"
@@ -83,6 +83,19 @@ def _draw(draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, float, float,
         draw.ellipse([x, y, x + w, y + h], fill=colour, outline=(0, 0, 0))
     else:
         draw.polygon([(x + w / 2, y), (x, y + h), (x + w, y + h)], fill=colour, outline=(0, 0, 0))
+
+
+def _overlap(a: list[float], b: list[float]) -> float:
+    dx = min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])
+    dy = min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1])
+    return max(dx, 0.0) * max(dy, 0.0)
+
+
+def _place(w: float, h: float, width: int, height: int, placed: list[list[float]], rng: random.Random) -> tuple[float, float]:
+    """A position for a w × h box: the least-overlapping of 12 random candidates, so that objects stay
+    visible (boxes may still overlap a little, as in COCO)."""
+    candidates = [(round(rng.uniform(0, width - w), 2), round(rng.uniform(0, height - h), 2)) for _ in range(12)]
+    return min(candidates, key=lambda xy: sum(_overlap([xy[0], xy[1], w, h], box) for box in placed))
 
 
 def _scene_objects(scene: str, rng: random.Random) -> list[tuple[str, bool]]:
@@ -152,20 +165,22 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
         for name, in_context in _scene_objects(scene, rng):
             # In-context objects are large (the scene's main objects); out-of-context ones medium-sized, so
             # that they fall in ORIC's region of interest (below the image's median class area).
-            low, high = (0.3, 0.5) if in_context else (0.22, 0.3)
+            low, high = (0.28, 0.42) if in_context else (0.2, 0.28)
             w, h = round(rng.uniform(low, high) * width, 2), round(rng.uniform(low, high) * height, 2)
-            x, y = round(rng.uniform(0, width - w), 2), round(rng.uniform(0, height - h), 2)
+            x, y = _place(w, h, width, height, [o["bbox"] for o in drawn], rng)
             shape, colour = styles[name]
-            shade = rng.choice(SHADES)
-            _draw(draw, shape, (x, y, w, h), shade_colour(colour, shade))
-            drawn.append({"name": name, "shape": shape, "shade": shade, "bbox": [x, y, w, h], "area": round(w * h, 2)})
+            drawn.append({"name": name, "shape": shape, "shade": rng.choice(SHADES), "bbox": [x, y, w, h], "area": round(w * h, 2)})
+        drawn.sort(key=lambda o: -o["area"])  # larger objects first, so smaller ones are drawn on top and stay visible
+        for obj in drawn:
+            x, y, w, h = obj["bbox"]
+            _draw(draw, obj["shape"], (x, y, w, h), shade_colour(styles[obj["name"]][1], obj["shade"]))
             annotations.append(
                 {
                     "id": len(annotations) + 1,
                     "image_id": image_id,
-                    "category_id": category_ids[name],
+                    "category_id": category_ids[obj["name"]],
                     "bbox": [x, y, w, h],
-                    "area": round(w * h, 2),
+                    "area": obj["area"],
                     "iscrowd": 1 if rng.random() < CROWD_RATE else 0,
                     "segmentation": [[x, y, round(x + w, 2), y, round(x + w, 2), round(y + h, 2), x, round(y + h, 2)]],
                 }

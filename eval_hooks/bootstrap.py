@@ -1,7 +1,7 @@
 """Paired bootstrap intervals for the difference of a benchmark metric between two models on the same items.
 
 The unit of resampling is the question: the paraphrases of one question (ids ``Q/p0`` ... ``Q/p3``, as
-ORIC-Bench asks them) are drawn together, so the interval reflects the number of distinct questions, not
+ORIC-Bench asks them) are drawn together, and so are the q+ and q- rows of a FINER pair (``meta["pair"]``), so the interval reflects the number of distinct questions, not
 of prompts. Each resample draws questions with replacement, scores both models' predictions on the same
 draw with the benchmark's own ``score`` and records trained minus base; the interval is the percentile
 interval of those differences (Efron and Tibshirani, ch. 13).
@@ -56,11 +56,12 @@ def paired_bootstrap(
 
 
 def question_groups(items: list[EvalItem]) -> list[list[EvalItem]]:
-    """Items grouped by question (paraphrases together), in first-seen order."""
+    """Items grouped by question (paraphrases, and FINER's q+/q- pairs, together), in first-seen order."""
     groups: dict[str, list[EvalItem]] = {}
     for item in items:
         match = _PARAPHRASE_ID.match(item.id)
-        groups.setdefault(match.group(1) if match else item.id, []).append(item)
+        key = item.meta.get("pair") if isinstance(item.meta, dict) and "pair" in item.meta else None
+        groups.setdefault(str(key) if key is not None else match.group(1) if match else item.id, []).append(item)
     return list(groups.values())
 
 
@@ -93,7 +94,10 @@ def metric_difference_interval(
                 # A copy keeps its paraphrase suffix ("17/p2" -> "17#5/p2") so grouping stays intact.
                 head, sep, tail = item.id.rpartition("/p") if _PARAPHRASE_ID.match(item.id) else (item.id, "", "")
                 new_id = f"{head}#{copy}{sep}{tail}"
-                chosen.append(replace(item, id=new_id))
+                meta = dict(item.meta)
+                if "pair" in meta:  # a drawn pair is a pair of its own, even when drawn twice
+                    meta["pair"] = f"{meta['pair']}#{copy}"
+                chosen.append(replace(item, id=new_id, meta=meta))
                 if item.id in base:
                     base_draw[new_id] = base[item.id]
                 if item.id in trained:

@@ -88,6 +88,8 @@ class EvalHookCallback(TrainerCallback):
         data: explicit ``{benchmark: file or folder}``, instead of ``data_root``'s layout.
         image_root: images of the ``data`` files.
         max_new_tokens: one generation budget for every item (default: each benchmark's own).
+        at_start: also evaluate the model before the first training step (the step-0 baseline, in
+            ``eval/checkpoint-0``), on the same items as every later checkpoint.
     """
 
     def __init__(
@@ -100,8 +102,10 @@ class EvalHookCallback(TrainerCallback):
         data: dict[str, str] | None = None,
         image_root: str | None = None,
         max_new_tokens: int | None = None,
+        at_start: bool = False,
     ) -> None:
         self.benchmarks, self.limits = parse_benchmark_limits(benchmarks)
+        self.at_start = at_start
         self.data_root = Path(data_root) if data_root else None
         self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None
@@ -124,6 +128,17 @@ class EvalHookCallback(TrainerCallback):
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.processor = kwargs.get("processing_class")
+        self.evaluate_baseline(args, state, control, kwargs.get("model"))
+
+    def evaluate_baseline(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any) -> None:
+        """The step-0 baseline: with ``at_start``, evaluate the untrained model once, before the first step.
+        A resumed run (global step above 0) skips it; answers already in ``eval/checkpoint-0`` are reused."""
+        out_dir = Path(args.output_dir) / "eval" / "checkpoint-0"
+        if not self.at_start or state.global_step > 0:
+            return
+        results = self.evaluate_model(model, self.processor, out_dir, 0)
+        if results and state.is_world_process_zero:
+            self.log_results(args, state, control, results)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         model = kwargs.get("model")

@@ -63,6 +63,9 @@ class ScriptArguments:
         default_factory=list, metadata={"help": "Benchmarks to run after each checkpoint save (e.g. oric_bench)."}
     )
     eval_on_save: bool = field(default=False, metadata={"help": "Evaluate each checkpoint as it is saved."})
+    eval_at_start: bool = field(
+        default=False, metadata={"help": "With eval_on_save: also evaluate the model before the first step (step-0 baseline)."}
+    )
     eval_data_root: str | None = field(
         default=None, metadata={"help": "Directory holding the benchmarks' files (see docs/DATA_FORMATS.md)."}
     )

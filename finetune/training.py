@@ -123,6 +123,7 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
                 batch_size=script_args.eval_batch_size,
                 data=data,
                 image_root=script_args.eval_image_root,
+                at_start=script_args.eval_at_start,
             )
         )
     return callbacks

@@ -59,3 +59,8 @@ def test_table_lists_metric_base_trained_difference_interval() -> None:
     text = format_table([{"benchmark": "oric_bench", "metric": "macro/f1", "base": 40.0, "trained": 55.25, "difference": 15.25,
                           "low": 8.0, "high": 22.5}])  # fmt: skip
     assert text.splitlines()[1].split() == ["oric_bench", "macro/f1", "40.0", "55.2", "+15.2", "[+8.0,", "+22.5]"]
+
+
+def test_finer_pairs_are_resampled_together() -> None:
+    items = [EvalItem(id=f"f/{i}", prompt="", images=[], meta={"pair": f"f/{i // 2}"}) for i in range(4)]
+    assert [[item.id for item in group] for group in question_groups(items)] == [["f/0", "f/1"], ["f/2", "f/3"]]
