@@ -11,8 +11,9 @@
    step-0 baseline;
 6. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
    (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
-7. base and trained models on ORIC-Bench, POPE-random-style questions and FINER-bench, and the before/after
-   table with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
+7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
+   trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
+   FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
 
 Every step is skipped when its output already exists, so an interrupted demo resumes.
 """
@@ -39,7 +40,13 @@ DPO_RECIPE = "recipes/tiny_finer_demo.yaml"
 ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
 CACHE = Path(os.environ.get("VERITUNE_CACHE", Path.home() / ".cache" / "veritune"))
 # The before/after table: (benchmark, metric) in the units the scorers report.
-TABLE = [("oric_bench_r1", "macro/f1"), ("oric_bench_r1", "yes_proportion"), ("pope", "accuracy"), ("finer", "paired_accuracy")]
+POPE_QUESTIONS, FINER_QUESTIONS, DPO_STEPS = 240, 240, 16  # hook limits (FINER: 120 q+/q- pairs) and DPO steps
+TABLE = [
+    ("oric_bench_r1", "macro/f1"),
+    ("oric_bench_r1", "yes_proportion"),
+    ("pope", "accuracy"),
+    ("finer", "paired_accuracy"),
+]
 
 
 def _step(message: str) -> None:
@@ -95,7 +102,6 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         "finer": out / "finer",
         "finer_bench": out / "finer-bench" / "finer_bench.csv",
         "dpo": out / "dpo",
-        "eval": out / "eval",
     }
     world = paths["world"]
     timings: dict[str, float] = {}
@@ -116,9 +122,13 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0)
     if not (paths["clip"] / "trained.json").is_file():
         build_tiny_clip(paths["clip"], seed=seed)
-        stats = train_tiny_clip(paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed)
+        stats = train_tiny_clip(
+            paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed
+        )
         (paths["clip"] / "trained.json").write_text(json.dumps(stats) + "\n")
-    print(f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})")
+    print(
+        f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
+    )
     lap("tiny models")
 
     _step("3/7 base model: supervised warm-start on conventional data (captions, POPE-random-style questions)")
@@ -139,7 +149,9 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
     lap("warm-start")
 
-    _step("4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives")
+    _step(
+        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives"
+    )
     common = ["--judge", "cooccurrence", "--judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
               "--clip-cache", str(out / "cache" / "clip"), "--yes-per-image", "1", "--no-per-image", "1", "--seed", str(seed)]  # fmt: skip
     if not paths["oric_train"].is_file():
@@ -160,8 +172,10 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         "--output_dir", str(paths["run"]),
         "--resume_from_checkpoint", "auto",
         "--seed", str(seed),
-        "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", "oric_bench_r1",
-        "--eval_data", f"oric_bench_r1={paths['oric_bench']}", "--eval_image_root", str(world / "val" / "images"),
+        # the eval hook: the base model before the first step (step 0) and every save, on the same items
+        "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", "oric_bench_r1", f"pope:{POPE_QUESTIONS}",
+        "--eval_data", f"oric_bench_r1={paths['oric_bench']}", f"pope={world / 'val' / 'coco_pope_random.json'}",
+        "--eval_image_root", str(world / "val" / "images"),
     ]  # fmt: skip
     if steps is not None:
         overrides += ["--max_steps", str(steps), "--save_steps", str(steps)]
@@ -180,47 +194,53 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         _launch("finetune/dpo.py", DPO_RECIPE, [
             "--model_name_or_path", str(paths["base"]), "--dataset_path", str(paths["finer"]),
             "--image_root", str(world / "train" / "images"), "--output_dir", str(paths["dpo"]), "--seed", str(seed),
-            "--report_to", "none",
+            "--report_to", "none", "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", f"finer:{FINER_QUESTIONS}",
+            "--eval_data", f"finer={paths['finer_bench']}", "--eval_image_root", str(world / "val" / "images"),
+            "--max_steps", str(DPO_STEPS), "--save_steps", str(DPO_STEPS),
         ])  # fmt: skip
     lap("FINER build + DPO")
 
-    _step("7/7 base and trained models on ORIC-Bench, POPE-random-style questions and FINER-bench")
-    data = {"oric_bench_r1": (paths["oric_bench"], world / "val" / "images"),
-            "pope": (world / "val" / "coco_pope_random.json", world / "val" / "images"),
-            "finer": (paths["finer_bench"], world / "val" / "images")}  # fmt: skip
-    runs = {"base": paths["base"], "grpo": paths["run"], "dpo": paths["dpo"]}
-    wanted = {"base": ["oric_bench_r1", "pope", "finer"], "grpo": ["oric_bench_r1", "pope"], "dpo": ["finer"]}
-    for name, benchmarks in wanted.items():
-        for benchmark in benchmarks:
-            if not (paths["eval"] / name / benchmark / "metrics.json").is_file():
-                _veritune("eval", "run", "--model", str(runs[name]), "--benchmarks", benchmark,
-                          "--data", f"{benchmark}={data[benchmark][0]}", "--image-root", str(data[benchmark][1]),
-                          "--out", str(paths["eval"] / name))  # fmt: skip
+    _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     _veritune("report", str(paths["run"]))
-    lap("evaluation")
-    rows = results_table(paths["eval"], data, seed=seed)
+    _veritune("report", str(paths["dpo"]))
+    lap("report")
+    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
     _summarise(paths, rows, timings, out)
     return paths
 
 
-def results_table(eval_dir: Path, data: dict[str, tuple[Path, Path]], seed: int = 0) -> list[dict[str, Any]]:
-    """The before/after rows: ORIC-Bench and POPE for base vs GRPO, FINER for base vs DPO, each with its 95%
-    paired bootstrap interval (questions resampled)."""
+def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
+    """The before/after rows from the eval hooks of the GRPO run (ORIC-Bench, POPE) and the DPO run (FINER):
+    step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
+    (questions resampled), on exactly the items the hooks evaluated."""
     from eval_hooks.bootstrap import metric_difference_interval
     from eval_hooks.evaluate import prepare_benchmark
+    from eval_hooks.report import collect_eval
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
 
     rows = []
     for benchmark, metric in TABLE:
-        trained = "dpo" if benchmark == "finer" else "grpo"
-        prepared = prepare_benchmark(benchmark, data={benchmark: data[benchmark][0]}, image_root=data[benchmark][1])
-        base = read_predictions(eval_dir / "base" / benchmark / PREDICTIONS_FILE)
-        after = read_predictions(eval_dir / trained / benchmark / PREDICTIONS_FILE)
+        trained_by = "dpo" if benchmark == "finer" else "grpo"
+        run_dir = runs[trained_by]
+        by_step = collect_eval(run_dir).get(benchmark, {})
+        if 0 not in by_step or len(by_step) < 2:
+            raise UserError(
+                f"{run_dir}: no step-0 and final {benchmark} results from the eval hook (see the training log)"
+            )
+        last = max(by_step)
+        data = by_step[last]["data"]
+        prepared = prepare_benchmark(
+            benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
+        )
+        base, after = (
+            read_predictions(run_dir / "eval" / f"checkpoint-{step}" / benchmark / PREDICTIONS_FILE)
+            for step in (0, last)
+        )
         row = metric_difference_interval(benchmark, prepared.items, base, after, metric, seed=seed)
         scale = 100.0 if benchmark == "pope" else 1.0  # POPE's scorer reports fractions, the others percent
         for key in ("base", "trained", "difference", "low", "high"):
             row[key] *= scale
-        rows.append({"benchmark": benchmark, "trained_by": trained, **row})
+        rows.append({"benchmark": benchmark, "trained_by": trained_by, "step": last, **row})
     return rows
 
 
@@ -240,7 +260,9 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
         head, tail = rewards[: max(1, len(rewards) // 4)], rewards[-max(1, len(rewards) // 4) :]
         print(f"GRPO reward:       {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last "
               f"(mean reward std within groups {sum(stds) / max(len(stds), 1):.2f})")  # fmt: skip
-    print(f"report:            {paths['run'] / 'report.html'} (step-0 baseline and every checkpoint)")
+    print(
+        f"reports:           {paths['run'] / 'report.html'}, {paths['dpo'] / 'report.html'} (step-0 baseline and every checkpoint)"
+    )
     print(f"results:           {out / 'results.json'}\n")
     print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
     print(table)
@@ -248,7 +270,9 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo``."""
-    parser = subparsers.add_parser("demo", help="the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after")
+    parser = subparsers.add_parser(
+        "demo", help="the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="where everything is written")
     parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")

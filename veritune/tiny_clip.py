@@ -52,7 +52,7 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0) -> Path:
 
 
 def train_tiny_clip(
-    clip_dir: str | Path, annotations: str | Path, image_root: str | Path, *, steps: int = 300, seed: int = 0
+    clip_dir: str | Path, annotations: str | Path, image_root: str | Path, *, steps: int = 150, seed: int = 0
 ) -> dict[str, float]:
     """Train the tiny CLIP at ``clip_dir`` in place on a COCO-format split, so that its similarities mean
     something for ORIC's CLIP-guided negatives (Alg. 2).
@@ -84,7 +84,9 @@ def train_tiny_clip(
             targets[rows[ann["image_id"]], index[ann["category_id"]]] = 1.0
         files = [Path(image_root) / image["file_name"] for image in data["images"]]
     except (KeyError, TypeError) as err:
-        raise UserError(f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}") from None
+        raise UserError(
+            f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}"
+        ) from None
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = CLIPModel.from_pretrained(clip_dir)
@@ -104,7 +106,9 @@ def train_tiny_clip(
     losses = []
     for _ in range(steps):
         batch = rng.sample(range(len(images)), min(64, len(images)))
-        image_features = torch.nn.functional.normalize(_features(model.get_image_features(pixel_values=pixels[batch])), dim=-1)
+        image_features = torch.nn.functional.normalize(
+            _features(model.get_image_features(pixel_values=pixels[batch])), dim=-1
+        )
         text_features = torch.nn.functional.normalize(_features(model.get_text_features(**text)), dim=-1)
         logits = scale * image_features @ text_features.T + bias
         loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets[batch])
