@@ -52,7 +52,7 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0) -> Path:
 
 
 def train_tiny_clip(
-    clip_dir: str | Path, annotations: str | Path, image_root: str | Path, *, steps: int = 150, seed: int = 0
+    clip_dir: str | Path, annotations: str | Path, image_root: str | Path, *, steps: int = 300, seed: int = 0
 ) -> dict[str, float]:
     """Train the tiny CLIP at ``clip_dir`` in place on a COCO-format split, so that its similarities mean
     something for ORIC's CLIP-guided negatives (Alg. 2).
