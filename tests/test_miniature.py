@@ -144,3 +144,17 @@ def _oric_file(world: dict[str, Path], tmp_path: Path) -> Path:
     path = tmp_path / "oric_train.json"
     path.write_text(json.dumps(items))
     return path
+
+
+def test_sft_recipe_loads() -> None:
+    from trl import SFTConfig
+
+    from finetune.configs import VeritunModelConfig
+    from finetune.recipe import parse_recipe
+    from finetune.sft import SFTScriptArguments
+
+    script_args, training_args, model_args = parse_recipe(
+        ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VeritunModelConfig)
+    )
+    assert script_args.answer_styles == ["plain", "r1"] and training_args.completion_only_loss is True
+    assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 150
