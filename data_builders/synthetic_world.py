@@ -51,7 +51,8 @@ SCENES: dict[str, tuple[tuple[int, int, int], list[str]]] = {
     "office": ((196, 206, 236), ["laptop", "umbrella", "apple"]),
 }
 IN_CONTEXT_RATE = 0.8  # each of the scene's classes is present with this probability ...
-OUT_OF_CONTEXT_RATE = 0.35  # ... and one class of another scene (drawn smaller) with this one
+OUT_OF_CONTEXT_RATE = 0.35  # ... and one class of another scene (drawn smaller) with this one,
+SECOND_OUT_OF_CONTEXT_RATE = 0.3  # ... and then a second one with this one
 SECOND_INSTANCE_RATE = 0.15  # a present in-context class gets a second box
 CROWD_RATE = 0.05  # share of boxes marked iscrowd
 RELATIONS = ("is to the left of the", "is to the right of the", "is above the", "is below the")
@@ -106,7 +107,10 @@ def _scene_objects(scene: str, rng: random.Random) -> list[tuple[str, bool]]:
         names.append((rng.choice([n for n in typical if (n, True) not in names]), True))
     names += [(name, True) for name, _ in list(names) if rng.random() < SECOND_INSTANCE_RATE]
     if rng.random() < OUT_OF_CONTEXT_RATE:
-        names.append((rng.choice([c[0] for c in CATEGORIES if c[0] not in typical]), False))
+        others = [c[0] for c in CATEGORIES if c[0] not in typical]
+        # Usually one incongruous object, sometimes two (ORIC asks up to two per query image).
+        for name in rng.sample(others, 2 if rng.random() < SECOND_OUT_OF_CONTEXT_RATE else 1):
+            names.append((name, False))
     rng.shuffle(names)
     return names
 
@@ -231,7 +235,7 @@ def build_synthetic_world(
 
     Each image shows one scene: a background colour and usually its typical classes (each present with
     probability ``IN_CONTEXT_RATE``, at least two, some twice), plus, with probability ``OUT_OF_CONTEXT_RATE``,
-    one smaller object of another scene. So classes co-occur strongly as in COCO, and the incongruous cases
+    one smaller object of another scene (two with probability ``SECOND_OUT_OF_CONTEXT_RATE``). So classes co-occur strongly as in COCO, and the incongruous cases
     ORIC asks about (out-of-context present, in-context absent) exist but are rare. About 5% of boxes are
     ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
     ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
