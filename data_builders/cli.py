@@ -20,9 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="output directory (train/ and val/, each with images/ and instances.json)",
     )
-    world.add_argument("--train-images", type=int, default=120, help="images in the train split")
-    world.add_argument("--val-images", type=int, default=60, help="images in the val split")
-    world.add_argument("--image-size", type=int, default=224, help="image side in pixels")
+    world.add_argument("--train-images", type=int, default=400, help="images in the train split")
+    world.add_argument("--val-images", type=int, default=120, help="images in the val split")
+    world.add_argument("--image-size", type=int, default=64, help="image side in pixels")
     world.add_argument("--seed", type=int, default=0, help="random seed (same seed, same world)")
     world.set_defaults(handler=_synthetic_world)
 

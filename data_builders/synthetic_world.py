@@ -11,6 +11,7 @@ are a valid COCO ``instances`` file (``images``, ``annotations`` with ``bbox``/`
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 from typing import Any
@@ -18,32 +19,60 @@ from typing import Any
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from veritune.io import atomic_write_json
+from veritune.io import atomic_write_json, atomic_write_text
 
-# (name, shape, colour): names follow COCO's, a few starting with a vowel so articles are exercised.
+# (name, shape, colour): one distinct shape + colour per class, so that a class is recognisable from its
+# pixels alone even at the tiny model's 64-pixel input. Names follow COCO's, a few starting with a vowel.
 CATEGORIES: list[tuple[str, str, tuple[int, int, int]]] = [
-    ("cup", "rectangle", (200, 40, 40)),
-    ("bowl", "ellipse", (240, 200, 60)),
-    ("apple", "ellipse", (220, 20, 60)),
-    ("oven", "rectangle", (90, 90, 90)),
-    ("car", "rectangle", (30, 90, 220)),
-    ("traffic light", "rectangle", (20, 160, 60)),
-    ("umbrella", "triangle", (150, 40, 180)),
-    ("dog", "ellipse", (140, 90, 40)),
-    ("bench", "rectangle", (120, 70, 20)),
-    ("kite", "triangle", (255, 140, 0)),
-    ("laptop", "rectangle", (60, 60, 70)),
-    ("elephant", "ellipse", (150, 150, 160)),
+    ("cup", "rectangle", (220, 30, 30)),
+    ("bowl", "ellipse", (245, 205, 30)),
+    ("oven", "rectangle", (25, 25, 25)),
+    ("car", "rectangle", (30, 70, 230)),
+    ("traffic light", "rectangle", (20, 170, 50)),
+    ("bench", "rectangle", (130, 75, 20)),
+    ("kite", "triangle", (255, 130, 0)),
+    ("dog", "ellipse", (255, 150, 200)),
+    ("elephant", "ellipse", (0, 190, 200)),
+    ("laptop", "rectangle", (250, 250, 250)),
+    ("umbrella", "triangle", (140, 30, 190)),
+    ("apple", "ellipse", (200, 230, 0)),
 ]
+COLOUR_NAMES = {"cup": "red", "bowl": "yellow", "oven": "black", "car": "blue", "traffic light": "green",
+                "bench": "brown", "kite": "orange", "dog": "pink", "elephant": "cyan", "laptop": "white",
+                "umbrella": "purple", "apple": "lime"}  # fmt: skip
+SHADES = ("light", "dark")  # the colour variants of every class (an attribute in the scene graphs)
+SHAPE_WORDS = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
+# Each scene: a background colour (the cheap global cue) and its three typical classes (the strong prior).
 SCENES: dict[str, tuple[tuple[int, int, int], list[str]]] = {
-    "kitchen": ((235, 225, 205), ["cup", "bowl", "apple", "oven", "laptop"]),
-    "street": ((170, 170, 175), ["car", "traffic light", "umbrella", "dog", "bench"]),
-    "park": ((120, 190, 110), ["dog", "bench", "kite", "umbrella", "elephant"]),
-    "office": ((210, 215, 230), ["laptop", "cup", "umbrella", "apple", "bench"]),
+    "kitchen": ((236, 222, 196), ["cup", "bowl", "oven"]),
+    "street": ((150, 150, 156), ["car", "traffic light", "bench"]),
+    "park": ((168, 214, 150), ["kite", "dog", "elephant"]),
+    "office": ((196, 206, 236), ["laptop", "umbrella", "apple"]),
 }
-OUT_OF_CONTEXT_RATE = 0.15
-MIN_OBJECTS, MAX_OBJECTS = 2, 6  # objects drawn per image
+IN_CONTEXT_RATE = 0.8  # each of the scene's classes is present with this probability ...
+OUT_OF_CONTEXT_RATE = 0.35  # ... and one class of another scene (drawn smaller) with this one,
+SECOND_OUT_OF_CONTEXT_RATE = 0.3  # ... and then a second one with this one
+SECOND_INSTANCE_RATE = 0.15  # a present in-context class gets a second box
 CROWD_RATE = 0.05  # share of boxes marked iscrowd
+RELATIONS = ("is to the left of the", "is to the right of the", "is above the", "is below the")
+EXTRA_RELATION = "is inside the"
+POPE_TEMPLATE = "Is there {object} in the image?"  # POPE's question (official coco_pope_*.json files)
+
+
+def shade_colour(colour: tuple[int, int, int], shade: str) -> tuple[int, int, int]:
+    """The drawn colour of a shade variant: ``light`` mixes 35% white in, ``dark`` keeps 65% of each channel."""
+    if shade == "light":
+        return tuple(round(c + 0.35 * (255 - c)) for c in colour)  # type: ignore[return-value]
+    return tuple(round(0.65 * c) for c in colour)  # type: ignore[return-value]
+
+
+def spatial_relation(box_a: list[float], box_b: list[float]) -> str:
+    """Where box a's centre lies relative to box b's, along the axis of the larger offset (image y grows down)."""
+    (xa, ya, wa, ha), (xb, yb, wb, hb) = box_a, box_b
+    dx, dy = (xa + wa / 2) - (xb + wb / 2), (ya + ha / 2) - (yb + hb / 2)
+    if abs(dx) >= abs(dy):
+        return RELATIONS[0] if dx < 0 else RELATIONS[1]
+    return RELATIONS[2] if dy < 0 else RELATIONS[3]
 
 
 def _draw(draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, float, float, float], colour: tuple[int, int, int]) -> None:
@@ -56,6 +85,70 @@ def _draw(draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, float, float,
         draw.polygon([(x + w / 2, y), (x, y + h), (x + w, y + h)], fill=colour, outline=(0, 0, 0))
 
 
+def _overlap(a: list[float], b: list[float]) -> float:
+    dx = min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])
+    dy = min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1])
+    return max(dx, 0.0) * max(dy, 0.0)
+
+
+def _place(w: float, h: float, width: int, height: int, placed: list[list[float]], rng: random.Random) -> tuple[float, float]:
+    """A position for a w × h box: the least-overlapping of 12 random candidates, so that objects stay
+    visible (boxes may still overlap a little, as in COCO)."""
+    candidates = [(round(rng.uniform(0, width - w), 2), round(rng.uniform(0, height - h), 2)) for _ in range(12)]
+    return min(candidates, key=lambda xy: sum(_overlap([xy[0], xy[1], w, h], box) for box in placed))
+
+
+def _scene_objects(scene: str, rng: random.Random) -> list[tuple[str, bool]]:
+    """The classes drawn in one image of ``scene``, each with whether it is in context."""
+    _, typical = SCENES[scene]
+    names = [(name, True) for name in typical if rng.random() < IN_CONTEXT_RATE]
+    while len(names) < 2:  # at least two in-context classes: the scene stays recognisable
+        names.append((rng.choice([n for n in typical if (n, True) not in names]), True))
+    names += [(name, True) for name, _ in list(names) if rng.random() < SECOND_INSTANCE_RATE]
+    if rng.random() < OUT_OF_CONTEXT_RATE:
+        others = [c[0] for c in CATEGORIES if c[0] not in typical]
+        # Usually one incongruous object, sometimes two (ORIC asks up to two per query image).
+        for name in rng.sample(others, 2 if rng.random() < SECOND_OUT_OF_CONTEXT_RATE else 1):
+            names.append((name, False))
+    rng.shuffle(names)
+    return names
+
+
+def _scene_graph(image: dict[str, Any], drawn: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+    """One FINER-layout scene graph (see ``data_builders/finer/scene_graph.py``) of the drawn objects: each
+    class once (its largest box), attributes = its drawn shade and shape, relations between consecutive
+    objects from their box centres; negatives are absent classes (in-scene ones first), other colours, other
+    directions."""
+    typical = SCENES[image["scene"]][1]
+    firsts: dict[str, dict[str, Any]] = {}
+    for obj in drawn:
+        if obj["name"] not in firsts or obj["area"] > firsts[obj["name"]]["area"]:
+            firsts[obj["name"]] = obj
+    ordered = sorted(firsts.values(), key=lambda o: (o["bbox"][0], o["bbox"][1]))
+    absent = [c[0] for c in CATEGORIES if c[0] not in firsts]
+    colours = sorted(set(COLOUR_NAMES.values()))
+    objects: list[dict[str, Any]] = []
+    for index, obj in enumerate(ordered):
+        name, shade = obj["name"], obj["shade"]
+        hue = COLOUR_NAMES[name]
+        neg_objects = [n for n in absent if n in typical] + rng.sample([n for n in absent if n not in typical], len([n for n in absent if n not in typical]))
+        other_hues = rng.sample([c for c in colours if c != hue], 3)
+        other_shade = SHADES[1 - SHADES.index(shade)]
+        form = SHAPE_WORDS[obj["shape"]]
+        objects.append({
+            "object": name, "object_index": index, "neg_object": neg_objects[:4],
+            "attribute": [f"with a {shade} {hue} color", f"with a {form} shape"],
+            "neg_attribute": [[f"with a {other_shade} {hue} color", *(f"with a {shade} {c} color" for c in other_hues)],
+                              [f"with a {w} shape" for w in ("boxy", "round", "pointed", "star", "heart") if w != form][:4]],
+            "parsed_relation": [], "neg_relation": [],
+        })  # fmt: skip
+    for index in range(len(ordered) - 1):
+        rel = spatial_relation(ordered[index]["bbox"], ordered[index + 1]["bbox"])
+        objects[index]["parsed_relation"].append({"object_a": index, "rel": rel, "object_b": index + 1})
+        objects[index]["neg_relation"].append([r for r in (*RELATIONS, EXTRA_RELATION) if r != rel])
+    return {"example_id": f"synthetic_{image['file_name'].rsplit('.', 1)[0]}", "image": image["file_name"], "objects": objects}
+
+
 def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image_size: int) -> dict[str, Path]:
     category_ids = {name: index + 1 for index, (name, _, _) in enumerate(CATEGORIES)}
     styles = {name: (shape, colour) for name, shape, colour in CATEGORIES}
@@ -63,61 +156,91 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
     image_dir.mkdir(parents=True, exist_ok=True)
     images: list[dict[str, Any]] = []
     annotations: list[dict[str, Any]] = []
+    graphs: list[dict[str, Any]] = []
     scene_names = sorted(SCENES)
     for image_id in tqdm(range(1, num_images + 1), desc=f"drawing {split} images", unit="img", disable=num_images < 200):
         scene = scene_names[(image_id - 1) % len(scene_names)]
-        background, typical = SCENES[scene]
-        width, height = image_size, int(image_size * rng.uniform(0.7, 1.0))
+        background, _ = SCENES[scene]
+        width = height = image_size
         image = Image.new("RGB", (width, height), background)
         draw = ImageDraw.Draw(image)
-        names = []
-        for _ in range(rng.randint(MIN_OBJECTS, MAX_OBJECTS)):
-            pool = [c[0] for c in CATEGORIES] if rng.random() < OUT_OF_CONTEXT_RATE else typical
-            names.append(rng.choice(pool))
-        if len(set(names)) < 2:  # every image holds at least two classes, as most COCO images do
-            names[-1] = rng.choice([n for n in typical if n != names[0]])
-        for name in names:
-            # Sizes span COCO's small/medium/large tiers relative to a 640-pixel image.
-            w = round(rng.uniform(0.08, 0.55) * width, 2)
-            h = round(rng.uniform(0.08, 0.55) * height, 2)
-            x, y = round(rng.uniform(0, width - w), 2), round(rng.uniform(0, height - h), 2)
+        drawn: list[dict[str, Any]] = []
+        for name, in_context in _scene_objects(scene, rng):
+            # In-context objects are large (the scene's main objects); out-of-context ones medium-sized, so
+            # that they fall in ORIC's region of interest (below the image's median class area).
+            low, high = (0.28, 0.42) if in_context else (0.2, 0.28)
+            w, h = round(rng.uniform(low, high) * width, 2), round(rng.uniform(low, high) * height, 2)
+            x, y = _place(w, h, width, height, [o["bbox"] for o in drawn], rng)
             shape, colour = styles[name]
-            _draw(draw, shape, (x, y, w, h), colour)
+            drawn.append({"name": name, "shape": shape, "shade": rng.choice(SHADES), "bbox": [x, y, w, h], "area": round(w * h, 2)})
+        drawn.sort(key=lambda o: -o["area"])  # larger objects first, so smaller ones are drawn on top and stay visible
+        for obj in drawn:
+            x, y, w, h = obj["bbox"]
+            _draw(draw, obj["shape"], (x, y, w, h), shade_colour(styles[obj["name"]][1], obj["shade"]))
             annotations.append(
                 {
                     "id": len(annotations) + 1,
                     "image_id": image_id,
-                    "category_id": category_ids[name],
+                    "category_id": category_ids[obj["name"]],
                     "bbox": [x, y, w, h],
-                    "area": round(w * h, 2),
+                    "area": obj["area"],
                     "iscrowd": 1 if rng.random() < CROWD_RATE else 0,
                     "segmentation": [[x, y, round(x + w, 2), y, round(x + w, 2), round(y + h, 2), x, round(y + h, 2)]],
                 }
             )
         file_name = f"SYN_{split}2014_{image_id:012d}.jpg"
         image.save(image_dir / file_name, quality=90)
-        images.append({"id": image_id, "file_name": file_name, "width": width, "height": height, "scene": scene})
+        record = {"id": image_id, "file_name": file_name, "width": width, "height": height, "scene": scene}
+        images.append(record)
+        graphs.append(_scene_graph(record, drawn, rng))
     categories = [{"id": category_ids[name], "name": name, "supercategory": "object"} for name, _, _ in CATEGORIES]
     annotation_file = out_dir / split / "instances.json"
     atomic_write_json(annotation_file, {"images": images, "annotations": annotations, "categories": categories}, indent=None)
-    return {f"{split}_annotations": annotation_file, f"{split}_images": image_dir}
+    graph_file = atomic_write_json(out_dir / split / "scene_graphs.json", graphs, indent=None)
+    pope_file = _write_pope_random(out_dir / split / "coco_pope_random.json", images, annotations, rng)
+    return {f"{split}_annotations": annotation_file, f"{split}_images": image_dir, f"{split}_scene_graphs": graph_file,
+            f"{split}_pope_random": pope_file}  # fmt: skip
+
+
+def _write_pope_random(path: Path, images: list[dict[str, Any]], annotations: list[dict[str, Any]], rng: random.Random) -> Path:
+    """A POPE-random-style file (official JSON-lines layout): per image, up to three present classes as
+    "yes" questions and as many classes drawn uniformly from the absent ones as "no" questions."""
+    names = [c[0] for c in CATEGORIES]
+    present: dict[int, list[str]] = {}
+    for ann in annotations:
+        name = names[ann["category_id"] - 1]
+        if name not in present.setdefault(ann["image_id"], []):
+            present[ann["image_id"]].append(name)
+    lines = []
+    for image in images:
+        here = present.get(image["id"], [])
+        yes = rng.sample(here, min(3, len(here)))
+        no = rng.sample([n for n in names if n not in here], len(yes))
+        for name, label in [*((n, "yes") for n in yes), *((n, "no") for n in no)]:
+            question = POPE_TEMPLATE.format(object=("an " if name[0] in "aeiou" else "a ") + name)
+            lines.append(json.dumps({"question_id": len(lines) + 1, "image": image["file_name"], "text": question, "label": label}))
+    return atomic_write_text(path, "\n".join(lines) + "\n")
 
 
 def build_synthetic_world(
     out_dir: str | Path,
     *,
-    num_train_images: int = 120,
-    num_val_images: int = 60,
+    num_train_images: int = 400,
+    num_val_images: int = 120,
     seed: int = 0,
-    image_size: int = 224,
+    image_size: int = 64,
 ) -> dict[str, Path]:
-    """Draw a train and a val split with COCO-format annotations under ``out_dir``.
+    """Draw a train and a val split with COCO-format annotations, scene graphs and a POPE-random-style file.
 
-    Each image holds 2-6 objects of at least two classes, mostly from its scene's classes; boxes overlap
-    freely and about 5% are ``iscrowd``. The default sizes (120 / 60 images) leave the demo enough image
-    pairs for its 32 + 32 training and 24 + 24 benchmark questions at one question per image.
+    Each image shows one scene: a background colour and usually its typical classes (each present with
+    probability ``IN_CONTEXT_RATE``, at least two, some twice), plus, with probability ``OUT_OF_CONTEXT_RATE``,
+    one smaller object of another scene (two with probability ``SECOND_OUT_OF_CONTEXT_RATE``). So classes co-occur strongly as in COCO, and the incongruous cases
+    ORIC asks about (out-of-context present, in-context absent) exist but are rare. About 5% of boxes are
+    ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
+    ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
 
-    Returns the paths ``train_annotations``, ``train_images``, ``val_annotations``, ``val_images``.
+    Returns the paths ``{split}_annotations``, ``{split}_images``, ``{split}_scene_graphs`` and
+    ``{split}_pope_random`` for the splits train and val.
     """
     out_dir = Path(out_dir)
     rng = random.Random(seed)

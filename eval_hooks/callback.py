@@ -114,6 +114,8 @@ class EvalHookCallback(TrainerCallback):
         max_new_tokens: one generation budget for every item (default: each benchmark's own).
         final_benchmarks: like ``benchmarks``, but evaluated only once, after the final checkpoint (or on
             the final model when training ends without saving its last step).
+        at_start: also evaluate the model before the first training step (the step-0 baseline, in
+            ``eval/checkpoint-0``), on the same items as every later checkpoint.
     """
 
     def __init__(
@@ -127,12 +129,14 @@ class EvalHookCallback(TrainerCallback):
         image_root: str | None = None,
         max_new_tokens: int | None = None,
         final_benchmarks: list[str] | None = None,
+        at_start: bool = False,
     ) -> None:
         self.benchmarks, self.limits = parse_benchmark_limits(expand_presets(benchmarks))
         self.final_benchmarks, self.final_limits = parse_benchmark_limits(expand_presets(final_benchmarks or []))
         # the hook has no LLM judge: judged suites are scored with `eval score`
         require_judges([*self.benchmarks, *self.final_benchmarks], None)
         self._final_done = False
+        self.at_start = at_start
         self.data_root = Path(data_root) if data_root else None
         self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None
@@ -163,6 +167,17 @@ class EvalHookCallback(TrainerCallback):
                     raise UserError(f"{data_path} not found (expected {get_benchmark(name).data_layout})")
             except UserError as err:
                 logger.warning("eval hook: final benchmark %s cannot run as configured (it will be skipped at the end): %s", name, err)
+        self.evaluate_baseline(args, state, control, kwargs.get("model"))
+
+    def evaluate_baseline(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any) -> None:
+        """The step-0 baseline: with ``at_start``, evaluate the untrained model once, before the first step.
+        A resumed run (global step above 0) skips it; answers already in ``eval/checkpoint-0`` are reused."""
+        out_dir = Path(args.output_dir) / "eval" / "checkpoint-0"
+        if not self.at_start or state.global_step > 0:
+            return
+        results = self.evaluate_model(model, self.processor, out_dir, 0)
+        if results and state.is_world_process_zero:
+            self.log_results(args, state, control, results)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         model = kwargs.get("model")

@@ -272,6 +272,65 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     return parts
 
 
+BEFORE_AFTER_METRICS = ("macro/f1", "yes_proportion", "accuracy", "paired_accuracy")
+THUMBNAIL_ROWS = 8
+
+
+def _thumbnail(path: Path, size: int = 64) -> str:
+    """An inline ``<img>`` of ``path`` scaled to ``size`` pixels (the report opens offline), or "" when unreadable."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    try:
+        with Image.open(path) as opened:
+            image = opened.convert("RGB")
+    except (OSError, ValueError):
+        return ""
+    image.thumbnail((size, size))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG")
+    return f"<img alt='{html.escape(path.name)}' src='data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}'>"
+
+
+def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir: Path) -> list[str]:
+    """The step-0 baseline against the newest checkpoint: headline metrics with their difference and 95% paired
+    bootstrap interval (questions resampled), and sample rows with the image thumbnail, the reference and the
+    prediction at each checkpoint. Empty without a step-0 result (``eval_at_start``) and a later one."""
+    from eval_hooks.bootstrap import metric_difference_interval
+    from eval_hooks.evaluate import prepare_benchmark
+    from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+
+    steps = list(by_step)
+    if 0 not in by_step or len(steps) < 2:
+        return []
+    last = steps[-1]
+    data = by_step[last].get("data", {})
+    try:
+        prepared = prepare_benchmark(name, data={name: Path(data["path"])}, image_root=Path(data["image_root"]) if data.get("image_root") else None,
+                                     limit=data.get("limit"))  # fmt: skip
+        predictions = {step: read_predictions(run_dir / "eval" / f"checkpoint-{step}" / name / PREDICTIONS_FILE) for step in steps}
+    except (UserError, KeyError, OSError) as err:
+        return [f"<h3>Before / after</h3><p class='muted'>not available: {html.escape(str(err))}</p>"]
+    rows = []
+    metrics = [m for m in BEFORE_AFTER_METRICS if m in by_step[last]["metrics"]] or list(by_step[last]["metrics"])[:3]
+    for metric in metrics:
+        row = metric_difference_interval(name, prepared.items, predictions[0], predictions[last], metric, resamples=500)
+        rows.append({"metric": metric, "step 0": row["base"], f"step {last}": row["trained"], "difference": row["difference"],
+                     "95% interval": f"[{row['low']:.4g}, {row['high']:.4g}]", "questions": row["questions"]})  # fmt: skip
+    parts = [f"<h3>Before / after: step 0 against step {last}</h3>" + html_table(rows)]
+    samples = []
+    for item in prepared.items[:THUMBNAIL_ROWS]:
+        reference = next((item.meta[k] for k in ("label", "answer", "gt_answer", "gt_index") if k in item.meta), "")
+        cells = [_thumbnail(item.images[0]) if item.images else "", html.escape(item.prompt[:200]), html.escape(str(reference))]
+        cells += [html.escape(str(predictions[step].get(item.id, ""))[:200]) for step in steps]
+        samples.append("<tr>" + "".join(f"<td class='text'>{cell}</td>" for cell in cells) + "</tr>")
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["image", "prompt", "reference", *(f"step {s}" for s in steps)])
+    parts.append(f"<h3>Samples per checkpoint</h3><table><tr>{head}</tr>{''.join(samples)}</table>")
+    return parts
+
+
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
     """Write the HTML report of ``run_dir`` (default ``RUN_DIR/report.html``) and return its path."""
     run_dir = Path(run_dir)
@@ -287,6 +346,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         sections += training_section(history, state_file)
     for name, by_step in results.items():
         sections += benchmark_section(name, by_step)
+        sections += before_after_section(name, by_step, run_dir)
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
             f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n")  # fmt: skip
     return atomic_write_text(out or run_dir / "report.html", page)

@@ -68,6 +68,9 @@ class ScriptArguments:
         default_factory=list,
         metadata={"help": "Benchmarks (or presets such as general) to run once, after the final checkpoint."},
     )
+    eval_at_start: bool = field(
+        default=False, metadata={"help": "With eval_on_save: also evaluate the model before the first step (step-0 baseline)."}
+    )
     eval_data_root: str | None = field(
         default=None, metadata={"help": "Directory holding the benchmarks' files (see docs/DATA_FORMATS.md)."}
     )

@@ -325,6 +325,7 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
                 data=data,
                 image_root=script_args.eval_image_root,
                 final_benchmarks=script_args.eval_final_benchmarks,
+                at_start=script_args.eval_at_start,
             )
         )
     return callbacks

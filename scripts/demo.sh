@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The embedded default main job on a CPU: set up, then build a tiny Qwen3-VL, a synthetic image world and
-# ORIC data from it, train with GRPO, and evaluate the result. Everything lands under outputs/demo/.
+# The embedded default main job on a CPU, the miniature ORIC and FINER experiments: set up, then build a
+# synthetic world with scene priors, tiny models, a warm-started base model, ORIC and FINER data with the
+# real builders; train with GRPO and DPO; end with a before/after table (metric, base, trained, difference,
+# 95% paired bootstrap interval). Everything lands under outputs/demo/; docs/RESULTS.md has measured runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

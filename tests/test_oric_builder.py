@@ -247,7 +247,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from veritune.tiny_clip import build_tiny_clip
 
     root = tmp_path_factory.mktemp("oric-world")
-    paths = build_synthetic_world(root / "world", num_train_images=40, num_val_images=40)
+    paths = build_synthetic_world(root / "world", num_train_images=120, num_val_images=120)  # enough incongruous objects
     paths["clip"] = build_tiny_clip(root / "clip")
     return paths
 

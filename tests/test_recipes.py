@@ -39,7 +39,7 @@ def test_grpo_recipe_loads(recipe: Path) -> None:
 
 def test_every_recipe_is_covered_by_a_loader_test() -> None:
     recipes = {p.name for p in (REPO_ROOT / "recipes").glob("*.yaml")}
-    assert all("oric" in name or "finer" in name for name in recipes), recipes
+    assert all("oric" in name or "finer" in name or "sft" in name for name in recipes), recipes  # sft: tests/test_miniature.py
 
 
 def test_qwen3vl_oric_recipe_equals_table_9() -> None:

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data_builders.synthetic_world import CATEGORIES, build_synthetic_world, generate_coco_scale_annotations
+from data_builders.synthetic_world import (
+    CATEGORIES,
+    COLOUR_NAMES,
+    SCENES,
+    build_synthetic_world,
+    generate_coco_scale_annotations,
+    shade_colour,
+    spatial_relation,
+)
 from veritune.cli import main
 
 
@@ -49,10 +57,10 @@ def test_file_names_are_coco_like(world: dict[str, Path]) -> None:
     assert sorted(p.name for p in world["val_images"].iterdir()) == sorted(i["file_name"] for i in data["images"])
 
 
-def test_two_to_six_objects_and_at_least_two_classes_per_image(world: dict[str, Path]) -> None:
+def test_two_to_seven_objects_and_at_least_two_classes_per_image(world: dict[str, Path]) -> None:
     _, by_image = annotations_by_image(world["train_annotations"])
     assert len(by_image) == 60
-    assert {len(anns) for anns in by_image.values()} == {2, 3, 4, 5, 6}
+    assert {len(anns) for anns in by_image.values()} <= set(range(2, 8)) and len({len(a) for a in by_image.values()}) >= 4
     assert min(len({a["category_id"] for a in anns}) for anns in by_image.values()) == 2
 
 
@@ -103,3 +111,78 @@ def test_cli_builds_world(tmp_path: Path, capsys) -> None:
     assert main(["build", "synthetic-world", "--out", str(tmp_path), "--train-images", "2", "--val-images", "2"]) == 0
     assert json.loads(capsys.readouterr().out)["val_images"] == str(tmp_path / "val" / "images")
     assert len(list((tmp_path / "train" / "images").iterdir())) == 2
+
+
+@pytest.fixture(scope="module")
+def big_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_synthetic_world(tmp_path_factory.mktemp("big"), num_train_images=400, num_val_images=4, seed=3)
+
+
+def test_measured_priors_are_strong_and_incongruity_rare(big_world: dict[str, Path]) -> None:
+    """P(class | scene) measured on the drawn annotations: about IN_CONTEXT_RATE for a scene's own classes,
+    rare for the others, so out-of-context present and in-context absent objects both exist but are few."""
+    data = json.loads(big_world["train_annotations"].read_text())
+    names = {c["id"]: c["name"] for c in data["categories"]}
+    scene_of = {i["id"]: i["scene"] for i in data["images"]}
+    present = {(a["image_id"], names[a["category_id"]]) for a in data["annotations"]}
+    images_per_scene = Counter(scene_of.values())
+    for scene, (_, typical) in SCENES.items():
+        for name in names.values():
+            share = sum((image, name) in present for image, s in scene_of.items() if s == scene) / images_per_scene[scene]
+            if name in typical:
+                assert 0.7 <= share <= 0.95, (scene, name, share)
+            else:
+                assert share <= 0.08, (scene, name, share)
+    out_of_context = sum(name not in SCENES[scene_of[image]][1] for image, name in present)
+    assert 0.35 < out_of_context / len(scene_of) < 0.55  # OUT_OF_CONTEXT_RATE × (1 + SECOND_OUT_OF_CONTEXT_RATE) ≈ 0.46
+
+
+def test_scene_graphs_match_the_drawn_images(big_world: dict[str, Path]) -> None:
+    """Every scene-graph object is a drawn class whose colour attribute is the colour drawn in its box, and
+    every relation agrees with the annotated box centres."""
+    data = json.loads(big_world["train_annotations"].read_text())
+    graphs = json.loads(big_world["train_scene_graphs"].read_text())
+    names = {c["id"]: c["name"] for c in data["categories"]}
+    boxes: dict[str, dict[str, list[list[float]]]] = {}
+    by_id = {i["id"]: i["file_name"] for i in data["images"]}
+    for a in data["annotations"]:
+        boxes.setdefault(by_id[a["image_id"]], {}).setdefault(names[a["category_id"]], []).append(a["bbox"])
+    colours = {name: colour for name, _, colour in CATEGORIES}
+    assert len(graphs) == 400
+    for graph in graphs[:80]:
+        drawn = boxes[graph["image"]]
+        assert sorted(o["object"] for o in graph["objects"]) == sorted(drawn)
+        with Image.open(big_world["train_images"] / graph["image"]) as opened:
+            image = opened.convert("RGB")
+        for obj in graph["objects"]:
+            shade, hue = obj["attribute"][0].removeprefix("with a ").removesuffix(" color").split(" ", 1)
+            assert hue == COLOUR_NAMES[obj["object"]] and not set(obj["neg_object"]) & set(drawn)
+            target = shade_colour(colours[obj["object"]], shade)
+            # Some box of the class shows its shade: a pixel within JPEG tolerance of the drawn colour.
+            assert any(_shows(image, box, target) for box in drawn[obj["object"]]), (graph["image"], obj["object"])
+            for relation in obj["parsed_relation"]:
+                other = graph["objects"][relation["object_b"]]["object"]
+                expected = {spatial_relation(a, b) for a in drawn[obj["object"]] for b in drawn[other]}
+                assert relation["rel"] in expected and relation["rel"] not in obj["neg_relation"][0]
+
+
+def _shows(image: Image.Image, box: list[float], colour: tuple[int, int, int]) -> bool:
+    x, y, w, h = box
+    for px in range(int(x) + 1, int(x + w)):
+        for py in range(int(y) + 1, int(y + h)):
+            if sum(abs(a - b) for a, b in zip(image.getpixel((px, py)), colour)) < 60:
+                return True
+    return False
+
+
+def test_pope_random_questions_follow_the_annotations(big_world: dict[str, Path]) -> None:
+    data = json.loads(big_world["val_annotations"].read_text())
+    names = {c["id"]: c["name"] for c in data["categories"]}
+    files = {i["id"]: i["file_name"] for i in data["images"]}
+    present = {(files[a["image_id"]], names[a["category_id"]]) for a in data["annotations"]}
+    rows = [json.loads(line) for line in big_world["val_pope_random"].read_text().splitlines()]
+    labels = Counter(row["label"] for row in rows)
+    assert labels["yes"] == labels["no"] > 0
+    for row in rows:
+        name = row["text"].removeprefix("Is there ").removesuffix(" in the image?").split(" ", 1)[1]
+        assert ((row["image"], name) in present) == (row["label"] == "yes")

@@ -1,10 +1,19 @@
-"""``veritune demo``: the embedded default main job, end to end on a CPU, offline.
+"""``veritune demo``: the miniature ORIC and FINER experiments, end to end on a CPU, offline.
 
-1. a tiny random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP for negative mining;
-2. a synthetic COCO-format image world (``veritune build synthetic-world``);
-3. ORIC training and benchmark files from it (``veritune build oric`` / ``oric-bench``);
-4. GRPO on ``recipes/tiny_oric_demo.yaml`` through ``finetune/grpo.py`` (accelerate, one CPU process);
-5. ORIC-Bench on the base and the trained model (``veritune eval run``).
+1. a synthetic world with scene priors (``veritune build synthetic-world``): COCO ``instances.json``,
+   FINER-layout scene graphs and a POPE-random-style question file per split;
+2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
+   train split so that ORIC's CLIP-guided negatives mean something;
+3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
+   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
+4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage check;
+5. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_demo.yaml``), with the eval hook's
+   step-0 baseline;
+6. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
+   (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
+7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
+   trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
+   FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
 
 Every step is skipped when its output already exists, so an interrupted demo resumes.
 """
@@ -12,17 +21,32 @@ Every step is skipped when its output already exists, so an interrupted demo res
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from veritune.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RECIPE = "recipes/tiny_oric_demo.yaml"
+RECIPE = "recipes/tiny_oric_miniature.yaml"
+SFT_RECIPE = "recipes/tiny_sft_warmstart.yaml"
+DPO_RECIPE = "recipes/tiny_finer_demo.yaml"
 ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
+CACHE = Path(os.environ.get("VERITUNE_CACHE", Path.home() / ".cache" / "veritune"))
+# The before/after table: (benchmark, metric) in the units the scorers report.
+POPE_QUESTIONS, FINER_QUESTIONS, DPO_STEPS = 240, 240, 16  # hook limits (FINER: 120 q+/q- pairs) and DPO steps
+TABLE = [
+    ("oric_bench_r1", "macro/f1"),
+    ("oric_bench_r1", "yes_proportion"),
+    ("pope", "accuracy"),
+    ("finer", "paired_accuracy"),
+]
 
 
 def _step(message: str) -> None:
@@ -43,9 +67,27 @@ def _veritune(*args: str) -> None:
     _run([sys.executable, "-m", "veritune.cli", *args])
 
 
-def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
-    """Run the whole demo under ``out`` (the recipe expects ``outputs/demo``) and return where things went."""
-    from veritune.tiny_clip import build_tiny_clip
+def _launch(script: str, recipe: str, overrides: list[str]) -> None:
+    launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
+    if (REPO_ROOT / ACCELERATE_CONFIG).is_file():
+        launcher += ["--config_file", ACCELERATE_CONFIG]
+    else:
+        launcher += ["--num_processes", "1", "--cpu", "--mixed_precision", "no"]
+    _run([*launcher, script, recipe, *overrides])
+
+
+def warmstart_key(*files: Path) -> str:
+    """A short hash of the files that determine the warm-started base model."""
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True) -> dict[str, Path]:
+    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and training)."""
+    from veritune.tiny_clip import build_tiny_clip, train_tiny_clip
     from veritune.tiny_models import build_tiny_model
 
     out = out if out.is_absolute() else REPO_ROOT / out
@@ -53,101 +95,186 @@ def run_demo(out: Path, steps: int | None = None) -> dict[str, Path]:
         "model": out / "tiny-qwen3vl",
         "clip": out / "tiny-clip",
         "world": out / "world",
+        "base": out / "base",
         "oric_train": out / "oric" / "oric_train.json",
         "oric_bench": out / "oric-bench" / "oric_bench.json",
         "run": out / "grpo",
-        "eval": out / "eval",
+        "finer": out / "finer",
+        "finer_bench": out / "finer-bench" / "finer_bench.csv",
+        "dpo": out / "dpo",
     }
+    world = paths["world"]
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
 
-    _step("1/5 tiny models (random-initialised, built offline)")
+    def lap(name: str) -> None:
+        nonlocal clock
+        timings[name] = round(time.monotonic() - clock, 1)
+        clock = time.monotonic()
+
+    _step("1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)")
+    if not (world / "val" / "coco_pope_random.json").is_file():
+        _veritune("build", "synthetic-world", "--out", str(world), "--seed", str(seed))
+    lap("world")
+
+    _step("2/7 tiny models: random-initialised Qwen3-VL, tiny CLIP trained on the train split")
     if not (paths["model"] / "model.safetensors").is_file():
-        build_tiny_model("qwen3vl", paths["model"], seed=0)
-    if not (paths["clip"] / "config.json").is_file():
-        build_tiny_clip(paths["clip"], seed=0)
-    print(f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']}")
+        build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0)
+    if not (paths["clip"] / "trained.json").is_file():
+        build_tiny_clip(paths["clip"], seed=seed)
+        stats = train_tiny_clip(
+            paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed
+        )
+        (paths["clip"] / "trained.json").write_text(json.dumps(stats) + "\n")
+    print(
+        f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
+    )
+    lap("tiny models")
 
-    _step("2/5 synthetic COCO-format image world")
-    if not (paths["world"] / "val" / "instances.json").is_file():
-        _veritune("build", "synthetic-world", "--out", str(paths["world"]))
+    _step("3/7 base model: supervised warm-start on conventional data (captions, POPE-random-style questions)")
+    key = warmstart_key(REPO_ROOT / SFT_RECIPE, REPO_ROOT / "finetune" / "sft.py", world / "train" / "instances.json",
+                        paths["model"] / "model.safetensors")  # fmt: skip
+    cached = CACHE / "warmstart" / key
+    if not (paths["base"] / "model.safetensors").is_file():
+        if use_cache and (cached / "model.safetensors").is_file():
+            print(f"reusing the cached warm-start {cached}")
+        else:
+            _launch("finetune/sft.py", SFT_RECIPE, [
+                "--model_name_or_path", str(paths["model"]), "--dataset_path", str(world / "train" / "instances.json"),
+                "--image_root", str(world / "train" / "images"), "--output_dir", str(out / "sft"), "--seed", str(seed),
+            ])  # fmt: skip
+            if use_cache:
+                shutil.copytree(out / "sft", cached.with_suffix(".tmp"), dirs_exist_ok=True)
+                cached.with_suffix(".tmp").replace(cached)
+        shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
+    lap("warm-start")
 
-    _step("3/5 ORIC training and benchmark files (co-occurrence judge, CLIP-guided negatives)")
+    _step(
+        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives"
+    )
+    common = ["--context-judge", "cooccurrence", "--context-judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
+              "--clip-cache", str(out / "cache" / "clip"), "--yes-per-image", "1", "--no-per-image", "1", "--seed", str(seed)]  # fmt: skip
     if not paths["oric_train"].is_file():
-        _veritune(
-            "build", "oric",
-            "--annotations", str(paths["world"] / "train" / "instances.json"),
-            "--image-root", str(paths["world"] / "train" / "images"),
-            "--out", str(paths["oric_train"]),
-            "--num-yes", "32", "--num-no", "32", "--yes-per-image", "1", "--no-per-image", "1",
-            "--judge", "cooccurrence", "--judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
-            "--clip-cache", str(out / "cache" / "clip"), "--review-html", str(out / "oric" / "review.html"),
-        )  # fmt: skip
+        _veritune("build", "oric", "--annotations", str(world / "train" / "instances.json"), "--image-root",
+                  str(world / "train" / "images"), "--out", str(paths["oric_train"]), "--num-yes", "64", "--num-no", "64",
+                  "--review-html", str(out / "oric" / "review.html"), *common)  # fmt: skip
     if not paths["oric_bench"].is_file():
-        _veritune(
-            "build", "oric-bench",
-            "--annotations", str(paths["world"] / "val" / "instances.json"),
-            "--image-root", str(paths["world"] / "val" / "images"),
-            "--out", str(paths["oric_bench"]),
-            "--num-yes", "24", "--num-no", "24", "--yes-per-image", "1", "--no-per-image", "1",
-            "--judge", "cooccurrence", "--judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
-            "--clip-cache", str(out / "cache" / "clip"),
-        )  # fmt: skip
+        _veritune("build", "oric-bench", "--annotations", str(world / "val" / "instances.json"), "--image-root",
+                  str(world / "val" / "images"), "--out", str(paths["oric_bench"]), "--num-yes", "30", "--num-no", "30", *common)  # fmt: skip
     _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
+    lap("ORIC build")
 
-    _step("4/5 GRPO Visual-RFT on the tiny model")
+    _step("5/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     overrides = [
-        "--model_name_or_path", str(paths["model"]),
+        "--model_name_or_path", str(paths["base"]),
         "--dataset_path", str(paths["oric_train"]),
-        "--image_root", str(paths["world"] / "train" / "images"),
+        "--image_root", str(world / "train" / "images"),
         "--output_dir", str(paths["run"]),
         "--resume_from_checkpoint", "auto",
-        # the eval hook: ORIC-Bench (R1 prompt) on a few questions after every checkpoint save
-        "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1", "--eval_limit", "12",
-        "--eval_data", f"oric_bench_r1={paths['oric_bench']}", "--eval_image_root", str(paths["world"] / "val" / "images"),
+        "--seed", str(seed),
+        # the eval hook: the base model before the first step (step 0) and every save, on the same items
+        "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", "oric_bench_r1", f"pope:{POPE_QUESTIONS}",
+        "--eval_data", f"oric_bench_r1={paths['oric_bench']}", f"pope={world / 'val' / 'coco_pope_random.json'}",
+        "--eval_image_root", str(world / "val" / "images"),
     ]  # fmt: skip
     if steps is not None:
-        overrides += ["--max_steps", str(steps)]
-    launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
-    if (REPO_ROOT / ACCELERATE_CONFIG).is_file():
-        launcher += ["--config_file", ACCELERATE_CONFIG]
-    else:
-        launcher += ["--num_processes", "1", "--cpu", "--mixed_precision", "no"]
-    _run([*launcher, "finetune/grpo.py", RECIPE, *overrides])
+        overrides += ["--max_steps", str(steps), "--save_steps", str(steps)]
+    if not (paths["run"] / "trainer_state.json").is_file():
+        _launch("finetune/grpo.py", RECIPE, overrides)
+    lap("GRPO")
 
-    _step("5/5 ORIC-Bench before and after training")
-    for name, model in (("base", paths["model"]), ("trained", paths["run"])):
-        _veritune(
-            "eval", "run", "--model", str(model), "--benchmarks", "oric_bench_r1",
-            "--data", f"oric_bench_r1={paths['oric_bench']}", "--image-root", str(paths["world"] / "val" / "images"),
-            "--out", str(paths["eval"] / name),
-            "--force",  # a rerun after further training replaces the earlier model's answers (a same-model rerun resumes)
-        )  # fmt: skip
+    _step("6/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
+    if not (paths["finer"] / "train.jsonl").is_file():
+        _veritune("build", "finer", "--scene-graphs", str(world / "train" / "scene_graphs.json"), "--image-root",
+                  str(world / "train" / "images"), "--out", str(paths["finer"]), "--seed", str(seed))  # fmt: skip
+    if not paths["finer_bench"].is_file():
+        _veritune("build", "finer-bench", "--scene-graphs", str(world / "val" / "scene_graphs.json"), "--image-root",
+                  str(world / "val" / "images"), "--out", str(paths["finer_bench"]), "--seed", str(seed))  # fmt: skip
+    if not (paths["dpo"] / "trainer_state.json").is_file():
+        _launch("finetune/dpo.py", DPO_RECIPE, [
+            "--model_name_or_path", str(paths["base"]), "--dataset_path", str(paths["finer"]),
+            "--image_root", str(world / "train" / "images"), "--output_dir", str(paths["dpo"]), "--seed", str(seed),
+            "--report_to", "none", "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", f"finer:{FINER_QUESTIONS}",
+            "--eval_data", f"finer={paths['finer_bench']}", "--eval_image_root", str(world / "val" / "images"),
+            "--max_steps", str(DPO_STEPS), "--save_steps", str(DPO_STEPS),
+        ])  # fmt: skip
+    lap("FINER build + DPO")
+
+    _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     _veritune("report", str(paths["run"]))
-    _summarise(paths)
+    _veritune("report", str(paths["dpo"]))
+    lap("report")
+    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
+    _summarise(paths, rows, timings, out)
     return paths
 
 
-def _summarise(paths: dict[str, Path]) -> None:
+def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
+    """The before/after rows from the eval hooks of the GRPO run (ORIC-Bench, POPE) and the DPO run (FINER):
+    step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
+    (questions resampled), on exactly the items the hooks evaluated."""
+    from eval_hooks.bootstrap import metric_difference_interval
+    from eval_hooks.evaluate import prepare_benchmark
+    from eval_hooks.report import collect_eval
+    from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+
+    rows = []
+    for benchmark, metric in TABLE:
+        trained_by = "dpo" if benchmark == "finer" else "grpo"
+        run_dir = runs[trained_by]
+        by_step = collect_eval(run_dir).get(benchmark, {})
+        if 0 not in by_step or len(by_step) < 2:
+            raise UserError(
+                f"{run_dir}: no step-0 and final {benchmark} results from the eval hook (see the training log)"
+            )
+        last = max(by_step)
+        data = by_step[last]["data"]
+        prepared = prepare_benchmark(
+            benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
+        )
+        base, after = (
+            read_predictions(run_dir / "eval" / f"checkpoint-{step}" / benchmark / PREDICTIONS_FILE)
+            for step in (0, last)
+        )
+        row = metric_difference_interval(benchmark, prepared.items, base, after, metric, seed=seed)
+        scale = 100.0 if benchmark == "pope" else 1.0  # POPE's scorer reports fractions, the others percent
+        for key in ("base", "trained", "difference", "low", "high"):
+            row[key] *= scale
+        rows.append({"benchmark": benchmark, "trained_by": trained_by, "step": last, **row})
+    return rows
+
+
+def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict[str, float], out: Path) -> None:
+    from eval_hooks.bootstrap import format_table
+    from veritune.io import atomic_write_json, atomic_write_text
+
     state = json.loads((paths["run"] / "trainer_state.json").read_text())
     rewards = [row["reward"] for row in state["log_history"] if "reward" in row]
+    stds = [row["reward_std"] for row in state["log_history"] if "reward_std" in row]
+    table = format_table(rows)
+    atomic_write_json(out / "results.json", {"rows": rows, "timings_s": timings})
+    atomic_write_text(out / "results.txt", table + "\n")
     print("\n==> done")
-    print(f"checkpoint:        {paths['run']}")
-    print(f"training log:      {paths['run'] / 'trainer_state.json'}  (W&B offline run under {paths['run'] / 'wandb'})")
+    print(f"stage times (s):   {json.dumps(timings)}")
     if rewards:
         head, tail = rewards[: max(1, len(rewards) // 4)], rewards[-max(1, len(rewards) // 4) :]
-        print(f"reward (acc+fmt):  {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last")
-    for name in ("base", "trained"):
-        metrics_file = paths["eval"] / name / "oric_bench_r1" / "metrics.json"
-        if metrics_file.is_file():
-            metrics = json.loads(metrics_file.read_text())["metrics"]
-            shown = ", ".join(f"{k}={metrics[k]:.1f}" for k in ("macro/f1", "yes/f1", "no/f1", "yes_proportion"))
-            print(f"ORIC-Bench {name:8s} {shown}  ({metrics_file})")
-    print(f"eval hook results: {paths['run'] / 'eval'} (one folder per checkpoint)")
-    print(f"report:            {paths['run'] / 'report.html'} (open it in a browser; works offline)")
+        print(f"GRPO reward:       {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last "
+              f"(mean reward std within groups {sum(stds) / max(len(stds), 1):.2f})")  # fmt: skip
+    print(
+        f"reports:           {paths['run'] / 'report.html'}, {paths['dpo'] / 'report.html'} (step-0 baseline and every checkpoint)"
+    )
+    print(f"results:           {out / 'results.json'}\n")
+    print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
+    print(table)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo``."""
-    parser = subparsers.add_parser("demo", help="the embedded default: tiny model + generated data -> GRPO -> eval")
+    parser = subparsers.add_parser(
+        "demo", help="the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"
+    )
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="where everything is written")
-    parser.add_argument("--steps", type=int, default=None, help="override the recipe's max_steps")
-    parser.set_defaults(handler=lambda args: run_demo(args.out, args.steps) and 0)
+    parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")
+    parser.add_argument("--no-cache", action="store_true", help="train the warm-start even when a cached one exists")
+    parser.set_defaults(handler=lambda args: run_demo(args.out, args.steps, args.seed, not args.no_cache) and 0)

@@ -49,3 +49,77 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0) -> Path:
     image_processor = CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
     CLIPProcessor(image_processor=image_processor, tokenizer=tokenizer).save_pretrained(out_dir)
     return out_dir
+
+
+def train_tiny_clip(
+    clip_dir: str | Path, annotations: str | Path, image_root: str | Path, *, steps: int = 300, seed: int = 0
+) -> dict[str, float]:
+    """Train the tiny CLIP at ``clip_dir`` in place on a COCO-format split, so that its similarities mean
+    something for ORIC's CLIP-guided negatives (Alg. 2).
+
+    Each image is paired with the text ``an image contains {name}`` of every class (the builder's template)
+    and a sigmoid loss (SigLIP-style: a learnt scale and bias on the cosine similarity) pushes pairs of
+    present classes up and absent ones down. The image tower thus learns the scene and its objects, and the
+    score of an absent class ends up high when the class fits the scene, as a real CLIP's does.
+
+    Returns the first and last loss and the share of (image, class) pairs classified right at the end.
+    """
+    import random
+
+    import torch
+    from PIL import Image
+    from transformers import CLIPModel, CLIPProcessor
+
+    from data_builders.oric.clip_negatives import TEXT_TEMPLATE, _features
+    from veritune.errors import UserError
+    from veritune.io import read_json
+
+    data = read_json(annotations, what="annotation file")
+    try:
+        names = [c["name"] for c in data["categories"]]
+        index = {c["id"]: i for i, c in enumerate(data["categories"])}
+        rows = {image["id"]: i for i, image in enumerate(data["images"])}
+        targets = torch.zeros(len(rows), len(names))
+        for ann in data["annotations"]:
+            targets[rows[ann["image_id"]], index[ann["category_id"]]] = 1.0
+        files = [Path(image_root) / image["file_name"] for image in data["images"]]
+    except (KeyError, TypeError) as err:
+        raise UserError(
+            f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}"
+        ) from None
+    torch.manual_seed(seed)
+    rng = random.Random(seed)
+    model = CLIPModel.from_pretrained(clip_dir)
+    processor = CLIPProcessor.from_pretrained(clip_dir)
+    images = []
+    for path in files:
+        try:
+            with Image.open(path) as opened:
+                images.append(opened.convert("RGB"))
+        except OSError as err:
+            raise UserError(f"{path}: cannot read this image of {annotations} ({err})") from None
+    pixels = processor(images=images, return_tensors="pt")["pixel_values"]
+    text = processor(text=[TEXT_TEMPLATE.format(name=n) for n in names], return_tensors="pt", padding=True)
+    scale, bias = torch.nn.Parameter(torch.tensor(10.0)), torch.nn.Parameter(torch.tensor(-5.0))
+    optimizer = torch.optim.AdamW([*model.parameters(), scale, bias], lr=3e-3)
+    model.train()
+    losses = []
+    for _ in range(steps):
+        batch = rng.sample(range(len(images)), min(64, len(images)))
+        image_features = torch.nn.functional.normalize(
+            _features(model.get_image_features(pixel_values=pixels[batch])), dim=-1
+        )
+        text_features = torch.nn.functional.normalize(_features(model.get_text_features(**text)), dim=-1)
+        logits = scale * image_features @ text_features.T + bias
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, targets[batch])
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    model.eval()
+    with torch.no_grad():
+        image_features = torch.nn.functional.normalize(_features(model.get_image_features(pixel_values=pixels)), dim=-1)
+        text_features = torch.nn.functional.normalize(_features(model.get_text_features(**text)), dim=-1)
+        accuracy = ((scale * image_features @ text_features.T + bias > 0).float() == targets).float().mean().item()
+    model.save_pretrained(clip_dir)
+    return {"first_loss": losses[0], "last_loss": losses[-1], "pair_accuracy": accuracy}

@@ -1,0 +1,166 @@
+"""Supervised warm-start: the "conventionally trained" base model of the miniature ORIC / FINER experiments.
+
+    accelerate launch --config_file recipes/accelerate/single.yaml finetune/sft.py recipes/tiny_sft_warmstart.yaml
+
+The data are what a VLM is conventionally trained on, made from a COCO-format ``instances.json`` of the
+train split (``veritune build synthetic-world``): per image one caption listing the annotated classes and
+POPE-random-style yes/no questions, positives sampled from the present classes and negatives drawn
+uniformly from the absent ones, each answered once plainly and once in the R1 tags of ORIC Fig. 11.
+Nothing in the labels is flipped or rule-based: every answer is true of its image. The contextual bias
+comes from the statistics of such data, as in COCO: present objects are mostly in context and uniformly
+drawn absent classes are mostly out of context, so "is this class typical of the scene?" answers most
+questions right and is learned long before the fine object evidence that the rest need.
+
+Training is TRL's ``SFTTrainer`` on prompt-completion conversations (loss on the completion only).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+from PIL import Image
+from trl import SFTConfig, SFTTrainer
+
+from data_builders.oric.questions import PARAPHRASES, R1_INSTRUCTION, with_article
+from finetune.configs import ScriptArguments, VeritunModelConfig
+from finetune.recipe import parse_recipe
+from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
+from veritune.errors import UserError, exit_on_user_error
+from veritune.io import read_json
+
+logger = logging.getLogger("veritune.sft")
+
+# POPE's question and ORIC's four paraphrases: the wordings a conventional instruction mix holds.
+QUESTION_TEMPLATES = ("Is there {object} in the image?", *PARAPHRASES)
+R1_REASONING = "I look at the objects in the image."
+
+
+@dataclass
+class SFTScriptArguments(ScriptArguments):
+    """Conventional supervised data from a COCO-format annotation file (``dataset_path``)."""
+
+    questions_per_image: int = field(
+        default=2, metadata={"help": "POPE-random-style questions per image and label (yes and no each)."}
+    )
+    captions: bool = field(default=True, metadata={"help": "Add one caption per image listing its classes."})
+    answer_styles: list[str] = field(
+        default_factory=lambda: ["plain", "r1"],
+        metadata={"help": "plain (Yes. / No.) and/or r1 (ORIC Fig. 11's <REASONING>/<SOLUTION> tags)."},
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        unknown = [style for style in self.answer_styles if style not in ("plain", "r1")]
+        if unknown or not self.answer_styles:
+            raise UserError(f"answer_styles: expected a non-empty subset of [plain, r1], got {self.answer_styles}")
+        if self.questions_per_image < 0:
+            raise UserError(f"questions_per_image: must be at least 0, got {self.questions_per_image}")
+
+
+def load_present_classes(annotations: str | Path) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """``([(file_name, present classes in annotation order)], all class names)`` of a COCO instances file."""
+    data = read_json(annotations, what="annotation file")
+    try:
+        names = {c["id"]: c["name"] for c in data["categories"]}
+        present: dict[int, list[str]] = {image["id"]: [] for image in data["images"]}
+        for ann in data["annotations"]:
+            name = names[ann["category_id"]]
+            if name not in present[ann["image_id"]]:
+                present[ann["image_id"]].append(name)
+        files = [(image["file_name"], present[image["id"]]) for image in data["images"]]
+    except (KeyError, TypeError) as err:
+        raise UserError(f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}") from None
+    return files, [c["name"] for c in data["categories"]]
+
+
+def caption(present: list[str]) -> str:
+    """``The image shows a cup, a bowl and an oven.``"""
+    objects = [with_article(name) for name in present]
+    listed = objects[0] if len(objects) == 1 else ", ".join(objects[:-1]) + " and " + objects[-1]
+    return f"The image shows {listed}."
+
+
+def answer(label: str, style: str) -> str:
+    """A yes/no answer, plain or in the R1 tags."""
+    if style == "r1":
+        return f"<REASONING> {R1_REASONING} </REASONING> <SOLUTION> {label} </SOLUTION>"
+    return "Yes." if label == "yes" else "No."
+
+
+def conventional_examples(
+    annotations: str | Path, image_root: str | Path, *, questions_per_image: int, captions: bool, styles: list[str], seed: int
+) -> list[dict[str, Any]]:
+    """Prompt-completion examples (TRL's conversational format, one image each) from the annotation file."""
+    rng = random.Random(seed)
+    files, class_names = load_present_classes(annotations)
+    image_root = Path(image_root)
+    examples: list[dict[str, Any]] = []
+    for file_name, present in files:
+        path = image_root / file_name
+        try:
+            with Image.open(path) as opened:
+                image = opened.convert("RGB")
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path}: cannot read the image of {annotations} ({err})") from None
+        pairs: list[tuple[str, str]] = []
+        if captions and present:
+            pairs.append(("Describe the objects in the image.", caption(present)))
+        absent = [name for name in class_names if name not in present]
+        yes = rng.sample(present, min(questions_per_image, len(present)))
+        no = rng.sample(absent, min(questions_per_image, len(absent)))  # uniform over absent classes (POPE random)
+        for name, label in [*((n, "yes") for n in yes), *((n, "no") for n in no)]:
+            question = rng.choice(QUESTION_TEMPLATES).format(object=with_article(name))
+            for style in styles:
+                prompt = f"{question} {R1_INSTRUCTION}" if style == "r1" else question
+                pairs.append((prompt, answer(label, style)))
+        for prompt, completion in pairs:
+            examples.append(
+                {
+                    "prompt": [{"role": "user", "content": prompt}],
+                    "completion": [{"role": "assistant", "content": completion}],
+                    "images": [image],
+                }
+            )
+    rng.shuffle(examples)
+    return examples
+
+
+def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VeritunModelConfig) -> None:
+    setup_logging(training_args)
+    if not script_args.dataset_path:
+        raise UserError("dataset_path: required (a COCO-format instances.json of the train split)")
+    if not script_args.image_root:
+        raise UserError("image_root: required (the folder holding the annotation file's images)")
+    model, processor, peft_config = get_model_and_processor(model_args)
+    examples = conventional_examples(
+        script_args.dataset_path,
+        script_args.image_root,
+        questions_per_image=script_args.questions_per_image,
+        captions=script_args.captions,
+        styles=script_args.answer_styles,
+        seed=training_args.seed,
+    )
+    if script_args.max_train_samples:
+        examples = examples[: script_args.max_train_samples]
+    summary = f"{len(examples)} conventional examples (captions and POPE-random-style questions) from {script_args.dataset_path}"
+    trainer = SFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=Dataset.from_list(examples),
+        processing_class=processor,
+        peft_config=peft_config,
+        callbacks=get_callbacks(script_args, training_args),
+    )
+    log_run_header(trainer, script_args, model_args, data_summary=summary)
+    train_and_save(trainer, processor, training_args)
+
+
+if __name__ == "__main__":
+    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (SFTScriptArguments, SFTConfig, VeritunModelConfig))
+    exit_on_user_error(main)(*args)

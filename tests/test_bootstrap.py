@@ -1,0 +1,66 @@
+"""The paired bootstrap interval of a metric difference, on cases whose answer is computed by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from eval_hooks.base import EvalItem
+from eval_hooks.bootstrap import format_table, metric_difference_interval, paired_bootstrap, percentile, question_groups
+
+
+def test_percentile_interpolates_like_numpy() -> None:
+    assert percentile([4, 1, 3, 2], 0.5) == 2.5  # halfway between the 2nd and 3rd order statistics
+    assert percentile([1, 2, 3, 4, 5], 0.25) == 2.0
+    assert percentile([7.0], 0.975) == 7.0
+
+
+def test_two_units_give_the_hand_computed_interval() -> None:
+    # Differences 0 and 1: the mean of two draws is 0 (p=1/4), 0.5 (p=1/2) or 1 (p=1/4), so the 2.5% and
+    # 97.5% quantiles of the resampled means are 0 and 1.
+    differences = [0.0, 1.0]
+    low, high = paired_bootstrap(lambda idx: sum(differences[i] for i in idx) / len(idx), 2, resamples=4000, seed=1)
+    assert (low, high) == (0.0, 1.0)
+    # With a 40% interval the quantiles (0.3 and 0.7) both fall inside the p=1/2 mass at 0.5.
+    low, high = paired_bootstrap(lambda idx: sum(differences[i] for i in idx) / len(idx), 2, resamples=4000, confidence=0.4)
+    assert (low, high) == (0.5, 0.5)
+
+
+def _pope_items(labels: list[str]) -> list[EvalItem]:
+    return [EvalItem(id=f"random/{i}", prompt="Is there a cup in the image?", images=[Path("x.jpg")],
+                     meta={"label": label, "subset": "random"}) for i, label in enumerate(labels)]  # fmt: skip
+
+
+def test_a_uniform_gain_has_a_degenerate_interval() -> None:
+    items = _pope_items(["yes", "no", "yes", "no"])
+    truth = {item.id: item.meta["label"] for item in items}
+    wrong = {key: "no" if value == "yes" else "yes" for key, value in truth.items()}
+    row = metric_difference_interval("pope", items, wrong, truth, "accuracy", resamples=200)
+    assert (row["base"], row["trained"], row["difference"], row["low"], row["high"]) == (0.0, 1.0, 1.0, 1.0, 1.0)
+
+
+def test_no_change_gives_zero_and_one_changed_answer_a_hand_computed_point() -> None:
+    items = _pope_items(["yes", "no", "yes", "no"])
+    base = {item.id: "yes" for item in items}
+    trained = dict(base, **{"random/1": "no"})  # one more right answer out of four
+    row = metric_difference_interval("pope", items, base, trained, "accuracy", resamples=500)
+    assert row["difference"] == pytest.approx(0.25) and row["low"] >= 0.0 and row["high"] <= 1.0
+    assert metric_difference_interval("pope", items, base, base, "accuracy", resamples=50)["high"] == 0.0
+
+
+def test_paraphrases_are_resampled_together() -> None:
+    items = [EvalItem(id=f"{q}/p{p}", prompt="", images=[], meta={}) for q in (1, 2) for p in range(4)]
+    assert [[item.id for item in group] for group in question_groups(items)] == [
+        ["1/p0", "1/p1", "1/p2", "1/p3"], ["2/p0", "2/p1", "2/p2", "2/p3"]]  # fmt: skip
+
+
+def test_table_lists_metric_base_trained_difference_interval() -> None:
+    text = format_table([{"benchmark": "oric_bench", "metric": "macro/f1", "base": 40.0, "trained": 55.25, "difference": 15.25,
+                          "low": 8.0, "high": 22.5}])  # fmt: skip
+    assert text.splitlines()[1].split() == ["oric_bench", "macro/f1", "40.0", "55.2", "+15.2", "[+8.0,", "+22.5]"]
+
+
+def test_finer_pairs_are_resampled_together() -> None:
+    items = [EvalItem(id=f"f/{i}", prompt="", images=[], meta={"pair": f"f/{i // 2}"}) for i in range(4)]
+    assert [[item.id for item in group] for group in question_groups(items)] == [["f/0", "f/1"], ["f/2", "f/3"]]

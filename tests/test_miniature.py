@@ -1,0 +1,160 @@
+"""The miniature ORIC / FINER experiment's pieces: conventional warm-start data, the SFT entry point, the
+trained tiny CLIP, the eval hook's step-0 baseline and the report's before/after section."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from helpers import run_entry
+
+from data_builders.synthetic_world import build_synthetic_world
+from finetune.sft import caption, conventional_examples
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return build_synthetic_world(tmp_path_factory.mktemp("world"), num_train_images=24, num_val_images=12, seed=5)
+
+
+def _present(annotations: Path) -> dict[str, set[str]]:
+    data = json.loads(annotations.read_text())
+    names = {c["id"]: c["name"] for c in data["categories"]}
+    files = {i["id"]: i["file_name"] for i in data["images"]}
+    present: dict[str, set[str]] = {name: set() for name in files.values()}
+    for a in data["annotations"]:
+        present[files[a["image_id"]]].add(names[a["category_id"]])
+    return present
+
+
+QUESTION = re.compile(r"(?:there|contain|noticed|see) an? (.+?)(?: in the image)?\?")
+
+
+def _asked(prompt: str) -> str:
+    match = QUESTION.search(prompt)
+    assert match, prompt
+    return match.group(1)
+
+
+def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> None:
+    """Answers are never flipped: captions list exactly an image's classes, yes questions ask about one of
+    them and no questions about another class; both answer styles, one image per example."""
+    examples = conventional_examples(world["train_annotations"], world["train_images"], questions_per_image=2, captions=True,
+                                     styles=["plain", "r1"], seed=0)  # fmt: skip
+    groups: dict[int, list[dict]] = {}
+    for example in examples:  # the examples of one image share its (decoded once) image object
+        assert len(example["images"]) == 1
+        groups.setdefault(id(example["images"][0]), []).append(example)
+    assert len(groups) == 24
+    captions = []
+    for group in groups.values():
+        (described,) = [
+            e["completion"][0]["content"] for e in group if e["prompt"][0]["content"].startswith("Describe")
+        ]
+        shown = set(re.findall(r"an? ([a-z ]+?)(?:,| and |\.)", described.removeprefix("The image shows ")))
+        captions.append(frozenset(shown))
+        styles = {"plain": 0, "r1": 0}
+        for example in group:
+            prompt, completion = example["prompt"][0]["content"], example["completion"][0]["content"]
+            if prompt.startswith("Describe"):
+                continue
+            style = "r1" if "<SOLUTION>" in completion else "plain"
+            styles[style] += 1
+            label = "yes" if completion in ("Yes.",) or "<SOLUTION> yes" in completion else "no"
+            assert (_asked(prompt) in shown) == (label == "yes"), (prompt, completion, shown)
+        assert styles == {"plain": 4, "r1": 4}
+    assert sorted(captions, key=sorted) == sorted(
+        (frozenset(p) for p in _present(world["train_annotations"]).values()), key=sorted
+    )
+    assert caption(["cup", "apple", "oven"]) == "The image shows a cup, an apple and an oven."
+
+
+def test_no_questions_are_drawn_uniformly_from_absent_classes(world: dict[str, Path]) -> None:
+    """POPE-random-style negatives: over many draws every absent class is asked about, in-context or not."""
+    examples = conventional_examples(world["train_annotations"], world["train_images"], questions_per_image=2, captions=False,
+                                     styles=["plain"], seed=1)  # fmt: skip
+    asked_no = {_asked(e["prompt"][0]["content"]) for e in examples if e["completion"][0]["content"] == "No."}
+    assert len(asked_no) >= 8  # most of the 12 classes appear as negatives somewhere
+
+
+def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    result = run_entry(
+        "sft.py", "recipes/tiny_sft_warmstart.yaml", "--model_name_or_path", tiny_qwen3vl,
+        "--dataset_path", world["train_annotations"], "--image_root", world["train_images"],
+        "--output_dir", tmp_path / "sft", "--max_steps", "2", "--per_device_train_batch_size", "4",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "sft" / "model.safetensors").is_file()
+    state = json.loads((tmp_path / "sft" / "trainer_state.json").read_text())
+    assert state["global_step"] == 2
+
+
+def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "instances.json"
+    bad.write_text(json.dumps({"images": []}))
+    result = run_entry("sft.py", "recipes/tiny_sft_warmstart.yaml", "--model_name_or_path", tiny_qwen3vl,
+                       "--dataset_path", bad, "--image_root", tmp_path, "--output_dir", tmp_path / "out")  # fmt: skip
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {bad}: expected a COCO instances file" in result.stderr
+
+
+def test_tiny_clip_learns_the_train_split(world: dict[str, Path], tmp_path: Path) -> None:
+    from veritune.tiny_clip import build_tiny_clip, train_tiny_clip
+
+    build_tiny_clip(tmp_path / "clip", seed=0)
+    stats = train_tiny_clip(tmp_path / "clip", world["train_annotations"], world["train_images"], steps=30)
+    assert stats["last_loss"] < stats["first_loss"] and stats["pair_accuracy"] > 0.7
+
+
+def test_step0_baseline_and_before_after_report(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """``eval_at_start``: the hook evaluates before the first step (checkpoint-0) on the same items as later
+    checkpoints, and ``veritune report`` shows the before/after table and thumbnails."""
+    from veritune.cli import main
+
+    val = world["val_annotations"].parent
+    result = run_entry(
+        "grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", tiny_qwen3vl,
+        "--dataset_path", _oric_file(world, tmp_path), "--image_root", world["train_images"], "--output_dir", tmp_path / "run",
+        "--max_steps", "1", "--save_steps", "1", "--report_to", "none", "--max_completion_length", "8",
+        "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", "pope", "--eval_limit", "6",
+        "--eval_data", f"pope={world['val_pope_random']}", "--eval_image_root", val / "images",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    first, last = (
+        json.loads((tmp_path / "run" / "eval" / f"checkpoint-{s}" / "pope" / "metrics.json").read_text())
+        for s in (0, 1)
+    )
+    assert first["counts"]["items"] == last["counts"]["items"] == 6
+    assert main(["report", str(tmp_path / "run")]) == 0
+    page = (tmp_path / "run" / "report.html").read_text()
+    assert "Before / after: step 0 against step 1" in page and "95% interval" in page
+    assert page.count("data:image/png;base64,") >= 6
+
+
+def _oric_file(world: dict[str, Path], tmp_path: Path) -> Path:
+    """A few ORIC-format training questions about the train images (true labels from the annotations)."""
+    present = _present(world["train_annotations"])
+    items = []
+    for number, (file_name, names) in enumerate(sorted(present.items())[:8], start=1):
+        name = sorted(names)[0]
+        items.append({"id": number, "image": file_name, "target_object": name, "problem": f"Is there a {name} in the image?",
+                      "solution": "<SOLUTION>yes</SOLUTION>"})  # fmt: skip
+    path = tmp_path / "oric_train.json"
+    path.write_text(json.dumps(items))
+    return path
+
+
+def test_sft_recipe_loads() -> None:
+    from trl import SFTConfig
+
+    from finetune.configs import VeritunModelConfig
+    from finetune.recipe import parse_recipe
+    from finetune.sft import SFTScriptArguments
+
+    script_args, training_args, model_args = parse_recipe(
+        ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VeritunModelConfig)
+    )
+    assert script_args.answer_styles == ["plain", "r1"] and training_args.completion_only_loss is True
+    assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 150
