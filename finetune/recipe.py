@@ -186,24 +186,22 @@ def _check_benchmarks(names: list[str]) -> None:
 
 
 def check_benchmark_names(names: str | list[str], source: str) -> None:
-    """Every benchmark name is registered (or a dotted path to a Benchmark); ``name:N`` limits are allowed.
+    """Every benchmark name is registered, a preset (``general``) or a dotted path to a Benchmark that
+    imports; ``name:N`` limits are allowed. The CLI's own list parser does the checking.
 
     Raises:
-        UserError: ``"<source>: unknown benchmark 'x' (did you mean 'y'?)"``.
+        UserError: ``"<source>: unknown benchmark 'x' (did you mean 'y'? ...)"``.
     """
     from eval_hooks.evaluate import parse_benchmark_names
-    from eval_hooks.registry import BENCHMARKS, get_benchmark
+    from eval_hooks.registry import get_benchmark
 
-    for name in parse_benchmark_names(names):
-        spec = name.split(":", 1)[0]  # `name:N` limits a hook benchmark to its first N questions
-        if "." not in spec and spec not in BENCHMARKS:
-            suggestion = closest_key(spec, set(BENCHMARKS))
-            hint = f" (did you mean '{suggestion}'?)" if suggestion else f"; known: {', '.join(BENCHMARKS)}"
-            raise UserError(f"{source}: unknown benchmark '{spec}'{hint}")
-        try:
-            get_benchmark(spec)
-        except UserError as err:
-            raise UserError(f"{source}: {err}") from None
+    for name in parse_benchmark_names(names, source, allow_limits=True):
+        spec = name.rpartition(":")[0] or name
+        if "." in spec:  # a dotted path: it must import
+            try:
+                get_benchmark(spec)
+            except UserError as err:
+                raise UserError(f"{source}: {err}") from None
 
 
 def _raise_usage_error(source: str) -> Any:

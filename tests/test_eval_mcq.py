@@ -15,6 +15,7 @@ from PIL import Image
 
 from eval_hooks.evaluate import rescore, score_benchmark
 from eval_hooks.registry import get_benchmark
+from eval_hooks.runner import read_predictions
 from rewards.graders import extract_count, extract_option, extract_yes_no
 from veritune.cli import main
 from veritune.errors import UserError
@@ -312,7 +313,7 @@ def test_eval_run_on_the_new_benchmarks_matches_eval_score(tiny_qwen3vl: Path, t
     for name, data in sources.items():
         ran = json.loads((out / name / "metrics.json").read_text())
         predictions = out / name / "predictions.jsonl"
-        assert len(predictions.read_text().splitlines()) == ran["counts"]["predicted"] > 0
+        assert len(read_predictions(predictions)) == ran["counts"]["predicted"] > 0
         assert ran["counts"]["missing_images"] == 0
         assert rescore(name, data, predictions, limit=4)["metrics"] == ran["metrics"], name
 

@@ -226,7 +226,7 @@ def test_table_9_launch_lines_give_4_processes() -> None:
         lines = [
             line
             for line in (REPO_ROOT / source).read_text().splitlines()
-            if "accelerate launch" in line and "grpo.py" in line
+            if ("accelerate launch" in line or "veritune launch" in line) and "grpo.py" in line
         ]
         assert lines, source
         assert all("--num_processes 4" in line for line in lines), (source, lines)

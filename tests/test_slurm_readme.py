@@ -30,7 +30,7 @@ def readme_sbatch_lines() -> list[list[str]]:
     assert lines, "the README shows no sbatch line"
     commands = []
     for line in lines:
-        words = shlex.split(line)[1:]
+        words = shlex.split(line, comments=True)[1:]
         kept = []
         skip = False
         for word in words:

@@ -13,6 +13,7 @@ import argparse
 import importlib
 import sys
 from dataclasses import dataclass
+from typing import NoReturn
 
 from veritune import __version__
 from veritune.errors import exit_on_user_error
@@ -29,7 +30,7 @@ class Command:
 
 
 COMMANDS: list[Command] = [
-    Command(None, "demo", "veritune.demo:register", "the embedded default: tiny model + generated data -> GRPO -> eval"),
+    Command(None, "demo", "veritune.demo:register", "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"),
     Command(None, "tiny-model", "veritune.commands:register_tiny_model", "build a tiny random-initialised VLM checkpoint offline"),
     Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
     Command(None, "launch", "veritune.launch:register", "`accelerate launch` that exits with the worker's status, without the launcher's traceback"),
@@ -98,10 +99,19 @@ def _wire(target: str, subparsers: argparse._SubParsersAction) -> None:
     getattr(importlib.import_module(module_name), function)(subparsers)
 
 
+class OneLineErrorParser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one ``error:`` line (naming the command and pointing to its
+    ``--help``) and exit 2, like every other user error, instead of argparse's page of usage."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+        sys.exit(2)
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     """The ``veritune`` parser. With ``argv``, only the module of the command it names is imported (the other
     commands get a help-only placeholder); without, every command is wired (used by tests and docs)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="veritune", description="veritune: build data, fine-tune, evaluate and report on vision-language models"
     )
     parser.add_argument("--version", action="version", version=f"veritune {__version__}")
