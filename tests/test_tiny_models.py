@@ -76,3 +76,17 @@ def test_tiny_model_is_deterministic(tmp_path: Path) -> None:
 def test_unknown_family() -> None:
     with pytest.raises(UserError, match="unknown tiny model family 'gpt'"):
         build_tiny_model("gpt", "unused")
+
+
+def test_demo_size_is_wider_and_sizes_are_checked(tmp_path: Path) -> None:
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(
+        build_tiny_model("qwen3vl", tmp_path / "demo", format_warmup_steps=0, size="demo")
+    )
+    assert (config.text_config.hidden_size, config.vision_config.hidden_size) == (128, 64)
+    assert config.vision_config.out_hidden_size == config.text_config.hidden_size
+    with pytest.raises(UserError, match="unknown tiny model size 'huge'"):
+        build_tiny_model("qwen3vl", tmp_path / "x", size="huge")
+    with pytest.raises(UserError, match="unknown tiny model size 'demo'"):
+        build_tiny_model("qwen25vl", tmp_path / "y", size="demo")

@@ -91,8 +91,21 @@ on top of next to under behind in front of holding wearing sitting standing a an
 """
 
 
+# Named model sizes. "test" (the default) keeps the test fixtures fast; "demo" is the miniature experiment's
+# model (docs/RESULTS.md, "Diagnosis (second pass)"): wider vision tower and LM, used with larger images.
+SIZES: dict[str, dict[str, int]] = {
+    "test": {"text_hidden": 64, "text_layers": 2, "text_heads": 4, "vision_hidden": 32, "vision_heads": 2},
+    "demo": {"text_hidden": 128, "text_layers": 2, "text_heads": 8, "vision_hidden": 64, "vision_heads": 4},
+}
+
+
 def build_tiny_model(
-    family: str, out_dir: str | Path, seed: int = 0, image_size: int = 64, format_warmup_steps: int = 150
+    family: str,
+    out_dir: str | Path,
+    seed: int = 0,
+    image_size: int = 64,
+    format_warmup_steps: int = 150,
+    size: str = "test",
 ) -> Path:
     """Build a tiny random-initialised VLM checkpoint directory and return its path.
 
@@ -105,6 +118,7 @@ def build_tiny_model(
         format_warmup_steps: next-token steps on R1-style answers (``<REASONING>...</REASONING>
             <SOLUTION>yes|no</SOLUTION>``, yes and no at random) so that GRPO starts with reward variance, as
             an instruction-tuned model would; 0 keeps the weights purely random.
+        size: a key of ``SIZES``: ``"test"`` (the default, smallest) or ``"demo"`` (qwen3vl only).
 
     Example:
         >>> from transformers import AutoModelForImageTextToText  # doctest: +SKIP
@@ -112,13 +126,15 @@ def build_tiny_model(
     """
     if family not in FAMILIES:
         raise UserError(f"unknown tiny model family {family!r}; choose one of: {', '.join(FAMILIES)}")
+    if size not in SIZES or (size != "test" and family != "qwen3vl"):
+        raise UserError(f"unknown tiny model size {size!r} for {family}; choose one of: {', '.join(SIZES)}")
     import torch
     from transformers import AutoModelForImageTextToText
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(family)
-    config = _build_config(family, tokenizer)
+    config = _build_config(family, tokenizer, SIZES[size])
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id]
@@ -219,7 +235,8 @@ def _build_tokenizer(family: str) -> Any:
     return tokenizer
 
 
-def _build_config(family: str, tokenizer: Any) -> Any:
+def _build_config(family: str, tokenizer: Any, dims: dict[str, int] | None = None) -> Any:
+    dims = dims or SIZES["test"]
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in QWEN_SPECIAL_TOKENS}
     vocab_size = len(tokenizer)
     vocab_size += -vocab_size % 64  # round up, as real checkpoints pad their embedding tables
@@ -235,12 +252,12 @@ def _build_config(family: str, tokenizer: Any) -> Any:
         return Qwen3VLConfig(
             text_config={
                 "vocab_size": vocab_size,
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                "num_hidden_layers": 2,
-                "num_attention_heads": 4,
+                "hidden_size": dims["text_hidden"],
+                "intermediate_size": 2 * dims["text_hidden"],
+                "num_hidden_layers": dims["text_layers"],
+                "num_attention_heads": dims["text_heads"],
                 "num_key_value_heads": 2,
-                "head_dim": 16,
+                "head_dim": 16,  # mrope_section [2, 3, 3] covers head_dim / 2 = 8
                 "max_position_embeddings": 4096,
                 "rope_parameters": {
                     "rope_type": "default",
@@ -253,13 +270,13 @@ def _build_config(family: str, tokenizer: Any) -> Any:
             },
             vision_config={
                 "depth": 2,
-                "hidden_size": 32,
-                "intermediate_size": 64,
-                "num_heads": 2,
+                "hidden_size": dims["vision_hidden"],
+                "intermediate_size": 2 * dims["vision_hidden"],
+                "num_heads": dims["vision_heads"],
                 "patch_size": 16,
                 "spatial_merge_size": 2,
                 "temporal_patch_size": 2,
-                "out_hidden_size": 64,
+                "out_hidden_size": dims["text_hidden"],
                 "num_position_embeddings": 64,
                 "deepstack_visual_indexes": [0],
             },
