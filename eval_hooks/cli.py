@@ -20,8 +20,8 @@ from eval_hooks.evaluate import (
 )
 from eval_hooks.registry import BENCHMARKS
 from veritune.cli import command_help
-from veritune.errors import UserError
-from veritune.io import atomic_write_json
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_json
 
 STRICT_HELP = ("score the raw responses exactly as the official script does, with no veritune normalisation before it "
                "(AMBER discriminative: only the exact responses Yes / No count); no judge")
@@ -163,7 +163,8 @@ def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path
     import wandb
 
     from eval_hooks.callback import wandb_payload
-    from eval_hooks.watch import WANDB_RUN_FILE, open_wandb_run
+    from eval_hooks.watch import open_wandb_run
+    from veritune.core.run_layout import WANDB_RUN_FILE
 
     match = re.fullmatch(r"checkpoint-(\d+)", model.name)
     run_dir = model.parent if match else model

@@ -10,7 +10,7 @@ import pytest
 
 from eval_hooks.report import write_report
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 
 def test_report_plots_training_and_eval(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veritune.errors import UserError
-from veritune.io import read_yaml
+from veritune.core.errors import UserError
+from veritune.core.io import read_yaml
 
 
 def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
@@ -43,12 +43,12 @@ def _split(flag: str, text: str) -> list[str]:
 
 def _entry_types(entry: str) -> tuple[type, ...]:
     if entry == "grpo":
-        from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+        from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 
-        return GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
-    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+        return GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 
-    return DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+    return DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 
 
 # Checks that depend on the number of processes; without --gpus-per-node that number is not known here.

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from veritune.errors import UserError, decode_error_message
+from veritune.core.errors import UserError, decode_error_message
 
 
 def _current_umask() -> int:
