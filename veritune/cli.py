@@ -29,7 +29,7 @@ class Command:
 
 
 COMMANDS: list[Command] = [
-    Command(None, "demo", "veritune.demo:register", "the embedded default: tiny model + generated data -> GRPO -> eval"),
+    Command(None, "demo", "veritune.demo:register", "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"),
     Command(None, "tiny-model", "veritune.tiny.cli:register_tiny_model", "build a tiny random-initialised VLM checkpoint offline"),
     Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
     Command(None, "launch", "veritune.launch:register", "`accelerate launch` that exits with the worker's status, without the launcher's traceback"),

@@ -270,9 +270,9 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo``."""
-    parser = subparsers.add_parser(
-        "demo", help="the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"
-    )
+    from veritune.cli import command_help
+
+    parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
     parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="where everything is written")
     parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")

@@ -62,9 +62,11 @@ def launch(argv: list[str]) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune launch`` (all arguments are passed to ``accelerate launch``)."""
+    from veritune.cli import command_help
+
     parser = subparsers.add_parser(
         "launch",
-        help="accelerate launch, exiting with the worker's status and without the launcher's traceback",
+        help=command_help(None, "launch"),
         add_help=False,
         prefix_chars="\0",  # every argument, --help included, belongs to accelerate launch
     )

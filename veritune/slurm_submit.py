@@ -165,7 +165,9 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune slurm submit``."""
-    slurm = subparsers.add_parser("slurm", help="submit veritune jobs to a Slurm cluster")
+    from veritune.cli import command_help
+
+    slurm = subparsers.add_parser("slurm", help=command_help(None, "slurm"))
     commands = slurm.add_subparsers(dest="slurm_command", metavar="COMMAND")
     parser = commands.add_parser("submit", help="chain build -> train -> eval jobs with afterok dependencies")
     parser.add_argument("--entry", choices=["grpo", "dpo"], required=True, help="training entry point (finetune/ENTRY.py)")
