@@ -121,7 +121,7 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from eval_hooks.report import write_report
+    from veritune.report import write_report
 
     print(f"wrote {write_report(args.run_dir, args.out)}")
     return 0

@@ -215,8 +215,8 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
     (questions resampled), on exactly the items the hooks evaluated."""
     from eval_hooks.bootstrap import metric_difference_interval
     from eval_hooks.evaluate import prepare_benchmark
-    from eval_hooks.report import collect_eval
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+    from veritune.report import collect_eval
 
     rows = []
     for benchmark, metric in TABLE:
