@@ -158,17 +158,14 @@ def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path
     """Log ``eval run`` results to W&B: into the training run when ``model`` is a run directory or one of its
     ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run whose files go
     under ``out``. Returns the run id."""
-    import re
-
     import wandb
 
     from eval_hooks.callback import wandb_payload
     from eval_hooks.watch import open_wandb_run
-    from veritune.core.run_layout import WANDB_RUN_FILE
+    from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_step
 
-    match = re.fullmatch(r"checkpoint-(\d+)", model.name)
-    run_dir = model.parent if match else model
-    step = int(match.group(1)) if match else None
+    step = checkpoint_step(model)
+    run_dir = model.parent if step is not None else model
     run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None
     if run is None:
         out.mkdir(parents=True, exist_ok=True)

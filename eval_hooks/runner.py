@@ -34,8 +34,9 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from eval_hooks.base import EvalItem
-from veritune.core.errors import UserError, decode_error_message
+from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
+from veritune.core.io import iter_jsonl
 
 logger = logging.getLogger("veritune.eval")
 
@@ -143,31 +144,20 @@ def read_predictions_file(path: Path) -> tuple[dict[str, Any] | None, dict[str, 
     path = Path(path)
     if not path.is_file():
         return header, predictions
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}, line {number}: " + decode_error_message(err)) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if number == 1 and isinstance(record, dict) and HEADER_KEY in record:
-                header = record[HEADER_KEY]
-                continue
-            if not isinstance(record, dict) or "id" not in record or "prediction" not in record:
-                raise UserError(f"{path}, line {number}: expected {{\"id\": ..., \"prediction\": ...}}")
-            key, text = str(record["id"]), str(record["prediction"])
-            if key in predictions and predictions[key] != text:
-                raise UserError(
-                    f"{path}, line {number}: id {key!r} appears again with a different prediction (first on line "
-                    f"{first_line[key]}); keep one answer per id"
-                )
-            first_line.setdefault(key, number)
-            predictions[key] = text
+    for number, record in iter_jsonl(path, skip_invalid=True):
+        if number == 1 and isinstance(record, dict) and HEADER_KEY in record:
+            header = record[HEADER_KEY]
+            continue
+        if not isinstance(record, dict) or "id" not in record or "prediction" not in record:
+            raise UserError(f"{path}, line {number}: expected {{\"id\": ..., \"prediction\": ...}}")
+        key, text = str(record["id"]), str(record["prediction"])
+        if key in predictions and predictions[key] != text:
+            raise UserError(
+                f"{path}, line {number}: id {key!r} appears again with a different prediction (first on line "
+                f"{first_line[key]}); keep one answer per id"
+            )
+        first_line.setdefault(key, number)
+        predictions[key] = text
     return header, predictions
 
 

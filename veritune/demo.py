@@ -216,6 +216,7 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
     from eval_hooks.bootstrap import metric_difference_interval
     from eval_hooks.evaluate import prepare_benchmark
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+    from veritune.core.run_layout import checkpoint_eval_dir
     from veritune.report import collect_eval
 
     rows = []
@@ -233,7 +234,7 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
             benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
         )
         base, after = (
-            read_predictions(run_dir / "eval" / f"checkpoint-{step}" / benchmark / PREDICTIONS_FILE)
+            read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE)
             for step in (0, last)
         )
         row = metric_difference_interval(benchmark, prepared.items, base, after, metric, seed=seed)
