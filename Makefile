@@ -18,4 +18,4 @@ lint: setup
 	.venv/bin/ruff check .
 
 bench: setup
-	.venv/bin/python benchmarks/run_all.py
+	.venv/bin/python perf/run_all.py

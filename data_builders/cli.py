@@ -109,9 +109,9 @@ def add_llm_arguments(
 
 
 def llm_client_options(args: argparse.Namespace) -> dict:
-    """The :class:`~data_builders.llm_client.ChatClient` keyword options from :func:`add_llm_arguments`' flags,
+    """The :class:`~veritune.core.llm_client.ChatClient` keyword options from :func:`add_llm_arguments`' flags,
     checked (one ``error:`` line naming the flag)."""
-    from veritune.errors import UserError
+    from veritune.core.errors import UserError
 
     for flag, value, least in (("--llm-concurrency", args.llm_concurrency, 1), ("--llm-max-retries", args.llm_max_retries, 0),
                                ("--llm-timeout", args.llm_timeout, 1e-9), ("--llm-temperature", args.llm_temperature, 0.0),

@@ -19,7 +19,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
-from veritune.io import atomic_write_json, atomic_write_text
+from veritune.core.io import atomic_write_json, atomic_write_text
 
 # (name, shape, colour): one distinct shape + colour per class, so that a class is recognisable from its
 # pixels alone even at the tiny model's 64-pixel input. Names follow COCO's, a few starting with a vowel.

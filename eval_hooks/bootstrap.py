@@ -17,7 +17,7 @@ from typing import Any
 
 from eval_hooks.base import EvalItem
 from eval_hooks.registry import get_benchmark
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 _PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")
 DEFAULT_RESAMPLES = 1000

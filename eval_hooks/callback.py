@@ -26,7 +26,6 @@ For long benchmarks, prefer ``veritune eval watch`` as a separate job: training 
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,8 @@ from transformers.trainer_callback import CallbackHandler
 
 from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges, resolve_paths
 from eval_hooks.registry import expand_presets, get_benchmark
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.run_layout import checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
 
@@ -147,15 +147,11 @@ class EvalHookCallback(TrainerCallback):
         self._prepared: dict[str, PreparedBenchmark] = {}
         self._handler: CallbackHandler | None = None
 
-    def on_init_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
-        # Callbacks get no handle on the Trainer; the caller of this hook is the Trainer's CallbackHandler,
-        # through which the eval metrics reach every report_to integration like the Trainer's own logs.
-        frame = sys._getframe(1)
-        while frame is not None and self._handler is None:
-            caller = frame.f_locals.get("self")
-            if isinstance(caller, CallbackHandler):
-                self._handler = caller
-            frame = frame.f_back
+    def bind_handler(self, handler: CallbackHandler) -> None:
+        """Callbacks get no handle on the Trainer: whoever builds the Trainer passes its CallbackHandler here
+        (:func:`finetune.training.bind_callbacks`), through which the eval metrics reach every
+        ``report_to`` integration like the Trainer's own logs. Unbound, they go to the log history and W&B."""
+        self._handler = handler
 
     def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
         self.processor = kwargs.get("processing_class")
@@ -172,7 +168,7 @@ class EvalHookCallback(TrainerCallback):
     def evaluate_baseline(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any) -> None:
         """The step-0 baseline: with ``at_start``, evaluate the untrained model once, before the first step.
         A resumed run (global step above 0) skips it; answers already in ``eval/checkpoint-0`` are reused."""
-        out_dir = Path(args.output_dir) / "eval" / "checkpoint-0"
+        out_dir = checkpoint_eval_dir(args.output_dir, 0)
         if not self.at_start or state.global_step > 0:
             return
         results = self.evaluate_model(model, self.processor, out_dir, 0)
@@ -183,7 +179,7 @@ class EvalHookCallback(TrainerCallback):
         model = kwargs.get("model")
         processor = kwargs.get("processing_class") or self.processor
         step = state.global_step
-        out_dir = Path(args.output_dir) / "eval" / f"checkpoint-{step}"
+        out_dir = checkpoint_eval_dir(args.output_dir, step)
         results = self.evaluate_model(model, processor, out_dir, step) if self.benchmarks else {}
         if self.final_benchmarks and state.max_steps and step >= state.max_steps:  # the final checkpoint
             self._final_done = True
@@ -198,7 +194,7 @@ class EvalHookCallback(TrainerCallback):
         self._final_done = True
         step = state.global_step
         processor = kwargs.get("processing_class") or self.processor
-        out_dir = Path(args.output_dir) / "eval" / f"checkpoint-{step}"
+        out_dir = checkpoint_eval_dir(args.output_dir, step)
         results = self.evaluate_model(kwargs.get("model"), processor, out_dir, step, self.final_benchmarks, self.final_limits)
         if results and state.is_world_process_zero:
             self.log_results(args, state, control, results)
@@ -216,8 +212,8 @@ class EvalHookCallback(TrainerCallback):
         if model is None or processor is None:
             logger.error("eval hook at step %d: the trainer passed no model or processor; skipped", step)
             return {}
-        backend = TransformersBackend(model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=f"{out_dir.parent.parent.name}/checkpoint-{step}",
-                                      model_path=out_dir.parent.parent / f"checkpoint-{step}")  # fmt: skip
+        backend = TransformersBackend(model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=f"{out_dir.parent.parent.name}/{checkpoint_name(step)}",
+                                      model_path=out_dir.parent.parent / checkpoint_name(step))  # fmt: skip
         results: dict[str, dict[str, Any]] = {}
         was_training = model.training
         model.eval()

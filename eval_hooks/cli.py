@@ -20,8 +20,8 @@ from eval_hooks.evaluate import (
 )
 from eval_hooks.registry import BENCHMARKS
 from veritune.cli import command_help
-from veritune.errors import UserError
-from veritune.io import atomic_write_json
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_json
 
 STRICT_HELP = ("score the raw responses exactly as the official script does, with no veritune normalisation before it "
                "(AMBER discriminative: only the exact responses Yes / No count); no judge")
@@ -121,7 +121,7 @@ def register_report(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from eval_hooks.report import write_report
+    from veritune.report import write_report
 
     print(f"wrote {write_report(args.run_dir, args.out)}")
     return 0
@@ -158,16 +158,14 @@ def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path
     """Log ``eval run`` results to W&B: into the training run when ``model`` is a run directory or one of its
     ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run whose files go
     under ``out``. Returns the run id."""
-    import re
-
     import wandb
 
     from eval_hooks.callback import wandb_payload
-    from eval_hooks.watch import WANDB_RUN_FILE, open_wandb_run
+    from eval_hooks.watch import open_wandb_run
+    from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_step
 
-    match = re.fullmatch(r"checkpoint-(\d+)", model.name)
-    run_dir = model.parent if match else model
-    step = int(match.group(1)) if match else None
+    step = checkpoint_step(model)
+    run_dir = model.parent if step is not None else model
     run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None
     if run is None:
         out.mkdir(parents=True, exist_ok=True)

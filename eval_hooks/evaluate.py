@@ -17,8 +17,8 @@ from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
 from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE, Backend, predictions_provenance, read_predictions, run_items
-from veritune.errors import UserError
-from veritune.io import atomic_write_json
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.eval")
 

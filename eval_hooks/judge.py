@@ -1,5 +1,5 @@
 """The optional LLM judge: resolves the answers the rule-based graders cannot, through the shared cached
-client (:class:`data_builders.llm_client.ChatClient`), so a rerun sends no request already answered.
+client (:class:`veritune.core.llm_client.ChatClient`), so a rerun sends no request already answered.
 
 Two uses:
 
@@ -66,7 +66,7 @@ class AnswerJudge:
 
     def __init__(self, base_url: str, model: str, *, cache_path: str | Path, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8,
                  max_retries: int = 5, timeout: float = 60.0, temperature: float = 0.0, max_tokens: int | None = 8) -> None:  # fmt: skip
-        from data_builders.llm_client import ChatClient
+        from veritune.core.llm_client import ChatClient
 
         self.model = model
         self._settings = {"base_url": base_url, "cache_path": cache_path, "api_key_env": api_key_env, "concurrency": concurrency}
@@ -122,7 +122,7 @@ class AnswerJudge:
 
     def rubric_client(self, temperature: float, max_tokens: int | None) -> Any:
         """A client on the same endpoint, model and cache with a benchmark's own sampling settings."""
-        from data_builders.llm_client import ChatClient
+        from veritune.core.llm_client import ChatClient
 
         key = (temperature, max_tokens)
         if key not in self._rubric_clients:

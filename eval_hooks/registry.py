@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import importlib
-
 from eval_hooks.base import Benchmark
 from eval_hooks.benchmarks.amber import AmberDiscriminative
 from eval_hooks.benchmarks.amber_generative import AmberGenerative
@@ -27,7 +25,8 @@ from eval_hooks.benchmarks.repope import RePope
 from eval_hooks.benchmarks.textvqa import TextVQA
 from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv, YnTsv
 from eval_hooks.benchmarks.vstar import VStar
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.registry import import_dotted
 
 BENCHMARKS: dict[str, type[Benchmark]] = {
     "oric_bench": OricBench,
@@ -62,9 +61,8 @@ def get_benchmark(name: str) -> Benchmark:
     """A benchmark instance by registry name or dotted path to a :class:`Benchmark` subclass."""
     if name in BENCHMARKS:
         return BENCHMARKS[name]()
-    module_name, _, attr = name.rpartition(".")
     try:
-        cls = getattr(importlib.import_module(module_name), attr) if module_name else None
+        cls = import_dotted(name)
     except (ImportError, AttributeError):
         cls = None
     if not (isinstance(cls, type) and issubclass(cls, Benchmark)):

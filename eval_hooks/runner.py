@@ -23,7 +23,6 @@ GPU).
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 from collections.abc import Iterator
@@ -35,7 +34,9 @@ from PIL import Image, UnidentifiedImageError
 from tqdm import tqdm
 
 from eval_hooks.base import EvalItem
-from veritune.errors import UserError, decode_error_message
+from veritune.core.errors import UserError
+from veritune.core.images import load_image_cached
+from veritune.core.io import iter_jsonl
 
 logger = logging.getLogger("veritune.eval")
 
@@ -143,31 +144,20 @@ def read_predictions_file(path: Path) -> tuple[dict[str, Any] | None, dict[str, 
     path = Path(path)
     if not path.is_file():
         return header, predictions
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as err:
-                raise UserError(f"{path}, line {number}: " + decode_error_message(err)) from None
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if number == 1 and isinstance(record, dict) and HEADER_KEY in record:
-                header = record[HEADER_KEY]
-                continue
-            if not isinstance(record, dict) or "id" not in record or "prediction" not in record:
-                raise UserError(f"{path}, line {number}: expected {{\"id\": ..., \"prediction\": ...}}")
-            key, text = str(record["id"]), str(record["prediction"])
-            if key in predictions and predictions[key] != text:
-                raise UserError(
-                    f"{path}, line {number}: id {key!r} appears again with a different prediction (first on line "
-                    f"{first_line[key]}); keep one answer per id"
-                )
-            first_line.setdefault(key, number)
-            predictions[key] = text
+    for number, record in iter_jsonl(path, skip_invalid=True):
+        if number == 1 and isinstance(record, dict) and HEADER_KEY in record:
+            header = record[HEADER_KEY]
+            continue
+        if not isinstance(record, dict) or "id" not in record or "prediction" not in record:
+            raise UserError(f"{path}, line {number}: expected {{\"id\": ..., \"prediction\": ...}}")
+        key, text = str(record["id"]), str(record["prediction"])
+        if key in predictions and predictions[key] != text:
+            raise UserError(
+                f"{path}, line {number}: id {key!r} appears again with a different prediction (first on line "
+                f"{first_line[key]}); keep one answer per id"
+            )
+        first_line.setdefault(key, number)
+        predictions[key] = text
     return header, predictions
 
 
@@ -217,25 +207,6 @@ def chat_prompt(processor: Any, item: EvalItem) -> str:
     return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
 
 
-IMAGE_CACHE_SIZE = 64  # decoded images kept: ORIC-Bench asks four paraphrases about each image
-
-
-@functools.lru_cache(maxsize=IMAGE_CACHE_SIZE)
-def _decoded(path: str, mtime_ns: int, size: int) -> Image.Image:
-    with Image.open(path) as image:
-        return image.convert("RGB")
-
-
-def load_image(path: Path, *, cache: bool = True) -> Image.Image:
-    """The image as RGB. Decoded images are cached (keyed by path, modification time and size, so an
-    edited file is read again): benchmarks ask several questions about one image, and decoding a COCO
-    JPEG costs more than a tiny model's forward pass. Processors only read the images they are given."""
-    if not cache:
-        return _decoded.__wrapped__(str(path), 0, 0)
-    stat = Path(path).stat()
-    return _decoded(str(path), stat.st_mtime_ns, stat.st_size)
-
-
 @contextlib.contextmanager
 def left_padding(processor: Any) -> Iterator[None]:
     """Pad on the left while generating (answers then start at the same position), restoring the
@@ -256,7 +227,7 @@ def generate_batch(model: Any, processor: Any, batch: list[EvalItem], *, synced_
     ``synced_gpus`` keeps every process stepping until all have finished, as DeepSpeed ZeRO-3 needs.
     """
     texts = [chat_prompt(processor, item) for item in batch]
-    images = [load_image(path, cache=image_cache) for item in batch for path in item.images]
+    images = [load_image_cached(path, cache=image_cache) for item in batch for path in item.images]
     tokenizer = getattr(processor, "tokenizer", processor)
     with left_padding(processor):
         inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
@@ -361,7 +332,7 @@ class VLLMBackend:
         for item in batch:
             request: dict[str, Any] = {"prompt": chat_prompt(self.processor, item)}
             if item.images:
-                request["multi_modal_data"] = {"image": [load_image(path) for path in item.images]}
+                request["multi_modal_data"] = {"image": [load_image_cached(path) for path in item.images]}
             requests.append(request)
         params = self._sampling_params(temperature=0.0, max_tokens=batch[0].max_new_tokens)
         outputs = self.llm.generate(requests, params, use_tqdm=False)

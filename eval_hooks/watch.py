@@ -24,31 +24,20 @@ import gc
 import json
 import logging
 import os
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.evaluate import METRICS_FILE, PreparedBenchmark, evaluate, headline_metrics
+from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_eval_dir, checkpoints, is_saved_checkpoint
 
 logger = logging.getLogger("veritune.eval")
 
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-WANDB_RUN_FILE = "wandb_run.json"  # written by finetune/training.py's RunConfigCallback
 
 
 def ready_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """Checkpoints that are completely written (their trainer state is saved last), oldest first."""
-    found = []
-    for path in Path(run_dir).glob("checkpoint-*"):
-        match = CHECKPOINT.match(path.name)
-        if match and (path / "trainer_state.json").is_file():
-            found.append((int(match.group(1)), path))
-    return sorted(found)
-
-
-def checkpoint_eval_dir(run_dir: Path, step: int) -> Path:
-    return Path(run_dir) / "eval" / f"checkpoint-{step}"
+    return [(step, path) for step, path in checkpoints(run_dir) if is_saved_checkpoint(path)]
 
 
 def is_evaluated(run_dir: Path, step: int, benchmarks: list[str]) -> bool:
@@ -126,7 +115,7 @@ def watch(
     """Evaluate checkpoints of ``run_dir`` until the run is finished (see the module docstring); returns
     the steps evaluated by this call."""
     from eval_hooks.callback import wandb_payload
-    from veritune.errors import UserError
+    from veritune.core.errors import UserError
 
     run_dir = Path(run_dir)
     names = [entry.name for entry in prepared]

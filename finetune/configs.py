@@ -14,11 +14,11 @@ from pathlib import Path
 
 from trl import DPOConfig, GRPOConfig, ModelConfig
 
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 
 @dataclass
-class VeritunModelConfig(ModelConfig):
+class VerituneModelConfig(ModelConfig):
     """TRL's ``ModelConfig`` plus the switch that keeps LoRA adapters off the vision tower."""
 
     lora_language_model_only: bool = field(
@@ -132,7 +132,7 @@ def require_optional_packages(config: object) -> None:
 
 
 @dataclass
-class VeritunGRPOConfig(GRPOConfig):
+class VerituneGRPOConfig(GRPOConfig):
     """TRL's ``GRPOConfig`` plus a global batch counted in prompts; its batch-size checks name the numbers to change.
 
     TRL counts ``per_device_train_batch_size`` in completions (G of them per prompt), while the ORIC trainer
@@ -248,7 +248,7 @@ class DPOScriptArguments(ScriptArguments):
 
 
 @dataclass
-class VeritunDPOConfig(DPOConfig):
+class VerituneDPOConfig(DPOConfig):
     """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs)."""
 
     global_batch_size: int | None = field(

@@ -17,19 +17,17 @@ rank, dropout 0, 768 x 768 pixels, 2,048 tokens) are kept, only the trainer is T
 from __future__ import annotations
 
 import logging
-import random
 import sys
 from pathlib import Path
-from typing import Any
 
-from datasets import Dataset
 from trl import DPOTrainer
 
-from data_builders.finer.formats import PreferenceReport, load_preference_dataset, with_images
-from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
+from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.recipe import parse_recipe
 from finetune.training import (
     attach_model_card,
+    bind_callbacks,
     get_callbacks,
     get_model_and_processor,
     log_run_header,
@@ -37,73 +35,13 @@ from finetune.training import (
     setup_logging,
     train_and_save,
 )
-from veritune.errors import UserError, exit_on_user_error
-from veritune.io import atomic_write_json
+from veritune.core.errors import exit_on_user_error
+from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.dpo")
 
-DATA_REPORT_FILE = "preference_data.json"
 
-
-def sample_indices(total: int, count: int | None, seed: int) -> list[int]:
-    """Indices of at most ``count`` of ``total`` rows, drawn uniformly at random (seeded), in file order.
-
-    >>> sample_indices(5, None, seed=0)
-    [0, 1, 2, 3, 4]
-    >>> sample_indices(1000, 3, seed=0) == sample_indices(1000, 3, seed=0)
-    True
-    """
-    if count is None or count >= total:
-        return list(range(total))
-    return sorted(random.Random(seed).sample(range(total), count))
-
-
-def split_indices(total: int, ratio: float, seed: int) -> tuple[list[int], list[int]]:
-    """``(train, validation)`` indices: a seeded ``ratio`` of ``total`` rows (at least one) held out."""
-    count = max(1, round(total * ratio))
-    if count >= total:
-        raise UserError(f"validation_ratio: holding out {count} of {total} rows would leave none to train on")
-    held_out = set(random.Random(seed).sample(range(total), count))
-    return [i for i in range(total) if i not in held_out], sorted(held_out)
-
-
-def read_split(path: str, script_args: DPOScriptArguments, split: str) -> tuple[Dataset, PreferenceReport]:
-    """One split of any supported preference layout, with the reader's count of what it dropped and why."""
-    report = PreferenceReport()
-    image_root = Path(script_args.image_root) if script_args.image_root else None
-    dataset = load_preference_dataset(Path(path), image_root, script_args.data_format, split=split, report=report)
-    if len(report.missing_images) > 10:  # the reader logs the first ten
-        logger.warning("%s: %d more missing images, all listed in %s", path, len(report.missing_images) - 10, DATA_REPORT_FILE)
-    return dataset, report
-
-
-def report_counts(report: PreferenceReport) -> dict[str, Any]:
-    """The reader's report as plain JSON values."""
-    return {"read": report.total, "kept": report.kept, "dropped": dict(report.dropped), "missing_images": report.missing_images}
-
-
-def get_preference_datasets(script_args: DPOScriptArguments, training_args: VeritunDPOConfig) -> tuple[Dataset, Dataset | None, dict[str, Any]]:
-    """Train and (when evaluating) validation datasets, images opened on access, and a report of what was
-    kept and dropped (chosen equal to rejected and missing images are dropped once, by the reader)."""
-    if not script_args.dataset_path:
-        raise UserError("dataset_path: required (a `veritune build finer` directory or a preference JSONL)")
-    train, train_report = read_split(script_args.dataset_path, script_args, "train")
-    evaluation, eval_report = None, None
-    if training_args.eval_strategy != "no":
-        if script_args.eval_dataset_path or Path(script_args.dataset_path).is_dir():
-            evaluation, eval_report = read_split(script_args.eval_dataset_path or script_args.dataset_path, script_args, "validation")
-        else:  # one file: hold out Table 10's validation ratio before subsampling, so no eval row is trained on
-            kept, held_out = split_indices(len(train), script_args.validation_ratio, training_args.seed)
-            train, evaluation = train.select(kept), train.select(held_out)
-    train = train.select(sample_indices(len(train), script_args.max_train_samples, training_args.seed))
-    report = {"train": {"rows": len(train), **report_counts(train_report)}, "eval": None}
-    if evaluation is not None:
-        report["eval"] = {"rows": len(evaluation), **(report_counts(eval_report) if eval_report else {"held_out_of_train": True})}
-    evaluation = None if evaluation is None else with_images(evaluation, script_args.max_pixels)
-    return with_images(train, script_args.max_pixels), evaluation, report
-
-
-def main(script_args: DPOScriptArguments, training_args: VeritunDPOConfig, model_args: VeritunModelConfig) -> None:
+def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, model_args: VerituneModelConfig) -> None:
     setup_logging(training_args)
     if report_finished_run(training_args):  # a finished run is not trained again
         return
@@ -130,11 +68,12 @@ def main(script_args: DPOScriptArguments, training_args: VeritunDPOConfig, model
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
+    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
     log_run_header(trainer, script_args, model_args, data_summary=summary)
     attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig))
+    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig))
     exit_on_user_error(main)(*args)

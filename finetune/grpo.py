@@ -17,12 +17,13 @@ from __future__ import annotations
 import logging
 import sys
 
-from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
-from finetune.grpo_trainer import VeritunGRPOTrainer
+from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+from finetune.grpo_trainer import VerituneGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import parse_recipe
 from finetune.training import (
     attach_model_card,
+    bind_callbacks,
     get_callbacks,
     get_model_and_processor,
     log_run_header,
@@ -31,12 +32,12 @@ from finetune.training import (
     train_and_save,
 )
 from rewards import UnknownRewardError, get_reward_funcs
-from veritune.errors import UserError, exit_on_user_error
+from veritune.core.errors import UserError, exit_on_user_error
 
 logger = logging.getLogger("veritune.grpo")
 
 
-def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, model_args: VeritunModelConfig) -> None:
+def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, model_args: VerituneModelConfig) -> None:
     setup_logging(training_args)
     if report_finished_run(training_args):  # a finished run is not trained again
         return
@@ -68,7 +69,7 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         logger.warning("dropped %s", line)
 
     # ---- Train
-    trainer = VeritunGRPOTrainer(  # TRL's, with rollout tables W&B can store (finetune/grpo_trainer.py)
+    trainer = VerituneGRPOTrainer(  # TRL's, with rollout tables W&B can store (finetune/grpo_trainer.py)
         model=model,
         reward_funcs=reward_funcs,
         args=training_args,
@@ -77,11 +78,12 @@ def main(script_args: GRPOScriptArguments, training_args: VeritunGRPOConfig, mod
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
+    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
     log_run_header(trainer, script_args, model_args, data_summary=report.summary())
     attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))
+    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
     exit_on_user_error(main)(*args)

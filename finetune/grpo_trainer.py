@@ -46,7 +46,7 @@ def conversation_text(messages: Any) -> str:
     return "\n".join(lines)
 
 
-class VeritunGRPOTrainer(GRPOTrainer):
+class VerituneGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose completion tables hold text (see the module docstring)."""
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:

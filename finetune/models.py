@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import get_peft_config
 
-from finetune.configs import VeritunModelConfig
-from veritune.errors import UserError
+from finetune.configs import VerituneModelConfig
+from veritune.core.errors import UserError
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def language_model_only_targets(target_modules: list[str] | str | None) -> str |
     return rf"^(?!.*\b(?:{excluded})\b).*\.(?:{names})$"
 
 
-def get_lora_config(model_args: VeritunModelConfig) -> Any:
+def get_lora_config(model_args: VerituneModelConfig) -> Any:
     """TRL's LoRA config from the recipe, restricted to the language model unless told otherwise."""
     peft_config = get_peft_config(model_args)
     if peft_config is not None and model_args.lora_language_model_only:
@@ -69,7 +69,7 @@ def get_lora_config(model_args: VeritunModelConfig) -> Any:
     return peft_config
 
 
-def get_processor(model_args: VeritunModelConfig) -> Any:
+def get_processor(model_args: VerituneModelConfig) -> Any:
     """The model's processor (tokenizer + image/video processors), left-padded for generation."""
     try:
         processor = AutoProcessor.from_pretrained(
@@ -80,7 +80,7 @@ def get_processor(model_args: VeritunModelConfig) -> Any:
     return processor
 
 
-def get_model(model_args: VeritunModelConfig) -> Any:
+def get_model(model_args: VerituneModelConfig) -> Any:
     """The policy as an ``AutoModelForImageTextToText`` with the recipe's dtype and attention kernel."""
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path: required (a hub id or a local checkpoint directory)")

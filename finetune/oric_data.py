@@ -9,7 +9,6 @@ paraphrases (benchmark file, of which the first is used); ``solution`` is ``yes`
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,13 @@ from PIL import Image
 from tqdm import tqdm
 from trl.data_utils import prepare_multimodal_messages
 
-from data_builders.oric.questions import R1_INSTRUCTION
-from rewards.graders import normalize_yes_no_label
-from veritune.errors import UserError
-from veritune.io import read_json
+from rewards.oric import ORIC_FIELDS, check_oric_record
+from veritune.core.errors import UserError
+from veritune.core.images import load_image
+from veritune.core.io import read_json
+from veritune.core.prompts import R1_INSTRUCTION
 
-REQUIRED_FIELDS = ("id", "image", "target_object", "problem", "solution")
+REQUIRED_FIELDS = ORIC_FIELDS
 
 # The R1-style instruction of ORIC Fig. 11 (the official training file carries it verbatim, so a model
 # trained here sees exactly the prompts of the released data).
@@ -80,14 +80,7 @@ def load_oric_records(path: str | Path) -> list[dict[str, Any]]:
     records = []
     for row, item in enumerate(data):
         where = f"{path}: row {row}"
-        if not isinstance(item, dict):
-            raise UserError(f"{where}: expected an object with fields {', '.join(REQUIRED_FIELDS)}")
-        missing = [name for name in REQUIRED_FIELDS if name not in item]
-        if missing:
-            raise UserError(f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}'")
-        label = normalize_yes_no_label(item["solution"])
-        if label is None:
-            raise UserError(f"{where} (id {item['id']}): solution {item['solution']!r} is not yes or no")
+        label = check_oric_record(item, where)
         problem = item["problem"]
         if not (isinstance(problem, str) or (isinstance(problem, list) and problem and isinstance(problem[0], str))):
             raise UserError(f"{where} (id {item['id']}): problem must be a string or a list of strings")
@@ -106,17 +99,6 @@ def _image_problem(path: Path) -> str | None:
     except Exception as err:  # noqa: BLE001 - any decoder failure means the image is unusable
         return f"unreadable ({type(err).__name__})"
     return None
-
-
-def load_image(path: str | Path, max_pixels: int) -> Image.Image:
-    """Open an image as RGB, scaled down (aspect kept) so that width × height <= ``max_pixels``."""
-    with Image.open(path) as raw:
-        image = raw.convert("RGB")
-    width, height = image.size
-    if width * height > max_pixels:
-        scale = math.sqrt(max_pixels / (width * height))
-        image = image.resize((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.BICUBIC)
-    return image
 
 
 def build_prompt(question: str, template: str) -> list[dict[str, Any]]:

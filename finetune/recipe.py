@@ -17,8 +17,8 @@ from typing import Any, NoReturn
 
 from transformers import HfArgumentParser
 
-from veritune.errors import UserError
-from veritune.io import read_yaml
+from veritune.core.errors import UserError
+from veritune.core.io import read_yaml
 
 
 def valid_keys(dataclass_types: tuple[type, ...]) -> set[str]:

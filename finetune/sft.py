@@ -27,12 +27,20 @@ from datasets import Dataset
 from PIL import Image
 from trl import SFTConfig, SFTTrainer
 
-from data_builders.oric.questions import PARAPHRASES, R1_INSTRUCTION, with_article
-from finetune.configs import ScriptArguments, VeritunModelConfig
+from data_builders.oric.questions import PARAPHRASES, with_article
+from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.recipe import parse_recipe
-from finetune.training import get_callbacks, get_model_and_processor, log_run_header, setup_logging, train_and_save
-from veritune.errors import UserError, exit_on_user_error
-from veritune.io import read_json
+from finetune.training import (
+    bind_callbacks,
+    get_callbacks,
+    get_model_and_processor,
+    log_run_header,
+    setup_logging,
+    train_and_save,
+)
+from veritune.core.errors import UserError, exit_on_user_error
+from veritune.core.io import read_json
+from veritune.core.prompts import R1_INSTRUCTION
 
 logger = logging.getLogger("veritune.sft")
 
@@ -131,7 +139,7 @@ def conventional_examples(
     return examples
 
 
-def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VeritunModelConfig) -> None:
+def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
     setup_logging(training_args)
     if not script_args.dataset_path:
         raise UserError("dataset_path: required (a COCO-format instances.json of the train split)")
@@ -157,10 +165,11 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
+    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
     log_run_header(trainer, script_args, model_args, data_summary=summary)
     train_and_save(trainer, processor, training_args)
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (SFTScriptArguments, SFTConfig, VeritunModelConfig))
+    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (SFTScriptArguments, SFTConfig, VerituneModelConfig))
     exit_on_user_error(main)(*args)

@@ -15,18 +15,17 @@ import transformers
 from transformers import TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from finetune.configs import ScriptArguments, VeritunModelConfig
+from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.models import count_parameters, get_lora_config, get_model, get_processor
-from veritune.errors import UserError
-from veritune.io import atomic_write_json, atomic_write_text, read_yaml
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_json, atomic_write_text, read_yaml
+from veritune.core.run_layout import WANDB_RUN_FILE, WEIGHT_FILES, is_complete_checkpoint
+from veritune.core.run_layout import checkpoints as run_checkpoints
 
 logger = logging.getLogger("veritune")
 
-WANDB_RUN_FILE = "wandb_run.json"
 DEFAULT_WANDB_PROJECT = "veritune"
 PROVENANCE_FILE = "veritune_run.json"
-_CHECKPOINT_DIR = re.compile(r"^checkpoint-(\d+)$")
-_WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
 
 
 def setup_logging(training_args: TrainingArguments) -> None:
@@ -102,6 +101,13 @@ class CompactProgressCallback(ProgressCallback):
             print(line, flush=True)
 
 
+def bind_callbacks(trainer: Any) -> None:
+    """Give the callbacks that log through the Trainer (the eval hook) its callback handler."""
+    for callback in trainer.callback_handler.callbacks:
+        if hasattr(callback, "bind_handler"):
+            callback.bind_handler(trainer.callback_handler)
+
+
 def use_compact_progress(trainer: Any) -> None:
     """Swap the trainer's progress printer (``ProgressCallback``, or ``PrinterCallback`` with
     ``disable_tqdm``) for :class:`CompactProgressCallback`; with ``disable_tqdm``, or when stderr is not a
@@ -139,14 +145,14 @@ def configure_wandb(script_args: ScriptArguments, training_args: TrainingArgumen
     Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
-def get_model_and_processor(model_args: VeritunModelConfig) -> tuple[Any, Any, Any]:
+def get_model_and_processor(model_args: VerituneModelConfig) -> tuple[Any, Any, Any]:
     """The policy model, its processor, and the LoRA config (None for full-parameter training)."""
     processor = get_processor(model_args)
     model = get_model(model_args)
     return model, processor, get_lora_config(model_args)
 
 
-def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig, data_summary: str) -> None:
+def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig, data_summary: str) -> None:
     """Log what is being trained: trainable parameters (after LoRA wrapping) and the data kept."""
     trainable, total = count_parameters(trainer.model)
     mode = "LoRA" if model_args.use_peft else "full-parameter"
@@ -196,7 +202,7 @@ def latest_eval_metrics(log_history: list[dict[str, Any]]) -> tuple[int | None, 
     return None, {}
 
 
-def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig, model_name: str) -> str:
+def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig, model_name: str) -> str:
     """The model card (Hub ``README.md``): base model, training data with their manifests' sha256, the
     recipe, the latest eval-hook metrics and an image + text quick start."""
     import yaml
@@ -252,7 +258,7 @@ def _version(name: str) -> str:
         return "unknown"
 
 
-def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: VeritunModelConfig) -> None:
+def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig) -> None:
     """Make TRL's own model-card hook (called with each checkpoint and by ``push_to_hub``) write veritune's
     card to ``OUTPUT_DIR/README.md``, so a pushed model carries it."""
 
@@ -331,14 +337,6 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
     return callbacks
 
 
-def is_complete_checkpoint(path: Path) -> bool:
-    """A checkpoint can be resumed from when its weights, trainer state and optimizer state were all saved."""
-    has_weights = any((path / name).exists() for name in _WEIGHT_FILES)
-    has_state = (path / "trainer_state.json").is_file()
-    has_optimizer = (path / "optimizer.pt").is_file() or any(path.glob("global_step*"))
-    return has_weights and has_state and has_optimizer
-
-
 def find_resumable_checkpoint(output_dir: str | Path) -> Path | None:
     """The newest complete ``checkpoint-N`` under ``output_dir``; incomplete ones are skipped with a warning.
 
@@ -346,13 +344,7 @@ def find_resumable_checkpoint(output_dir: str | Path) -> Path | None:
         UserError: checkpoints exist but none is complete.
     """
     output_dir = Path(output_dir)
-    if not output_dir.is_dir():
-        return None
-    checkpoints = sorted(
-        (p for p in output_dir.iterdir() if p.is_dir() and _CHECKPOINT_DIR.match(p.name)),
-        key=lambda p: int(_CHECKPOINT_DIR.match(p.name).group(1)),  # type: ignore[union-attr]
-        reverse=True,
-    )
+    checkpoints = [path for _, path in reversed(run_checkpoints(output_dir))]
     for checkpoint in checkpoints:
         if is_complete_checkpoint(checkpoint):
             return checkpoint
@@ -417,7 +409,7 @@ def finished_run(training_args: TrainingArguments) -> dict[str, Any] | None:
         return None
     output_dir = Path(training_args.output_dir)
     state = _read_state(output_dir)
-    if state is None or not (output_dir / "train_results.json").is_file() or not any((output_dir / n).exists() for n in _WEIGHT_FILES):
+    if state is None or not (output_dir / "train_results.json").is_file() or not any((output_dir / n).exists() for n in WEIGHT_FILES):
         return None
     step, last = state.get("global_step", 0), state.get("max_steps", -1)
     if training_args.max_steps > 0:

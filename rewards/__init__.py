@@ -6,11 +6,11 @@ Recipes name rewards by registry key (``reward_funcs: [accuracy, format]``) or b
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
 from rewards.oric import accuracy_reward, format_reward
+from veritune.core.registry import import_dotted
 
 RewardFunc = Callable[..., list[float | None]]
 
@@ -38,11 +38,10 @@ def get_reward_funcs(names: list[str]) -> list[RewardFunc]:
 def _resolve(name: str) -> RewardFunc:
     if name in REWARD_FUNCS:
         return REWARD_FUNCS[name]
-    module_name, _, attr = name.rpartition(".")
-    if not module_name:
+    if "." not in name:
         raise UnknownRewardError(f"unknown reward {name!r}; known: {', '.join(sorted(REWARD_FUNCS))} or a dotted path")
     try:
-        func: Any = getattr(importlib.import_module(module_name), attr)
+        func: Any = import_dotted(name)
     except (ImportError, AttributeError) as err:
         raise UnknownRewardError(f"reward {name!r} cannot be imported: {err}") from None
     if not callable(func):

@@ -8,7 +8,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewards.graders import grade_tagged_yes_no, has_reasoning_solution_format, normalize_yes_no_label
+from rewards.graders import YesNo, grade_tagged_yes_no, has_reasoning_solution_format, normalize_yes_no_label
+from veritune.core.errors import UserError
+
+# The ORIC record (training file and ORIC-Bench alike): its ``solution`` is what the accuracy reward verifies.
+ORIC_FIELDS = ("id", "image", "target_object", "problem", "solution")
+
+
+def check_oric_record(item: Any, where: str) -> YesNo:
+    """The yes/no label of one ORIC record, after checking its fields.
+
+    Raises:
+        UserError: naming ``where`` (file and row): not an object, a field missing, or a solution that is not yes/no.
+    """
+    if not isinstance(item, dict):
+        raise UserError(f"{where}: expected an object with fields {', '.join(ORIC_FIELDS)}")
+    missing = [name for name in ORIC_FIELDS if name not in item]
+    if missing:
+        raise UserError(f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}' (ORIC records have {', '.join(ORIC_FIELDS)})")
+    label = normalize_yes_no_label(item["solution"])
+    if label is None:
+        raise UserError(f"{where} (id {item['id']}): solution {item['solution']!r} is not yes or no")
+    return label
 
 
 def accuracy_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> list[float | None]:

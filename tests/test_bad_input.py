@@ -14,7 +14,7 @@ import pytest
 from helpers import REPO_ROOT, entry_env
 
 from veritune.cli import main
-from veritune.errors import UserError, exit_on_user_error, os_error_message
+from veritune.core.errors import UserError, exit_on_user_error, os_error_message
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
@@ -216,13 +216,13 @@ def write_recipe(tmp_path: Path, base: str, changes: dict) -> Path:
 def test_grpo_recipe_values_are_checked_before_any_model_loads(
     changes: dict, flags: list[str], message: str, tmp_path: Path, capsys
 ) -> None:
-    from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
     recipe = write_recipe(tmp_path, "tiny_oric_demo.yaml", changes)
     with pytest.raises(SystemExit) as exit_info:  # the entry script's own wrapping of the parser
         exit_on_user_error(parse_recipe)(
-            [str(recipe), *flags], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+            [str(recipe), *flags], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
         )
     assert exit_info.value.code == 2
     assert_one_error_line(capsys.readouterr().err, message)
@@ -237,12 +237,12 @@ DPO_CASES = [
 
 @pytest.mark.parametrize(("changes", "message"), [case[1:] for case in DPO_CASES], ids=[case[0] for case in DPO_CASES])
 def test_dpo_recipe_values_are_checked(changes: dict, message: str, tmp_path: Path) -> None:
-    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
     recipe = write_recipe(tmp_path, "tiny_finer_demo.yaml", changes)
     with pytest.raises(UserError, match=None) as info:
-        parse_recipe([str(recipe)], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig))
+        parse_recipe([str(recipe)], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig))
     assert message in str(info.value)
 
 

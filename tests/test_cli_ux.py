@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeChatServer
 
-from data_builders.llm_client import ChatClient
 from veritune.cli import COMMANDS, build_parser, main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.llm_client import ChatClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,7 +138,7 @@ def test_eval_score_bad_input_is_one_line(
 
 
 def test_error_is_printed_after_every_open_progress_bar_closes() -> None:
-    code = ("from tqdm import tqdm\nfrom veritune.errors import UserError, exit_on_user_error\n"
+    code = ("from tqdm import tqdm\nfrom veritune.core.errors import UserError, exit_on_user_error\n"
             "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
             "    raise UserError('endpoint down')\nbuild()\n")  # fmt: skip
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
@@ -212,12 +212,12 @@ def test_main_returns_two_for_a_group_without_command(capsys: pytest.CaptureFixt
     ids=["positional", "config", "config-equals-last", "recipe"],
 )
 def test_recipe_spellings_load_the_recipe_and_flags_override(argv: list[str]) -> None:
-    from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
     recipe = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
     script_args, training_args, model_args = parse_recipe([a.replace("{recipe}", str(recipe)) for a in argv] + ["--use_cpu", "true"],
-                                                          (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig))  # fmt: skip
+                                                          (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))  # fmt: skip
     assert script_args.recipe == str(recipe)
     assert training_args.learning_rate == 3e-6  # the flag wins over the recipe
     assert training_args.num_generations == read_yaml_key(recipe, "num_generations")  # the recipe was loaded
@@ -275,7 +275,7 @@ def test_uncached_clip_model_offline_fails_at_once(
 ) -> None:
     import time
 
-    from veritune import hub
+    from veritune.core import hub
 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))

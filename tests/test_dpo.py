@@ -20,12 +20,12 @@ from PIL import Image
 from safetensors.torch import load_file
 from wandb_offline import offline_history
 
-from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
-from finetune.dpo import DATA_REPORT_FILE, get_preference_datasets, sample_indices
+from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
+from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets, sample_indices
 from finetune.recipe import parse_recipe
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
-DPO_TYPES = (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
 PAIRS = [("dog", "cat"), ("bench", "sofa"), ("cup", "bowl"), ("kite", "clock"), ("car", "bus"), ("apple", "orange")]
 # Tiny Qwen3-VL text model: hidden 64, 4 query heads and 2 key/value heads of 16, 2 layers. LoRA rank 8 on
 # q_proj (64 -> 64) and v_proj (64 -> 32): 8 * (64 + 64) + 8 * (64 + 32) = 1,792 per layer.
@@ -86,7 +86,7 @@ def preference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return data
 
 
-def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig]:
+def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig]:
     return parse_recipe(["recipes/tiny_finer_demo.yaml", *map(str, flags)], DPO_TYPES)
 
 
@@ -294,7 +294,7 @@ def test_lora_targets_skip_vision_towers_that_share_the_names() -> None:
     for config in configs:
         wrapped = {}
         for language_model_only in (False, True):
-            model_args = VeritunModelConfig(model_name_or_path="tiny", use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"],
+            model_args = VerituneModelConfig(model_name_or_path="tiny", use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"],
                                             lora_language_model_only=language_model_only)  # fmt: skip
             torch.manual_seed(0)
             model = get_peft_model(AutoModelForImageTextToText.from_config(config), get_lora_config(model_args))

@@ -22,7 +22,7 @@ from eval_hooks.evaluate import rescore
 from eval_hooks.registry import PRESETS, get_benchmark
 from rewards.graders import mme_yes_no, normalize_vqa_answer, relaxed_match, vlmeval_yes_no
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 
 def jpeg_base64(colour: str, size: tuple[int, int] = (24, 20)) -> str:
@@ -507,12 +507,12 @@ def test_finer_recipes_run_the_general_preset_after_the_final_checkpoint(
     recipe: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from finetune import training
-    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
     monkeypatch.setattr(training, "configure_wandb", lambda *args: None)  # it sets W&B variables and makes output_dir
     script_args, training_args, _ = parse_recipe(
-        [str(recipe), "--use_cpu", "true"], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+        [str(recipe), "--use_cpu", "true"], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
     )
     assert script_args.eval_final_benchmarks == ["general"]
     hooks = [cb for cb in training.get_callbacks(script_args, training_args) if isinstance(cb, EvalHookCallback)]

@@ -18,7 +18,7 @@ from eval_hooks.registry import get_benchmark
 from eval_hooks.runner import read_predictions
 from rewards.graders import extract_count, extract_option, extract_yes_no
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 FIVE = {letter: f"option {letter}" for letter in "ABCDE"}
 

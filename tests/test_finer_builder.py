@@ -27,7 +27,7 @@ from data_builders.finer.scene_graph import parse_scene_graph, tuples_for_image
 from data_builders.finer.synthetic import scene_graphs_from_coco
 from data_builders.finer.templates import TEMPLATES
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 # One image: a dog lying on a rug, in the layout of the FINER benchmark files (four negatives everywhere).
 GRAPH = {

@@ -17,8 +17,8 @@ from test_finer_builder import GRAPH
 from data_builders.finer import prompts
 from data_builders.finer.filtering import LETTERS, ChoiceDiscriminator, choice_entropy, filter_negatives, mcq_prompt
 from data_builders.finer.scene_graph import parse_scene_graph
-from data_builders.llm_client import ChatClient
 from veritune.cli import main
+from veritune.core.llm_client import ChatClient
 
 
 class ScriptedDiscriminator:
@@ -118,7 +118,7 @@ def test_log_lets_a_rerun_skip_the_model(scene: tuple[list[Any], Path], tmp_path
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from veritune.tiny_models import build_tiny_model
+    from veritune.tiny.models import build_tiny_model
 
     return build_tiny_model("qwen3vl", tmp_path_factory.mktemp("tiny-filter"), seed=0, format_warmup_steps=0)
 

@@ -14,13 +14,8 @@ from test_finer_builder import GRAPH
 from trl.data_utils import prepare_multimodal_messages
 
 from data_builders.finer.build import build_finer_from_scene_graphs
-from data_builders.finer.formats import (
-    PreferenceReport,
-    load_preference_dataset,
-    read_preference_rows,
-    with_images,
-)
-from veritune.errors import UserError
+from finetune.preference_data import PreferenceReport, iter_preference_rows, load_preference_dataset, with_images
+from veritune.core.errors import UserError
 
 COLUMNS = {"images", "prompt", "chosen", "rejected", "subset", "polarity"}
 
@@ -128,10 +123,11 @@ def test_rlaif_v_parquet_with_embedded_bytes_is_extracted_once(tmp_path: Path) -
     assert len(load_preference_dataset(tmp_path)) == 2  # a directory of parquet shards
 
 
-def test_read_preference_rows_keeps_the_image_paths_name(image_dir: Path) -> None:
+def test_iter_preference_rows_yields_the_trl_columns(image_dir: Path) -> None:
     path = write_jsonl(image_dir.parent / "f.jsonl", [finer_record("images/a.jpg")])
-    rows, report = read_preference_rows(path)
-    assert set(rows[0]) == {"image_paths", "prompt", "chosen", "rejected", "subset", "polarity"} and report.kept == 1
+    report = PreferenceReport()
+    rows = list(iter_preference_rows(path, report=report))
+    assert set(rows[0]) == COLUMNS and report.kept == 1
 
 
 def test_unknown_format_is_an_error_naming_the_line(tmp_path: Path) -> None:

@@ -16,9 +16,9 @@ from data_builders.finer import phrases, prompts
 from data_builders.finer.build import build_finer_from_captions
 from data_builders.finer.llm import Caption
 from data_builders.finer.phrases import Rejected
-from data_builders.llm_client import ChatClient
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.llm_client import ChatClient
 
 CAPTION = (
     "A brown dog with a red collar is lying on a striped rug in a bright living room. "

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe
-from veritune.errors import UserError
-from veritune.io import read_yaml
+from veritune.core.errors import UserError
+from veritune.core.io import read_yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DPO_TYPES = (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
 
 # recipe: (hub id, training tuples, GPUs the recipe is written for)
 TABLE_10_LORA = {
@@ -33,7 +33,7 @@ FULL = {"qwen3vl_8b_finer_full": ("Qwen/Qwen3-VL-8B-Instruct", 160_000, 4)}
 GLOBAL_BATCH, LEARNING_RATE, EPOCHS, WARMUP_RATIO, BETA, VALIDATION_RATIO = 64, 5e-6, 1, 0.1, 0.1, 0.005
 
 
-def parse(name: str, *flags: str) -> tuple[DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig]:
+def parse(name: str, *flags: str) -> tuple[DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig]:
     return parse_recipe([str(REPO_ROOT / "recipes" / f"{name}.yaml"), "--use_cpu", "true", *flags], DPO_TYPES)
 
 
@@ -104,7 +104,7 @@ def test_full_parameter_recipe_is_zero3_without_lora() -> None:
 
 def test_gradient_accumulation_follows_the_process_count(monkeypatch: pytest.MonkeyPatch) -> None:
     # Written for 2 GPUs (4 x 8 x 2); on 4 processes the recipe must still train with a global batch of 64.
-    monkeypatch.setattr(VeritunDPOConfig, "world_size", property(lambda self: 4))
+    monkeypatch.setattr(VerituneDPOConfig, "world_size", property(lambda self: 4))
     _, args, _ = parse("qwen25vl_7b_finer_lora")
     assert args.gradient_accumulation_steps == 4
     assert args.per_device_train_batch_size * args.gradient_accumulation_steps * 4 == GLOBAL_BATCH

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeChatServer
 
-from data_builders.llm_client import ChatClient
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.llm_client import ChatClient
 
 
 def echo(request: dict) -> str:

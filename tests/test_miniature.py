@@ -101,7 +101,7 @@ def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path:
 
 
 def test_tiny_clip_learns_the_train_split(world: dict[str, Path], tmp_path: Path) -> None:
-    from veritune.tiny_clip import build_tiny_clip, train_tiny_clip
+    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
 
     build_tiny_clip(tmp_path / "clip", seed=0)
     stats = train_tiny_clip(tmp_path / "clip", world["train_annotations"], world["train_images"], steps=30)
@@ -149,12 +149,12 @@ def _oric_file(world: dict[str, Path], tmp_path: Path) -> Path:
 def test_sft_recipe_loads() -> None:
     from trl import SFTConfig
 
-    from finetune.configs import VeritunModelConfig
+    from finetune.configs import VerituneModelConfig
     from finetune.recipe import parse_recipe
     from finetune.sft import SFTScriptArguments
 
     script_args, training_args, model_args = parse_recipe(
-        ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VeritunModelConfig)
+        ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     )
     assert script_args.answer_styles == ["plain", "r1"] and training_args.completion_only_loss is True
     assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 150

@@ -10,7 +10,6 @@ import pytest
 from fake_openai_server import FakeChatServer
 from PIL import Image
 
-from data_builders.llm_client import ChatClient
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, union_area
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import CooccurrenceJudge, OpenAIJudge, get_judge
@@ -19,7 +18,8 @@ from data_builders.oric.review import sample_for_review
 from data_builders.synthetic_world import build_synthetic_world
 from finetune.oric_data import get_oric_dataset
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.llm_client import ChatClient
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 needs_official = pytest.mark.skipif(not SHARED_ORIC.is_dir(), reason="official ORIC files not present")
@@ -244,7 +244,7 @@ def test_most_similar_never_returns_the_image_itself() -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from veritune.tiny_clip import build_tiny_clip
+    from veritune.tiny.clip import build_tiny_clip
 
     root = tmp_path_factory.mktemp("oric-world")
     paths = build_synthetic_world(root / "world", num_train_images=120, num_val_images=120)  # enough incongruous objects
@@ -544,7 +544,7 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
 
 
 def test_no_half_written_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from veritune import io as vio
+    from veritune.core import io as vio
 
     target = tmp_path / "out.json"
     target.write_text("[]")  # a previous, complete output

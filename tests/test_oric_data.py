@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import run_entry
 
-from finetune.oric_data import ORIC_R1_INSTRUCTION, get_oric_dataset, load_image, prompt_length, question_from_problem
-from veritune.errors import UserError
+from finetune.oric_data import ORIC_R1_INSTRUCTION, get_oric_dataset, prompt_length, question_from_problem
+from veritune.core.errors import UserError
+from veritune.core.images import load_image
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 

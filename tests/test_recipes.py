@@ -6,18 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.recipe import load_recipe, parse_recipe
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-GRPO_TYPES = (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 GRPO_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if "oric" in p.name)
 # Recipes are parsed on this CPU machine: `use_cpu` lets TrainingArguments accept their bf16 settings.
 ON_CPU = ["--use_cpu", "true"]
 
 
-def parse_grpo(recipe: Path, *overrides: str) -> tuple[GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig]:
+def parse_grpo(recipe: Path, *overrides: str) -> tuple[GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig]:
     return parse_recipe([str(recipe), *ON_CPU, *overrides], GRPO_TYPES)
 
 
@@ -25,7 +25,7 @@ def parse_grpo(recipe: Path, *overrides: str) -> tuple[GRPOScriptArguments, Veri
 def four_processes(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Parse the real recipes as on the 4 GPUs they are written for (the generation batch depends on it)."""
     if "tiny" not in request.node.name:
-        monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: 4))
+        monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: 4))
 
 
 @pytest.mark.parametrize("recipe", GRPO_RECIPES, ids=lambda p: p.name)
@@ -126,10 +126,10 @@ def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "recipes").glob("*finer*.yaml")), ids=lambda p: p.name)
 def test_dpo_recipe_loads(recipe: Path) -> None:
-    from finetune.configs import DPOScriptArguments, VeritunDPOConfig
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 
     script_args, training_args, model_args = parse_recipe(
-        [str(recipe), *ON_CPU], (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+        [str(recipe), *ON_CPU], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
     )
     assert model_args.model_name_or_path and training_args.beta == 0.1 and training_args.loss_type == ["sigmoid"]
     assert (REPO_ROOT / script_args.accelerate_config).is_file()
@@ -153,11 +153,11 @@ def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
         pytest.skip(f"{package} is installed here")
     with pytest.raises(UserError, match=rf"{flag[2:]}: .* need the {package} package, not installed here"):
         parse_recipe(
-            ["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig)
+            ["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
         )
 
 
-def completions_per_optimizer_step(args: VeritunGRPOConfig) -> int:
+def completions_per_optimizer_step(args: VerituneGRPOConfig) -> int:
     return args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
 
 
@@ -194,7 +194,7 @@ def test_grpo_recipe_steps_take_table_9_prompts_and_completions_on_4_gpus(recipe
 def test_global_batch_prompts_recomputes_accumulation_per_process_count(
     monkeypatch: pytest.MonkeyPatch, processes: int, accumulation: int
 ) -> None:
-    monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: processes))
+    monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: processes))
     _, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
     assert args.gradient_accumulation_steps == accumulation
     assert args.steps_per_generation == accumulation
@@ -204,7 +204,7 @@ def test_global_batch_prompts_recomputes_accumulation_per_process_count(
 @pytest.mark.parametrize("processes", [3, 32])
 def test_launch_that_cannot_reach_the_global_batch_is_refused(monkeypatch: pytest.MonkeyPatch, processes: int) -> None:
     """3 GPUs cannot split 128 completions into whole micro-batches of 8; 32 GPUs would need 256."""
-    monkeypatch.setattr(VeritunGRPOConfig, "world_size", property(lambda self: processes))
+    monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: processes))
     with pytest.raises(
         UserError, match=rf"global_batch_prompts: 16 prompts .* = 128 completions .* x {processes} process"
     ):
@@ -264,6 +264,6 @@ def test_real_recipe_evaluates_its_papers_benchmarks_with_limits(recipe: Path) -
 
 
 def _dpo_types() -> tuple[type, ...]:
-    from finetune.configs import DPOScriptArguments, VeritunDPOConfig
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 
-    return (DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig)
+    return (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from eval_hooks.report import write_report
 from veritune.cli import main
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.report import write_report
 
 
 def test_report_plots_training_and_eval(tmp_path: Path) -> None:

@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from veritune.errors import UserError
-from veritune.tiny_models import QWEN_SPECIAL_TOKENS, build_tiny_model
+from veritune.core.errors import UserError
+from veritune.tiny.models import QWEN_SPECIAL_TOKENS, build_tiny_model
 
 
 @pytest.mark.parametrize("fixture", ["tiny_qwen3vl", "tiny_qwen25vl"])

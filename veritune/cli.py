@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import NoReturn
 
 from veritune import __version__
-from veritune.errors import exit_on_user_error
+from veritune.core.errors import exit_on_user_error
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class Command:
 
 COMMANDS: list[Command] = [
     Command(None, "demo", "veritune.demo:register", "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"),
-    Command(None, "tiny-model", "veritune.commands:register_tiny_model", "build a tiny random-initialised VLM checkpoint offline"),
+    Command(None, "tiny-model", "veritune.tiny.cli:register_tiny_model", "build a tiny random-initialised VLM checkpoint offline"),
     Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
     Command(None, "launch", "veritune.launch:register", "`accelerate launch` that exits with the worker's status, without the launcher's traceback"),
     Command("build", "synthetic-world", "data_builders.cli:register", "draw a synthetic COCO-format image world (offline demo data)"),

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/tiny_oric_miniature.yaml"
@@ -87,8 +87,8 @@ def warmstart_key(*files: Path) -> str:
 
 def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True) -> dict[str, Path]:
     """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and training)."""
-    from veritune.tiny_clip import build_tiny_clip, train_tiny_clip
-    from veritune.tiny_models import build_tiny_model
+    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+    from veritune.tiny.models import build_tiny_model
 
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = {
@@ -216,8 +216,9 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
     (questions resampled), on exactly the items the hooks evaluated."""
     from eval_hooks.bootstrap import metric_difference_interval
     from eval_hooks.evaluate import prepare_benchmark
-    from eval_hooks.report import collect_eval
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+    from veritune.core.run_layout import checkpoint_eval_dir
+    from veritune.report import collect_eval
 
     rows = []
     for benchmark, metric in TABLE:
@@ -234,7 +235,7 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
             benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
         )
         base, after = (
-            read_predictions(run_dir / "eval" / f"checkpoint-{step}" / benchmark / PREDICTIONS_FILE)
+            read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE)
             for step in (0, last)
         )
         row = metric_difference_interval(benchmark, prepared.items, base, after, metric, seed=seed)
@@ -247,7 +248,7 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
 
 def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict[str, float], out: Path) -> None:
     from eval_hooks.bootstrap import format_table
-    from veritune.io import atomic_write_json, atomic_write_text
+    from veritune.core.io import atomic_write_json, atomic_write_text
 
     state = json.loads((paths["run"] / "trainer_state.json").read_text())
     rewards = [row["reward"] for row in state["log_history"] if "reward" in row]

@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 
-from veritune.errors import USER_ERROR_EXIT_CODE
+from veritune.core.errors import USER_ERROR_EXIT_CODE
 
 
 def _describe(exitcode: int) -> str:

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veritune.errors import UserError
-from veritune.io import read_yaml
+from veritune.core.errors import UserError
+from veritune.core.io import read_yaml
 
 
 def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
@@ -43,12 +43,12 @@ def _split(flag: str, text: str) -> list[str]:
 
 def _entry_types(entry: str) -> tuple[type, ...]:
     if entry == "grpo":
-        from finetune.configs import GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
+        from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 
-        return GRPOScriptArguments, VeritunGRPOConfig, VeritunModelConfig
-    from finetune.configs import DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+        return GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 
-    return DPOScriptArguments, VeritunDPOConfig, VeritunModelConfig
+    return DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 
 
 # Checks that depend on the number of processes; without --gpus-per-node that number is not known here.
@@ -165,7 +165,9 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune slurm submit``."""
-    slurm = subparsers.add_parser("slurm", help="submit veritune jobs to a Slurm cluster")
+    from veritune.cli import command_help
+
+    slurm = subparsers.add_parser("slurm", help=command_help(None, "slurm"))
     commands = slurm.add_subparsers(dest="slurm_command", metavar="COMMAND")
     parser = commands.add_parser("submit", help="chain build -> train -> eval jobs with afterok dependencies")
     parser.add_argument("--entry", choices=["grpo", "dpo"], required=True, help="training entry point (finetune/ENTRY.py)")

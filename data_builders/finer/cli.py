@@ -24,8 +24,8 @@ from data_builders.finer.build import (
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
 from data_builders.finer.llm import DEFAULT_ATTEMPTS
 from veritune.cli import command_help
-from veritune.errors import UserError
-from veritune.io import build_identity, claim_output_dir, claim_output_file
+from veritune.core.errors import UserError
+from veritune.core.io import build_identity, claim_output_dir, claim_output_file
 
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
@@ -80,7 +80,7 @@ def _client(args: argparse.Namespace, required: str | None = None) -> Any:
         if required:
             raise UserError(f"{required}: needs --llm-base-url and --llm-model")
         return None
-    from data_builders.llm_client import ChatClient
+    from veritune.core.llm_client import ChatClient
 
     return ChatClient(args.llm_base_url, args.llm_model, **llm_client_options(args))
 

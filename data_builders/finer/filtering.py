@@ -31,7 +31,7 @@ from data_builders.finer import phrases
 from data_builders.finer.llm import Ask, LLMStats, ask_all
 from data_builders.finer.prompts import NEGATIVE_PROPOSAL
 from data_builders.finer.scene_graph import SceneGraph, relation_text
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 LEVELS = ("obj", "attr", "rel")
 # FINER Table 7, FINER-CompreCap (C-SG): θ = 0.8 (objects), 0.8 (attributes), 0.4 (relations).
@@ -84,7 +84,7 @@ class ChoiceDiscriminator:
         """``p`` over the options (in the given order) for one image and one MCQ."""
         import torch
 
-        from finetune.oric_data import load_image
+        from veritune.core.images import load_image
 
         image = load_image(image_path, self.max_pixels)
         messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": mcq_prompt(question, options)}]}]

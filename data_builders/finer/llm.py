@@ -42,8 +42,8 @@ from data_builders.finer.prompts import (
     Task,
 )
 from data_builders.finer.templates import PreferenceTuple, compose, compose_wh, join_and
-from veritune.errors import UserError
-from veritune.io import iter_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import iter_jsonl
 
 DEFAULT_ATTEMPTS = 3
 

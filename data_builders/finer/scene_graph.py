@@ -33,8 +33,8 @@ from data_builders.finer.templates import (
     join_oxford,
     with_article,
 )
-from veritune.errors import UserError
-from veritune.io import read_json_or_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import read_json_or_jsonl
 
 MAX_UNITS = 5  # FINER-Tuning lists 1-5 objects, attributes or relations per phrase (Figs. 16-18)
 _AUXILIARIES = ("is ", "are ")

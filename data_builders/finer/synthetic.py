@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.synthetic_world import CATEGORIES
-from veritune.errors import UserError
-from veritune.io import atomic_write_json, read_json
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_json, read_json
 
 COLOURS = {"red": (220, 40, 40), "yellow": (240, 200, 60), "grey": (120, 120, 120), "blue": (30, 90, 220),
            "green": (20, 160, 60), "purple": (150, 40, 180), "brown": (140, 90, 40), "orange": (255, 140, 0)}  # fmt: skip

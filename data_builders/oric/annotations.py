@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 # Object-size tiers of ORIC's size analysis (seed App. B.3.3), in square pixels.
 SMALL_MAX_AREA = 24 * 24

@@ -25,8 +25,8 @@ from data_builders.oric.annotations import ImageRecord, describe, load_instances
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
 from data_builders.oric.questions import paraphrases, r1_prompt
-from veritune.errors import UserError
-from veritune.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
 
 JUDGE_CHUNK = 256  # query images whose judge queries are sent together (bounded memory, steady progress)
 
@@ -217,7 +217,7 @@ def write_outputs(
     build: dict[str, Any] | None = None,
 ) -> Path:
     """Write the questions file and ``<out stem>.manifest.json`` beside it, both atomically; ``build`` is
-    the build's identity (:func:`veritune.io.build_identity`), recorded so a rerun knows its own output."""
+    the build's identity (:func:`veritune.core.io.build_identity`), recorded so a rerun knows its own output."""
     atomic_write_json(out, items, indent=4)
     counts = Counter(item["label"] for item in items)
     manifest = {

@@ -14,8 +14,8 @@ from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
 from data_builders.oric.judges import JUDGES, get_judge
 from data_builders.oric.review import write_review_html
 from veritune.cli import command_help
-from veritune.errors import UserError
-from veritune.io import build_identity, claim_output_file, manifest_path, read_json
+from veritune.core.errors import UserError
+from veritune.core.io import build_identity, claim_output_file, manifest_path, read_json
 
 
 def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:

@@ -21,8 +21,8 @@ import torch
 from PIL import Image
 from tqdm import tqdm
 
-from veritune.errors import UserError
-from veritune.hub import require_model_source
+from veritune.core.errors import UserError
+from veritune.core.hub import require_model_source
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch32"  # the encoder of the public ORIC builder
 TEXT_TEMPLATE = "an image contains {name}"

@@ -9,7 +9,6 @@ queries and returns ``"yes"``, ``"no"`` or ``None`` (unparsable answer, never a 
 
 from __future__ import annotations
 
-import importlib
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -17,10 +16,11 @@ from itertools import combinations
 from pathlib import Path
 from typing import Any, Protocol
 
-from data_builders.llm_client import ChatClient
 from data_builders.oric.annotations import ImageRecord
 from rewards.graders import extract_yes_no
-from veritune.errors import UserError
+from veritune.core.errors import UserError
+from veritune.core.llm_client import ChatClient
+from veritune.core.registry import import_dotted
 
 Query = tuple[Sequence[str], str, int]
 
@@ -143,9 +143,8 @@ def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
     """
     factory = JUDGES.get(name)
     if factory is None and "." in name:
-        module_name, _, attr = name.rpartition(".")
         try:
-            factory = getattr(importlib.import_module(module_name), attr)
+            factory = import_dotted(name)
         except (ImportError, AttributeError):
             factory = None
     if factory is None:

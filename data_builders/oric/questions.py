@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from veritune.core.prompts import R1_INSTRUCTION
+
 PARAPHRASES = (
     "Is there {object} in the image?",
     "Does the image contain {object}?",
@@ -10,10 +12,6 @@ PARAPHRASES = (
     "Can you see {object} in the image?",
 )
 
-R1_INSTRUCTION = (
-    "Please first provide your reasoning or working out on how you would go about solving the question between "
-    "<REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>."
-)
 
 
 def with_article(name: str) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 from data_builders.oric.annotations import load_instances
-from veritune.io import atomic_write_text
+from veritune.core.io import atomic_write_text
 
 THUMBNAIL_SIZE = 256
 

@@ -26,8 +26,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import extract_yes_no
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 TYPES = {
     "discriminative-hallucination": "existence",

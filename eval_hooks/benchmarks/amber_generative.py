@@ -30,8 +30,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.benchmarks.amber import _find_annotations
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 SIMILARITY = 0.8  # the official --similarity_score
 _WORD = re.compile(r"[a-z]+")

@@ -16,8 +16,8 @@ from pathlib import Path
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv
 from rewards.graders import relaxed_match
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 SPLITS = ("human", "augmented")
 

@@ -27,8 +27,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import single_character_option
-from veritune.errors import UserError
-from veritune.io import read_json_or_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import read_json_or_jsonl
 
 FIELDS = ("question_id", "image", "text", "category", "correct_option")
 RELATION_CATEGORIES = ("subject", "predicate", "object")

@@ -22,8 +22,8 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import ratio
 from rewards.graders import substring_yes_no
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 PROMPT = "Can you see a {object} in this image? Please answer only with yes or no."
 FILES = {"neg": ("dash_benchmark_neg.json", "no"), "pos": ("dash_benchmark_pos.json", "yes")}

@@ -25,8 +25,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import grade_letters, letter_list, lettered, option_block, resolution_shares
-from veritune.errors import UserError
-from veritune.io import read_table
+from veritune.core.errors import UserError
+from veritune.core.io import read_table
 
 FIELDS = ("image", "qtype", "question", "choice1", "choice2", "choice3", "choice4", "choice5", "gt_index")
 FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")

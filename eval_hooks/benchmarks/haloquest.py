@@ -28,8 +28,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import haloquest_verdict
-from veritune.errors import UserError
-from veritune.io import read_table
+from veritune.core.errors import UserError
+from veritune.core.io import read_table
 
 FIELDS = ("image_name", "image type", "hallucination type", "question", "groundtruth responses")
 SUBSETS = ("false premises", "visual challenge", "insufficient context")

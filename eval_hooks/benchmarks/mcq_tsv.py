@@ -29,8 +29,8 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, option_block, resolution_shares
 from rewards.graders import OPTION_LETTERS
-from veritune.errors import UserError
-from veritune.io import atomic_write_bytes, read_table
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_bytes, read_table
 
 FIELDS = ("index", "question", "answer")
 

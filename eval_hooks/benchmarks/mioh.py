@@ -27,8 +27,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, lettered, option_block, resolution_shares
-from veritune.errors import UserError
-from veritune.io import read_json_or_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import read_json_or_jsonl
 
 FIELDS = ("id", "images", "question", "options", "answer", "task", "pattern", "pressure")
 TASKS = ("existence", "counting", "attribute", "position")

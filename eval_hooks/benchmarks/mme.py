@@ -25,7 +25,7 @@ from typing import Any
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import YnTsv
 from rewards.graders import mme_yes_no, normalize_yes_no_label
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 PERCEPTION = ("existence", "count", "position", "color", "posters", "celebrity", "scene", "landmark", "artwork", "OCR")
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")

@@ -26,8 +26,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import mmhal_rating
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 FIELDS = ("question_type", "image_src", "image_content", "question", "gt_answer")
 QUESTION_TYPES = ("attribute", "adversarial", "comparison", "counting", "relation", "environment", "holistic", "other")

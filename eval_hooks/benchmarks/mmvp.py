@@ -24,8 +24,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import extract_option, mmvp_judge_grade
-from veritune.errors import UserError
-from veritune.io import read_table
+from veritune.core.errors import UserError
+from veritune.core.io import read_table
 
 FIELDS = ("Question", "Options", "Correct Answer")
 JUDGE_SYSTEM = (

@@ -29,8 +29,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import naturalbench_answer
-from veritune.errors import UserError
-from veritune.io import atomic_write_bytes, read_json_or_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_bytes, read_json_or_jsonl
 
 SUFFIX = {
     "yes_no": "Please answer Yes or No.",

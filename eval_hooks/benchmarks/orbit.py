@@ -35,8 +35,8 @@ from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import extract_count
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 MAX_COUNT = 10
 LEVELS = {"Q1": "direct_recognition", "Q2": "property_inference", "Q3": "counterfactual_reasoning"}

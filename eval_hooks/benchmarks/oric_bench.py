@@ -25,12 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from data_builders.oric.questions import R1_INSTRUCTION
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import confusion, per_class_prf
-from rewards.graders import extract_yes_no, grade_tagged_yes_no, normalize_yes_no_label
-from veritune.errors import UserError
-from veritune.io import read_json
+from rewards.graders import extract_yes_no, grade_tagged_yes_no
+from rewards.oric import ORIC_FIELDS, check_oric_record
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
+from veritune.core.prompts import R1_INSTRUCTION
 
 LABELS = ("no", "yes")
 PROMPT_FIG7 = "Question: {question}\nPlease answer the question based on the given image."
@@ -53,16 +54,11 @@ class OricBench(Benchmark):
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data = read_json(data_path, what="ORIC-Bench file")
         if not isinstance(data, list):
-            raise UserError(f"{data_path}: expected a JSON list of {{id, image, target_object, problem, solution}}")
+            raise UserError(f"{data_path}: expected a JSON list of {{{', '.join(ORIC_FIELDS)}}} records")
         root = Path(image_root) if image_root else Path(data_path).parent
         items = []
         for row, record in enumerate(data):
-            missing = [k for k in ("id", "image", "target_object", "problem", "solution") if not isinstance(record, dict) or k not in record]
-            if missing:
-                raise UserError(f"{data_path}: row {row}: missing field '{missing[0]}' (ORIC-Bench records have id, image, target_object, problem, solution)")
-            label = normalize_yes_no_label(record["solution"])
-            if label is None:
-                raise UserError(f"{data_path}: row {row} (id {record['id']}): solution {record['solution']!r} is not yes or no")
+            label = check_oric_record(record, f"{data_path}: row {row}")
             questions = record["problem"] if isinstance(record["problem"], list) else [record["problem"]]
             image = root / record["image"]
             for index, question in enumerate(questions):

@@ -13,8 +13,8 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
 from rewards.graders import pope_yes_no
-from veritune.errors import UserError
-from veritune.io import read_json_or_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import read_json_or_jsonl
 
 SUBSETS = ("random", "popular", "adversarial")
 

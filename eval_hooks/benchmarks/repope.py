@@ -27,8 +27,8 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
 from rewards.graders import substring_yes_no
-from veritune.errors import UserError
-from veritune.io import read_json_or_jsonl
+from veritune.core.errors import UserError
+from veritune.core.io import read_json_or_jsonl
 
 SUBSETS = ("random", "popular", "adversarial")
 FIELDS = ("question_id", "image", "text", "label")

@@ -20,8 +20,8 @@ from typing import Any
 
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv
-from veritune.errors import UserError
-from veritune.io import read_json
+from veritune.core.errors import UserError
+from veritune.core.io import read_json
 
 FIELDS = ("question_id", "question", "image_id", "answers")
 

@@ -30,7 +30,7 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.benchmarks.mcq_tsv import _blank, read_vlmeval_tsv
 from rewards.graders import normalize_vqa_answer, normalize_yes_no_label, vlmeval_yes_no
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 VQA_PROMPT_SUFFIX = "\nAnswer the question using a single word or phrase."
 

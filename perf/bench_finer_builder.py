@@ -1,7 +1,7 @@
 """FINER builders' throughput on the offline path: preference tuples per second and MCQ pairs per second
 from scene graphs, with peak RSS.
 
-    python benchmarks/bench_finer_builder.py [--images 20000]
+    python perf/bench_finer_builder.py [--images 20000]
 
 Each image has four objects (two attributes and one or two relations each, four negatives everywhere), the
 shape of a FINER-CompreCap scene graph; one shared image file stands for all of them.

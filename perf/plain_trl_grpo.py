@@ -1,10 +1,10 @@
 """The baseline for the wrapper-overhead benchmark: the tiny GRPO configuration written as a minimal
 plain-TRL script, with none of veritune's recipe parsing, data checks or callbacks.
 
-    python benchmarks/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu|oric-smoke]
+    python perf/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu|oric-smoke]
 
 ``tiny`` mirrors ``recipes/tiny_oric_demo.yaml`` on a CPU; ``oric-gpu`` mirrors ``recipes/qwen3vl_oric.yaml``
-as ``benchmarks/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16);
+as ``perf/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16);
 ``oric-smoke`` is that step on a CPU in float32 (``bench_gpu.py --smoke``).
 """
 

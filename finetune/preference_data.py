@@ -35,12 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veritune.errors import UserError
-from veritune.io import iter_jsonl, read_json
+from veritune.core.errors import UserError
+from veritune.core.io import iter_jsonl, read_json
 
 logger = logging.getLogger("veritune.finer")
 
-FORMATS = ("veritune", "finer", "rlaif-v")
 _IMAGE_TOKEN = re.compile(r"\s*<image>\s*")
 _ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant", "system": "system"}
 
@@ -204,7 +203,7 @@ def _resolve(reference: Any, root: Path, extract_dir: Path) -> tuple[str | None,
 
 def load_images(paths: list[str], max_pixels: int | None = None) -> list[Any]:
     """Open one row's images as RGB, scaled down (aspect kept) to at most ``max_pixels`` pixels each."""
-    from finetune.oric_data import load_image
+    from veritune.core.images import load_image
 
     return [load_image(path, max_pixels or 1 << 62) for path in paths]
 
@@ -315,14 +314,3 @@ def load_preference_dataset(
     logger.info("%s: %s", path, report.summary())
     return Dataset.from_list(rows)
 
-
-def read_preference_rows(
-    path: str | Path, image_root: str | Path | None = None, fmt: str = "auto", split: str = "train"
-) -> tuple[list[dict[str, Any]], PreferenceReport]:
-    """The rows as a list, with the images under ``image_paths`` (the name ``finetune/dpo.py`` reads), and the report."""
-    report = PreferenceReport()
-    rows = []
-    for row in iter_preference_rows(path, image_root, fmt, split=split, report=report):
-        row["image_paths"] = row.pop("images")
-        rows.append(row)
-    return rows, report

@@ -16,16 +16,15 @@ from __future__ import annotations
 import html
 import json
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from veritune.errors import UserError
-from veritune.io import atomic_write_text
+from veritune.core.errors import UserError
+from veritune.core.io import atomic_write_text
+from veritune.core.run_layout import EVAL_DIR, checkpoint_eval_dir, checkpoints
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
-CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 YES_PROPORTION_KEYS = ("yes_proportion", "yes_ratio")
 # Training curves, in this order; rewards are found by prefix (GRPO: reward, rewards/<fn>/mean; DPO: rewards/*).
 TRAINING_CURVES = {
@@ -169,11 +168,7 @@ def html_table(rows: list[dict[str, Any]], *, text_columns: tuple[str, ...] = ()
 def collect_eval(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
     """``{benchmark: {step: metrics.json content}}`` from ``RUN_DIR/eval/checkpoint-N/<benchmark>/``."""
     results: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
-    eval_dir = run_dir / "eval"
-    for checkpoint in eval_dir.glob("checkpoint-*") if eval_dir.is_dir() else []:
-        match = CHECKPOINT.match(checkpoint.name)
-        if not match:
-            continue
+    for step, checkpoint in checkpoints(run_dir / EVAL_DIR):
         for metrics_file in checkpoint.glob("*/metrics.json"):
             try:
                 content = json.loads(metrics_file.read_text(encoding="utf-8"))
@@ -181,15 +176,14 @@ def collect_eval(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
                 raise UserError(f"{metrics_file}: not a readable metrics file ({err})") from None
             if not isinstance(content, dict) or not isinstance(content.get("metrics"), dict):
                 raise UserError(f"{metrics_file}: expected a JSON object with a 'metrics' object")
-            results[metrics_file.parent.name][int(match.group(1))] = content
+            results[metrics_file.parent.name][step] = content
     return {name: dict(sorted(by_step.items())) for name, by_step in sorted(results.items())}
 
 
 def training_history(run_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
     """The log history of the run's final ``trainer_state.json``, else of its newest checkpoint."""
     candidates = [run_dir / "trainer_state.json"]
-    checkpoints = [(int(m.group(1)), p) for p in run_dir.glob("checkpoint-*") if (m := CHECKPOINT.match(p.name))]
-    candidates += [path / "trainer_state.json" for _, path in sorted(checkpoints, reverse=True)]
+    candidates += [path / "trainer_state.json" for _, path in reversed(checkpoints(run_dir))]
     for path in candidates:
         if path.is_file():
             try:
@@ -310,7 +304,7 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     try:
         prepared = prepare_benchmark(name, data={name: Path(data["path"])}, image_root=Path(data["image_root"]) if data.get("image_root") else None,
                                      limit=data.get("limit"))  # fmt: skip
-        predictions = {step: read_predictions(run_dir / "eval" / f"checkpoint-{step}" / name / PREDICTIONS_FILE) for step in steps}
+        predictions = {step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps}
     except (UserError, KeyError, OSError) as err:
         return [f"<h3>Before / after</h3><p class='muted'>not available: {html.escape(str(err))}</p>"]
     rows = []

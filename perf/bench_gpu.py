@@ -1,7 +1,7 @@
 """One GRPO step of a random-initialised model with the real Qwen3-VL-2B dimensions, on a GPU.
 
-    python benchmarks/bench_gpu.py [--size 2b|8b] [--lora]
-    python benchmarks/bench_gpu.py --smoke     # the same code path on a CPU, small dimensions, float32
+    python perf/bench_gpu.py [--size 2b|8b] [--lora]
+    python perf/bench_gpu.py --smoke     # the same code path on a CPU, small dimensions, float32
 
 Runs one optimizer step of the ORIC recipe (8 generations of up to 256 tokens per prompt, bf16, sdpa)
 through ``finetune/grpo.py`` and through the plain-TRL baseline, and prints generation tokens/s, training
@@ -64,7 +64,7 @@ def build_real_size_model(size: str, out_dir: Path, device: str = "cuda") -> Pat
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen3VLConfig
 
-    from veritune.tiny_models import build_tiny_model
+    from veritune.tiny.models import build_tiny_model
 
     tiny = build_tiny_model("qwen3vl", out_dir / "tiny", format_warmup_steps=0)
     tiny_config = json.loads((tiny / "config.json").read_text())
@@ -161,7 +161,7 @@ def main() -> None:
         n_params = _count_parameters(AutoConfig.from_pretrained(model))
         data, images = write_oric_fixture(tmp_path / "data", num_items=16)
         ours = run_step("finetune/grpo.py", model, data, images, tmp_path / "ours", args.lora, args.smoke)
-        plain = run_step("benchmarks/plain_trl_grpo.py", model, data, images, tmp_path / "plain", args.lora, args.smoke)
+        plain = run_step("perf/plain_trl_grpo.py", model, data, images, tmp_path / "plain", args.lora, args.smoke)
 
     tokens = 8 * 256  # one prompt group: 8 generations of up to 256 tokens
     train_flops = 6 * n_params * tokens

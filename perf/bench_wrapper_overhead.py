@@ -1,7 +1,7 @@
 """Wrapper overhead: the tiny GRPO configuration through ``finetune/grpo.py`` and through a minimal
-plain-TRL script (``benchmarks/plain_trl_grpo.py``), same model, data, seed and steps, run alternately.
+plain-TRL script (``perf/plain_trl_grpo.py``), same model, data, seed and steps, run alternately.
 
-    python benchmarks/bench_wrapper_overhead.py [--steps 8] [--repeats 2]
+    python perf/bench_wrapper_overhead.py [--steps 8] [--repeats 2]
 
 Prints the mean optimizer-step time of each (TRL's logged ``step_time``, first step excluded as warm-up)
 and their ratio; the target is a ratio within 1.05.
@@ -48,7 +48,7 @@ def main() -> None:
 
     from conftest import write_oric_fixture
 
-    from veritune.tiny_models import build_tiny_model
+    from veritune.tiny.models import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
@@ -67,7 +67,7 @@ def main() -> None:
                  "--max_prompt_length", "100000"])  # fmt: skip
             times["veritune GRPO"] += step_times(out)
             out = tmp_path / f"plain-{repeat}"
-            run([sys.executable, "benchmarks/plain_trl_grpo.py", str(model), str(data), str(images), str(out), str(args.steps)])
+            run([sys.executable, "perf/plain_trl_grpo.py", str(model), str(data), str(images), str(out), str(args.steps)])
             times["plain TRL GRPO"] += step_times(out)
             out = tmp_path / f"veritune-dpo-{repeat}"
             run([sys.executable, "finetune/dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", str(model),
@@ -75,7 +75,7 @@ def main() -> None:
                  "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
             times["veritune DPO"] += step_times(out)
             out = tmp_path / f"plain-dpo-{repeat}"
-            run([sys.executable, "benchmarks/plain_trl_dpo.py", str(model), str(finer), str(out), str(args.steps)])
+            run([sys.executable, "perf/plain_trl_dpo.py", str(model), str(finer), str(out), str(args.steps)])
             times["plain TRL DPO"] += step_times(out)
 
     mean = {name: statistics.mean(values) for name, values in times.items()}

@@ -1,4 +1,4 @@
-"""Command-line wiring of ``veritune tiny-model`` (the library code is :mod:`veritune.tiny_models`)."""
+"""Command-line wiring of ``veritune tiny-model`` (the library code is :mod:`veritune.tiny.models`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from veritune.cli import command_help
 
 def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune tiny-model``."""
-    from veritune.tiny_models import FAMILIES, SIZES
+    from veritune.tiny.models import FAMILIES, SIZES
 
     parser = subparsers.add_parser("tiny-model", help=command_help(None, "tiny-model"))
     parser.add_argument("--family", choices=FAMILIES, default="qwen3vl", help="architecture of the tiny model")
@@ -24,7 +24,7 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
-    from veritune.tiny_models import build_tiny_model
+    from veritune.tiny.models import build_tiny_model
 
     path = build_tiny_model(
         args.family, args.out, seed=args.seed, format_warmup_steps=args.format_warmup_steps, size=args.size

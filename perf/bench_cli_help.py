@@ -1,6 +1,6 @@
 """Start-up time of the ``veritune`` command line: ``--help`` at each level, in a fresh process.
 
-    python benchmarks/bench_cli_help.py [--repeats 5]
+    python perf/bench_cli_help.py [--repeats 5]
 
 Top-level and group help must answer without importing torch (target: under a second); a command's own
 ``--help`` imports only that command's module.

@@ -1,6 +1,6 @@
 """ORIC builder throughput.
 
-    python benchmarks/bench_oric_builder.py [--images 82783]
+    python perf/bench_oric_builder.py [--images 82783]
 
 1. Model-free stages on a generated COCO-2014-train-scale annotation file (82,783 images, ~600,000
    boxes, 80 classes), with the builder's own functions: load and validation, ROI split with exact box
@@ -37,7 +37,7 @@ def model_free(images: int, tmp: Path) -> float:
     from data_builders.oric.build import BuildStats, judge_roi_objects, oric_item
     from data_builders.oric.judges import CooccurrenceJudge
     from data_builders.synthetic_world import generate_coco_scale_annotations
-    from veritune.io import atomic_write_json
+    from veritune.core.io import atomic_write_json
 
     path = generate_coco_scale_annotations(tmp / "instances.json", num_images=images)
     timings = {}
@@ -103,7 +103,7 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
     from PIL import Image
 
     from data_builders.oric.clip_negatives import ClipScorer
-    from veritune.tiny_clip import build_tiny_clip
+    from veritune.tiny.clip import build_tiny_clip
 
     # Photo-like JPEGs of COCO's size and byte count (~100-200 KB): smooth noise, so decoding costs what it does on COCO.
     rng = np.random.default_rng(0)
@@ -126,7 +126,7 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
 def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, concurrency: int = 8) -> None:
     from fake_openai_server import FakeChatServer
 
-    from data_builders.llm_client import ChatClient
+    from veritune.core.llm_client import ChatClient
 
     with FakeChatServer(lambda request: "no") as server:
         client = ChatClient(server.base_url, "judge", cache_path=tmp / "cache.sqlite", concurrency=concurrency)

@@ -13,7 +13,7 @@ from typing import Any
 
 import yaml
 
-from veritune.errors import UserError, decode_error_message
+from veritune.core.errors import UserError, decode_error_message
 
 
 def _current_umask() -> int:
@@ -83,8 +83,9 @@ def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
         raise UserError(decode_error_message(err, str(path))) from None
 
 
-def iter_jsonl(path: str | os.PathLike[str], what: str = "file") -> Iterator[tuple[int, Any]]:
-    """Yield ``(line_number, record)`` for each non-blank line; a bad line is an error naming it."""
+def iter_jsonl(path: str | os.PathLike[str], what: str = "file", *, skip_invalid: bool = False) -> Iterator[tuple[int, Any]]:
+    """Yield ``(line_number, record)`` for each non-blank line; a bad line is an error naming it (with
+    ``skip_invalid``, a line that is not JSON, such as one cut short by a crash, is skipped instead)."""
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} not found: {path}")
@@ -97,9 +98,12 @@ def iter_jsonl(path: str | os.PathLike[str], what: str = "file") -> Iterator[tup
             if not line.strip():
                 continue
             try:
-                yield number, json.loads(line)
+                record = json.loads(line)
             except json.JSONDecodeError as err:
+                if skip_invalid:
+                    continue
                 raise UserError(f"{path}, line {number}: not valid JSON ({err.msg})") from None
+            yield number, record
 
 
 def read_json_or_jsonl(path: str | os.PathLike[str], what: str = "file") -> list[Any]:

@@ -1,6 +1,6 @@
 """Reward throughput: ORIC completions scored per second by ``accuracy + format``.
 
-    python benchmarks/bench_rewards.py [--completions 100000]
+    python perf/bench_rewards.py [--completions 100000]
 
 A GRPO step of the ORIC recipe scores 16 completions; the reward must stay far below 1% of a step.
 """

@@ -1,6 +1,6 @@
 """Run every performance benchmark, print each one's figures, and write ``docs/PERFORMANCE.md``.
 
-    make bench            # or: python benchmarks/run_all.py [--only NAME ...]
+    make bench            # or: python perf/run_all.py [--only NAME ...]
 
 Each benchmark is a standalone script in this folder that prints its own figures; this runner records
 them with the machine, the date and the exact command, so every figure in PERFORMANCE.md can be
@@ -22,14 +22,14 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 # (name, script and arguments, what it measures)
 BENCHMARKS: list[tuple[str, list[str], str]] = [
-    ("rewards", ["benchmarks/bench_rewards.py"], "ORIC reward throughput (issue 7.4)"),
-    ("wrapper_overhead", ["benchmarks/bench_wrapper_overhead.py"], "finetune/grpo.py and finetune/dpo.py vs plain TRL, same tiny configurations (7.1)"),
-    ("oric_builder", ["benchmarks/bench_oric_builder.py"], "ORIC builder on COCO-scale annotations, CLIP, judge (7.2)"),
-    ("finer_builder", ["benchmarks/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
-    ("eval_runner", ["benchmarks/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
-    ("answer_extraction", ["benchmarks/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
-    ("gpu", ["benchmarks/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
-    ("cli_help", ["benchmarks/bench_cli_help.py"], "`veritune --help` start-up time: commands are imported only when they run (issue 15)"),
+    ("rewards", ["perf/bench_rewards.py"], "ORIC reward throughput (issue 7.4)"),
+    ("wrapper_overhead", ["perf/bench_wrapper_overhead.py"], "finetune/grpo.py and finetune/dpo.py vs plain TRL, same tiny configurations (7.1)"),
+    ("oric_builder", ["perf/bench_oric_builder.py"], "ORIC builder on COCO-scale annotations, CLIP, judge (7.2)"),
+    ("finer_builder", ["perf/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
+    ("eval_runner", ["perf/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
+    ("answer_extraction", ["perf/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
+    ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
+    ("cli_help", ["perf/bench_cli_help.py"], "`veritune --help` start-up time: commands are imported only when they run (issue 15)"),
 ]
 
 
@@ -85,7 +85,7 @@ def main() -> None:
 
     header = (
         "# Performance\n\n"
-        "Written by `make bench` (`python benchmarks/run_all.py`). Every figure below was printed by the command\n"
+        "Written by `make bench` (`python perf/run_all.py`). Every figure below was printed by the command\n"
         "shown beside it, in one run, on this machine:\n\n"
         f"- machine: {machine()}\n- date: {datetime.date.today().isoformat()}\n\n"
         "Ratios are measured side by side in the same run; absolute times hold only for this machine. A section\n"

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from veritune.errors import UserError
+from veritune.core.errors import UserError
 
 TRUTHY = {"1", "true", "yes", "on"}
 

@@ -1,6 +1,6 @@
 """Answer extraction cost: the shared graders over 10,000 benchmark answers.
 
-    python benchmarks/bench_answer_extraction.py
+    python perf/bench_answer_extraction.py
 """
 
 from __future__ import annotations

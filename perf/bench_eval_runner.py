@@ -1,6 +1,6 @@
 """Eval runner: batched generation vs a one-question-at-a-time ``generate`` loop on the same items.
 
-    python benchmarks/bench_eval_runner.py [--items 512] [--batch-size 32]
+    python perf/bench_eval_runner.py [--items 512] [--batch-size 32]
 
 Same tiny Qwen3-VL, the same ORIC-Bench-style items (questions on generated images), greedy decoding;
 the outputs of the two are asserted identical. Target: batched >= 5x the items/s of the loop.
@@ -31,8 +31,9 @@ def main() -> None:
 
     from data_builders.oric.questions import paraphrases
     from eval_hooks.base import EvalItem
-    from eval_hooks.runner import TransformersBackend, _decoded, generate_batch, load_model, run_items
-    from veritune.tiny_models import build_tiny_model
+    from eval_hooks.runner import TransformersBackend, generate_batch, load_model, run_items
+    from veritune.core.images import _decoded
+    from veritune.tiny.models import build_tiny_model
 
     torch.set_num_threads(2)
     with tempfile.TemporaryDirectory() as tmp:

@@ -71,8 +71,8 @@ def train_tiny_clip(
     from transformers import CLIPModel, CLIPProcessor
 
     from data_builders.oric.clip_negatives import TEXT_TEMPLATE, _features
-    from veritune.errors import UserError
-    from veritune.io import read_json
+    from veritune.core.errors import UserError
+    from veritune.core.io import read_json
 
     data = read_json(annotations, what="annotation file")
     try:

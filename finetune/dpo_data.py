@@ -1,0 +1,78 @@
+"""The DPO entry script's data: the train and validation preference datasets (any layout the readers of
+:mod:`finetune.preference_data` know), the seeded validation hold-out and subsample, and the report of what
+was kept and dropped (written to ``<output_dir>/preference_data.json``)."""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from finetune.configs import DPOScriptArguments, VerituneDPOConfig
+from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
+from veritune.core.errors import UserError
+
+logger = logging.getLogger("veritune.dpo")
+
+DATA_REPORT_FILE = "preference_data.json"
+
+
+def sample_indices(total: int, count: int | None, seed: int) -> list[int]:
+    """Indices of at most ``count`` of ``total`` rows, drawn uniformly at random (seeded), in file order.
+
+    >>> sample_indices(5, None, seed=0)
+    [0, 1, 2, 3, 4]
+    >>> sample_indices(1000, 3, seed=0) == sample_indices(1000, 3, seed=0)
+    True
+    """
+    if count is None or count >= total:
+        return list(range(total))
+    return sorted(random.Random(seed).sample(range(total), count))
+
+
+def split_indices(total: int, ratio: float, seed: int) -> tuple[list[int], list[int]]:
+    """``(train, validation)`` indices: a seeded ``ratio`` of ``total`` rows (at least one) held out."""
+    count = max(1, round(total * ratio))
+    if count >= total:
+        raise UserError(f"validation_ratio: holding out {count} of {total} rows would leave none to train on")
+    held_out = set(random.Random(seed).sample(range(total), count))
+    return [i for i in range(total) if i not in held_out], sorted(held_out)
+
+
+def read_split(path: str, script_args: DPOScriptArguments, split: str) -> tuple[Dataset, PreferenceReport]:
+    """One split of any supported preference layout, with the reader's count of what it dropped and why."""
+    report = PreferenceReport()
+    image_root = Path(script_args.image_root) if script_args.image_root else None
+    dataset = load_preference_dataset(Path(path), image_root, script_args.data_format, split=split, report=report)
+    if len(report.missing_images) > 10:  # the reader logs the first ten
+        logger.warning("%s: %d more missing images, all listed in %s", path, len(report.missing_images) - 10, DATA_REPORT_FILE)
+    return dataset, report
+
+
+def report_counts(report: PreferenceReport) -> dict[str, Any]:
+    """The reader's report as plain JSON values."""
+    return {"read": report.total, "kept": report.kept, "dropped": dict(report.dropped), "missing_images": report.missing_images}
+
+
+def get_preference_datasets(script_args: DPOScriptArguments, training_args: VerituneDPOConfig) -> tuple[Dataset, Dataset | None, dict[str, Any]]:
+    """Train and (when evaluating) validation datasets, images opened on access, and a report of what was
+    kept and dropped (chosen equal to rejected and missing images are dropped once, by the reader)."""
+    if not script_args.dataset_path:
+        raise UserError("dataset_path: required (a `veritune build finer` directory or a preference JSONL)")
+    train, train_report = read_split(script_args.dataset_path, script_args, "train")
+    evaluation, eval_report = None, None
+    if training_args.eval_strategy != "no":
+        if script_args.eval_dataset_path or Path(script_args.dataset_path).is_dir():
+            evaluation, eval_report = read_split(script_args.eval_dataset_path or script_args.dataset_path, script_args, "validation")
+        else:  # one file: hold out Table 10's validation ratio before subsampling, so no eval row is trained on
+            kept, held_out = split_indices(len(train), script_args.validation_ratio, training_args.seed)
+            train, evaluation = train.select(kept), train.select(held_out)
+    train = train.select(sample_indices(len(train), script_args.max_train_samples, training_args.seed))
+    report = {"train": {"rows": len(train), **report_counts(train_report)}, "eval": None}
+    if evaluation is not None:
+        report["eval"] = {"rows": len(evaluation), **(report_counts(eval_report) if eval_report else {"held_out_of_train": True})}
+    evaluation = None if evaluation is None else with_images(evaluation, script_args.max_pixels)
+    return with_images(train, script_args.max_pixels), evaluation, report

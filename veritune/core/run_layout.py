@@ -1,0 +1,62 @@
+"""The layout of a training run directory, shared by training, ``eval watch``, the eval hook and the report.
+
+::
+
+    RUN_DIR/
+      checkpoint-N/              a Trainer checkpoint (CHECKPOINT_NAME)
+      trainer_state.json         written when training ends
+      wandb_run.json             the W&B run to log into (WANDB_RUN_FILE)
+      eval/checkpoint-N/<benchmark>/{predictions.jsonl,metrics.json}   (checkpoint_eval_dir)
+
+A checkpoint has two levels of completeness: it is *saved* once its ``trainer_state.json`` exists (the
+Trainer writes it last, so its weights are there: enough to evaluate it), and *resumable* once its
+optimizer state is saved as well (enough to continue training from it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
+WANDB_RUN_FILE = "wandb_run.json"  # written by finetune/training.py's RunConfigCallback
+TRAINER_STATE_FILE = "trainer_state.json"
+EVAL_DIR = "eval"
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
+
+
+def checkpoint_name(step: int) -> str:
+    return f"checkpoint-{step}"
+
+
+def checkpoint_step(path: str | Path) -> int | None:
+    """N of a ``checkpoint-N`` path; None for any other name."""
+    match = CHECKPOINT_NAME.match(Path(path).name)
+    return int(match.group(1)) if match else None
+
+
+def checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Every ``checkpoint-N`` directory of ``run_dir`` with its step, oldest first (complete or not)."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        return []
+    found = [(step, path) for path in run_dir.iterdir() if path.is_dir() and (step := checkpoint_step(path)) is not None]
+    return sorted(found)
+
+
+def is_saved_checkpoint(path: str | Path) -> bool:
+    """The checkpoint is completely written: the Trainer saves ``trainer_state.json`` last."""
+    return (Path(path) / TRAINER_STATE_FILE).is_file()
+
+
+def is_complete_checkpoint(path: str | Path) -> bool:
+    """A checkpoint can be resumed from when its weights, trainer state and optimizer state were all saved."""
+    path = Path(path)
+    has_weights = any((path / name).exists() for name in WEIGHT_FILES)
+    has_optimizer = (path / "optimizer.pt").is_file() or any(path.glob("global_step*"))
+    return has_weights and is_saved_checkpoint(path) and has_optimizer
+
+
+def checkpoint_eval_dir(run_dir: str | Path, step: int) -> Path:
+    """Where the evaluation of checkpoint ``step`` goes: ``RUN_DIR/eval/checkpoint-N``."""
+    return Path(run_dir) / EVAL_DIR / checkpoint_name(step)
