@@ -33,8 +33,12 @@ def setup_logging(training_args: TrainingArguments) -> None:
     level = logging.INFO if training_args.should_log else logging.WARNING
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=level, force=True)
     transformers.utils.logging.set_verbosity(level if level == logging.WARNING else logging.WARNING)
-    # DeepSpeed warns on import, once per process, that it "was unable to detect" an accelerator when there is
-    # none; on a CPU-only machine say so up front, which is what it falls back to anyway.
+    use_cpu_accelerator_without_gpu()
+
+
+def use_cpu_accelerator_without_gpu() -> None:
+    """DeepSpeed warns on import, once per process, that it "was unable to detect" an accelerator when there
+    is none; on a CPU-only machine say so up front (``DS_ACCELERATOR=cpu``), which is what it falls back to."""
     if "DS_ACCELERATOR" not in os.environ and "deepspeed" not in sys.modules:
         import torch
 

@@ -87,6 +87,9 @@ def warmstart_key(*files: Path) -> str:
 
 def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True) -> dict[str, Path]:
     """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and training)."""
+    from finetune.training import use_cpu_accelerator_without_gpu
+
+    use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
     from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
     from veritune.tiny.models import build_tiny_model
 
