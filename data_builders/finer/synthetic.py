@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from data_builders.synthetic_world import CATEGORIES
+from data_builders.synthetic_world import CATEGORIES, spatial_relation
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, read_json
 
@@ -22,22 +22,12 @@ COLOURS = {"red": (220, 40, 40), "yellow": (240, 200, 60), "grey": (120, 120, 12
            "green": (20, 160, 60), "purple": (150, 40, 180), "brown": (140, 90, 40), "orange": (255, 140, 0)}  # fmt: skip
 SHAPES = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
 OTHER_SHAPES = ("star", "heart")
-RELATIONS = ("is to the left of the", "is to the right of the", "is above the", "is below the")
 EXTRA_RELATION = "is inside the"
 
 
 def colour_word(rgb: tuple[int, int, int]) -> str:
     """The nearest named colour."""
     return min(COLOURS, key=lambda name: sum((a - b) ** 2 for a, b in zip(COLOURS[name], rgb)))
-
-
-def spatial_relation(box_a: list[float], box_b: list[float]) -> str:
-    """Where box a's centre lies relative to box b's, along the axis of the larger offset (image y grows down)."""
-    (xa, ya, wa, ha), (xb, yb, wb, hb) = box_a, box_b
-    dx, dy = (xa + wa / 2) - (xb + wb / 2), (ya + ha / 2) - (yb + hb / 2)
-    if abs(dx) >= abs(dy):
-        return RELATIONS[0] if dx < 0 else RELATIONS[1]
-    return RELATIONS[2] if dy < 0 else RELATIONS[3]
 
 
 def scene_graphs_from_coco(annotations: Path, out: Path) -> Path:
