@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from data_builders.synthetic_world import CATEGORIES, spatial_relation
+from data_builders.synthetic_world import CATEGORIES, RELATIONS, spatial_relation
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, read_json
 
