@@ -16,6 +16,7 @@ test-all:
 
 lint: setup
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 
 bench: setup
 	.venv/bin/python perf/run_all.py

@@ -11,9 +11,12 @@ from veritune.cli import command_help
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune build synthetic-world`` and ``veritune build scene-graphs``."""
-    world = subparsers.add_parser("synthetic-world", help=command_help("build", "synthetic-world"),
-                                  description="Draw a seeded world of simple shapes with COCO-format annotations "
-                                  "(train and val images and instances JSON): the offline stand-in for COCO-2014.")  # fmt: skip
+    world = subparsers.add_parser(
+        "synthetic-world",
+        help=command_help("build", "synthetic-world"),
+        description="Draw a seeded world of simple shapes with COCO-format annotations "
+        "(train and val images and instances JSON): the offline stand-in for COCO-2014.",
+    )
     world.add_argument(
         "--out",
         type=Path,
@@ -35,8 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _synthetic_world(args: argparse.Namespace) -> int:
     from data_builders.synthetic_world import build_synthetic_world
 
-    paths = build_synthetic_world(args.out, num_train_images=args.train_images, num_val_images=args.val_images,
-                                  seed=args.seed, image_size=args.image_size)  # fmt: skip
+    paths = build_synthetic_world(
+        args.out,
+        num_train_images=args.train_images,
+        num_val_images=args.val_images,
+        seed=args.seed,
+        image_size=args.image_size,
+    )
     print(json.dumps({key: str(value) for key, value in paths.items()}, indent=2))
     return 0
 
@@ -64,9 +72,14 @@ LLM_FLAGS = (
 
 
 def add_llm_arguments(
-    parser: argparse.ArgumentParser, purpose: str, *, cache: str = "outputs/cache/llm.sqlite", max_tokens: int | None = 512,
-    model_help: str = "model name sent to the endpoint (recorded with the output)", aliases: str | None = None,
-) -> argparse._ArgumentGroup:  # fmt: skip
+    parser: argparse.ArgumentParser,
+    purpose: str,
+    *,
+    cache: str = "outputs/cache/llm.sqlite",
+    max_tokens: int | None = 512,
+    model_help: str = "model name sent to the endpoint (recorded with the output)",
+    aliases: str | None = None,
+) -> argparse._ArgumentGroup:
     """Add ``--llm-base-url``, ``--llm-model``, ``--llm-cache``, ``--llm-timeout``, ... to ``parser``.
 
     ``aliases="judge"`` also accepts the deprecated ``--judge-base-url`` style spellings (hidden from help).
@@ -105,7 +118,7 @@ def add_llm_arguments(
                 default=argparse.SUPPRESS,
                 help=argparse.SUPPRESS,
             )
-    return group  # fmt: skip
+    return group
 
 
 def llm_client_options(args: argparse.Namespace) -> dict:
@@ -113,11 +126,21 @@ def llm_client_options(args: argparse.Namespace) -> dict:
     checked (one ``error:`` line naming the flag)."""
     from veritune.core.errors import UserError
 
-    for flag, value, least in (("--llm-concurrency", args.llm_concurrency, 1), ("--llm-max-retries", args.llm_max_retries, 0),
-                               ("--llm-timeout", args.llm_timeout, 1e-9), ("--llm-temperature", args.llm_temperature, 0.0),
-                               ("--llm-max-tokens", args.llm_max_tokens if args.llm_max_tokens is not None else 1, 1)):  # fmt: skip
+    for flag, value, least in (
+        ("--llm-concurrency", args.llm_concurrency, 1),
+        ("--llm-max-retries", args.llm_max_retries, 0),
+        ("--llm-timeout", args.llm_timeout, 1e-9),
+        ("--llm-temperature", args.llm_temperature, 0.0),
+        ("--llm-max-tokens", args.llm_max_tokens if args.llm_max_tokens is not None else 1, 1),
+    ):
         if value < least:
             raise UserError(f"{flag}: must be {'positive' if least == 1e-9 else f'at least {least:g}'}, got {value:g}")
-    return {"cache_path": args.llm_cache, "api_key_env": args.llm_api_key_env, "concurrency": args.llm_concurrency,
-            "max_retries": args.llm_max_retries, "timeout": args.llm_timeout, "temperature": args.llm_temperature,
-            "max_tokens": args.llm_max_tokens}  # fmt: skip
+    return {
+        "cache_path": args.llm_cache,
+        "api_key_env": args.llm_api_key_env,
+        "concurrency": args.llm_concurrency,
+        "max_retries": args.llm_max_retries,
+        "timeout": args.llm_timeout,
+        "temperature": args.llm_temperature,
+        "max_tokens": args.llm_max_tokens,
+    }

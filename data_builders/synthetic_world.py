@@ -37,9 +37,20 @@ CATEGORIES: list[tuple[str, str, tuple[int, int, int]]] = [
     ("umbrella", "triangle", (140, 30, 190)),
     ("apple", "ellipse", (200, 230, 0)),
 ]
-COLOUR_NAMES = {"cup": "red", "bowl": "yellow", "oven": "black", "car": "blue", "traffic light": "green",
-                "bench": "brown", "kite": "orange", "dog": "pink", "elephant": "cyan", "laptop": "white",
-                "umbrella": "purple", "apple": "lime"}  # fmt: skip
+COLOUR_NAMES = {
+    "cup": "red",
+    "bowl": "yellow",
+    "oven": "black",
+    "car": "blue",
+    "traffic light": "green",
+    "bench": "brown",
+    "kite": "orange",
+    "dog": "pink",
+    "elephant": "cyan",
+    "laptop": "white",
+    "umbrella": "purple",
+    "apple": "lime",
+}
 SHADES = ("light", "dark")  # the colour variants of every class (an attribute in the scene graphs)
 SHAPE_WORDS = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
 # Each scene: a background colour (the cheap global cue) and its three typical classes (the strong prior).
@@ -75,7 +86,9 @@ def spatial_relation(box_a: list[float], box_b: list[float]) -> str:
     return RELATIONS[2] if dy < 0 else RELATIONS[3]
 
 
-def _draw(draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, float, float, float], colour: tuple[int, int, int]) -> None:
+def _draw(
+    draw: ImageDraw.ImageDraw, shape: str, box: tuple[float, float, float, float], colour: tuple[int, int, int]
+) -> None:
     x, y, w, h = box
     if shape == "rectangle":
         draw.rectangle([x, y, x + w, y + h], fill=colour, outline=(0, 0, 0))
@@ -91,7 +104,9 @@ def _overlap(a: list[float], b: list[float]) -> float:
     return max(dx, 0.0) * max(dy, 0.0)
 
 
-def _place(w: float, h: float, width: int, height: int, placed: list[list[float]], rng: random.Random) -> tuple[float, float]:
+def _place(
+    w: float, h: float, width: int, height: int, placed: list[list[float]], rng: random.Random
+) -> tuple[float, float]:
     """A position for a w × h box: the least-overlapping of 12 random candidates, so that objects stay
     visible (boxes may still overlap a little, as in COCO)."""
     candidates = [(round(rng.uniform(0, width - w), 2), round(rng.uniform(0, height - h), 2)) for _ in range(12)]
@@ -131,22 +146,35 @@ def _scene_graph(image: dict[str, Any], drawn: list[dict[str, Any]], rng: random
     for index, obj in enumerate(ordered):
         name, shade = obj["name"], obj["shade"]
         hue = COLOUR_NAMES[name]
-        neg_objects = [n for n in absent if n in typical] + rng.sample([n for n in absent if n not in typical], len([n for n in absent if n not in typical]))
+        neg_objects = [n for n in absent if n in typical] + rng.sample(
+            [n for n in absent if n not in typical], len([n for n in absent if n not in typical])
+        )
         other_hues = rng.sample([c for c in colours if c != hue], 3)
         other_shade = SHADES[1 - SHADES.index(shade)]
         form = SHAPE_WORDS[obj["shape"]]
-        objects.append({
-            "object": name, "object_index": index, "neg_object": neg_objects[:4],
-            "attribute": [f"with a {shade} {hue} color", f"with a {form} shape"],
-            "neg_attribute": [[f"with a {other_shade} {hue} color", *(f"with a {shade} {c} color" for c in other_hues)],
-                              [f"with a {w} shape" for w in ("boxy", "round", "pointed", "star", "heart") if w != form][:4]],
-            "parsed_relation": [], "neg_relation": [],
-        })  # fmt: skip
+        objects.append(
+            {
+                "object": name,
+                "object_index": index,
+                "neg_object": neg_objects[:4],
+                "attribute": [f"with a {shade} {hue} color", f"with a {form} shape"],
+                "neg_attribute": [
+                    [f"with a {other_shade} {hue} color", *(f"with a {shade} {c} color" for c in other_hues)],
+                    [f"with a {w} shape" for w in ("boxy", "round", "pointed", "star", "heart") if w != form][:4],
+                ],
+                "parsed_relation": [],
+                "neg_relation": [],
+            }
+        )
     for index in range(len(ordered) - 1):
         rel = spatial_relation(ordered[index]["bbox"], ordered[index + 1]["bbox"])
         objects[index]["parsed_relation"].append({"object_a": index, "rel": rel, "object_b": index + 1})
         objects[index]["neg_relation"].append([r for r in (*RELATIONS, EXTRA_RELATION) if r != rel])
-    return {"example_id": f"synthetic_{image['file_name'].rsplit('.', 1)[0]}", "image": image["file_name"], "objects": objects}
+    return {
+        "example_id": f"synthetic_{image['file_name'].rsplit('.', 1)[0]}",
+        "image": image["file_name"],
+        "objects": objects,
+    }
 
 
 def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image_size: int) -> dict[str, Path]:
@@ -158,7 +186,9 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
     annotations: list[dict[str, Any]] = []
     graphs: list[dict[str, Any]] = []
     scene_names = sorted(SCENES)
-    for image_id in tqdm(range(1, num_images + 1), desc=f"drawing {split} images", unit="img", disable=num_images < 200):
+    for image_id in tqdm(
+        range(1, num_images + 1), desc=f"drawing {split} images", unit="img", disable=num_images < 200
+    ):
         scene = scene_names[(image_id - 1) % len(scene_names)]
         background, _ = SCENES[scene]
         width = height = image_size
@@ -172,7 +202,15 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
             w, h = round(rng.uniform(low, high) * width, 2), round(rng.uniform(low, high) * height, 2)
             x, y = _place(w, h, width, height, [o["bbox"] for o in drawn], rng)
             shape, colour = styles[name]
-            drawn.append({"name": name, "shape": shape, "shade": rng.choice(SHADES), "bbox": [x, y, w, h], "area": round(w * h, 2)})
+            drawn.append(
+                {
+                    "name": name,
+                    "shape": shape,
+                    "shade": rng.choice(SHADES),
+                    "bbox": [x, y, w, h],
+                    "area": round(w * h, 2),
+                }
+            )
         drawn.sort(key=lambda o: -o["area"])  # larger objects first, so smaller ones are drawn on top and stay visible
         for obj in drawn:
             x, y, w, h = obj["bbox"]
@@ -195,14 +233,22 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
         graphs.append(_scene_graph(record, drawn, rng))
     categories = [{"id": category_ids[name], "name": name, "supercategory": "object"} for name, _, _ in CATEGORIES]
     annotation_file = out_dir / split / "instances.json"
-    atomic_write_json(annotation_file, {"images": images, "annotations": annotations, "categories": categories}, indent=None)
+    atomic_write_json(
+        annotation_file, {"images": images, "annotations": annotations, "categories": categories}, indent=None
+    )
     graph_file = atomic_write_json(out_dir / split / "scene_graphs.json", graphs, indent=None)
     pope_file = _write_pope_random(out_dir / split / "coco_pope_random.json", images, annotations, rng)
-    return {f"{split}_annotations": annotation_file, f"{split}_images": image_dir, f"{split}_scene_graphs": graph_file,
-            f"{split}_pope_random": pope_file}  # fmt: skip
+    return {
+        f"{split}_annotations": annotation_file,
+        f"{split}_images": image_dir,
+        f"{split}_scene_graphs": graph_file,
+        f"{split}_pope_random": pope_file,
+    }
 
 
-def _write_pope_random(path: Path, images: list[dict[str, Any]], annotations: list[dict[str, Any]], rng: random.Random) -> Path:
+def _write_pope_random(
+    path: Path, images: list[dict[str, Any]], annotations: list[dict[str, Any]], rng: random.Random
+) -> Path:
     """A POPE-random-style file (official JSON-lines layout): per image, up to three present classes as
     "yes" questions and as many classes drawn uniformly from the absent ones as "no" questions."""
     names = [c[0] for c in CATEGORIES]
@@ -218,7 +264,11 @@ def _write_pope_random(path: Path, images: list[dict[str, Any]], annotations: li
         no = rng.sample([n for n in names if n not in here], len(yes))
         for name, label in [*((n, "yes") for n in yes), *((n, "no") for n in no)]:
             question = POPE_TEMPLATE.format(object=("an " if name[0] in "aeiou" else "a ") + name)
-            lines.append(json.dumps({"question_id": len(lines) + 1, "image": image["file_name"], "text": question, "label": label}))
+            lines.append(
+                json.dumps(
+                    {"question_id": len(lines) + 1, "image": image["file_name"], "text": question, "label": label}
+                )
+            )
     return atomic_write_text(path, "\n".join(lines) + "\n")
 
 
@@ -268,16 +318,25 @@ def generate_coco_scale_annotations(
     images, annotations = [], []
     for image_id in range(1, num_images + 1):
         width, height = 640, rng.choice((427, 480, 512))
-        images.append({"id": image_id, "file_name": f"COCO_train2014_{image_id:012d}.jpg", "width": width, "height": height})
+        images.append(
+            {"id": image_id, "file_name": f"COCO_train2014_{image_id:012d}.jpg", "width": width, "height": height}
+        )
         group = groups[image_id % 12]
         for _ in range(max(1, round(rng.expovariate(1 / boxes_per_image_mean)))):  # mean ~ boxes_per_image_mean
             category = rng.choice(group) if rng.random() > OUT_OF_CONTEXT_RATE else rng.randrange(num_classes)
             w, h = rng.uniform(8, 320), rng.uniform(8, 240)
             x, y = rng.uniform(0, width - w), rng.uniform(0, height - h)
             annotations.append(
-                {"id": len(annotations) + 1, "image_id": image_id, "category_id": category + 1,
-                 "bbox": [round(x, 1), round(y, 1), round(w, 1), round(h, 1)], "area": round(w * h, 1),
-                 "iscrowd": 0}  # fmt: skip
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": category + 1,
+                    "bbox": [round(x, 1), round(y, 1), round(w, 1), round(h, 1)],
+                    "area": round(w * h, 1),
+                    "iscrowd": 0,
+                }
             )
     categories = [{"id": index + 1, "name": name, "supercategory": "object"} for index, name in enumerate(classes)]
-    return atomic_write_json(path, {"images": images, "annotations": annotations, "categories": categories}, indent=None)
+    return atomic_write_json(
+        path, {"images": images, "annotations": annotations, "categories": categories}, indent=None
+    )

@@ -110,17 +110,30 @@ def metric_difference_interval(
 
     base_value, trained_value = value(items, base), value(items, trained)
     low, high = paired_bootstrap(statistic, len(groups), resamples=resamples, confidence=confidence, seed=seed)
-    return {"metric": metric, "base": base_value, "trained": trained_value, "difference": trained_value - base_value,
-            "low": low, "high": high, "questions": len(groups), "resamples": resamples}  # fmt: skip
+    return {
+        "metric": metric,
+        "base": base_value,
+        "trained": trained_value,
+        "difference": trained_value - base_value,
+        "low": low,
+        "high": high,
+        "questions": len(groups),
+        "resamples": resamples,
+    }
 
 
 def format_table(rows: list[dict[str, Any]], confidence: float = 0.95) -> str:
     """The before/after table as aligned text: benchmark/metric, base, trained, difference, interval."""
     header = ("metric", "base", "trained", "difference", f"{round(confidence * 100)}% interval")
     lines = [header] + [
-        (f"{row['benchmark']} {row['metric']}", f"{row['base']:.1f}", f"{row['trained']:.1f}", f"{row['difference']:+.1f}",
-         f"[{row['low']:+.1f}, {row['high']:+.1f}]")
+        (
+            f"{row['benchmark']} {row['metric']}",
+            f"{row['base']:.1f}",
+            f"{row['trained']:.1f}",
+            f"{row['difference']:+.1f}",
+            f"[{row['low']:+.1f}, {row['high']:+.1f}]",
+        )
         for row in rows
-    ]  # fmt: skip
+    ]
     widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines)

@@ -56,8 +56,13 @@ def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, 
         for table_name, rows in tables.items():
             if rows:
                 columns = list(dict.fromkeys(key for row in rows for key in row))
-                data = [[_image_cell(row.get(column), wandb) if column == "image" else _cell(row.get(column)) for column in columns]
-                        for row in rows]  # fmt: skip
+                data = [
+                    [
+                        _image_cell(row.get(column), wandb) if column == "image" else _cell(row.get(column))
+                        for column in columns
+                    ]
+                    for row in rows
+                ]
                 payload[f"eval/{name}/{table_name}"] = wandb.Table(columns=columns, data=data)
     payload["train/global_step"] = step
     return payload
@@ -80,8 +85,6 @@ def _image_cell(path: Any, wandb: Any, size: int = 256) -> Any:
 
 def _cell(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
-
-
 
 
 def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:
@@ -153,7 +156,9 @@ class EvalHookCallback(TrainerCallback):
         ``report_to`` integration like the Trainer's own logs. Unbound, they go to the log history and W&B."""
         self._handler = handler
 
-    def on_train_begin(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_begin(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         self.processor = kwargs.get("processing_class")
         # Say now, not hours from now, when a final benchmark's files cannot be found.
         for name in self.final_benchmarks if state.is_world_process_zero else []:
@@ -162,10 +167,16 @@ class EvalHookCallback(TrainerCallback):
                 if not data_path.exists():
                     raise UserError(f"{data_path} not found (expected {get_benchmark(name).data_layout})")
             except UserError as err:
-                logger.warning("eval hook: final benchmark %s cannot run as configured (it will be skipped at the end): %s", name, err)
+                logger.warning(
+                    "eval hook: final benchmark %s cannot run as configured (it will be skipped at the end): %s",
+                    name,
+                    err,
+                )
         self.evaluate_baseline(args, state, control, kwargs.get("model"))
 
-    def evaluate_baseline(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any) -> None:
+    def evaluate_baseline(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any
+    ) -> None:
         """The step-0 baseline: with ``at_start``, evaluate the untrained model once, before the first step.
         A resumed run (global step above 0) skips it; answers already in ``eval/checkpoint-0`` are reused."""
         out_dir = checkpoint_eval_dir(args.output_dir, 0)
@@ -183,11 +194,15 @@ class EvalHookCallback(TrainerCallback):
         results = self.evaluate_model(model, processor, out_dir, step) if self.benchmarks else {}
         if self.final_benchmarks and state.max_steps and step >= state.max_steps:  # the final checkpoint
             self._final_done = True
-            results.update(self.evaluate_model(model, processor, out_dir, step, self.final_benchmarks, self.final_limits))
+            results.update(
+                self.evaluate_model(model, processor, out_dir, step, self.final_benchmarks, self.final_limits)
+            )
         if results and state.is_world_process_zero:
             self.log_results(args, state, control, results)
 
-    def on_train_end(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
+    def on_train_end(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
+    ) -> None:
         # The last step was not saved as a checkpoint: the final benchmarks run on the final model instead.
         if not self.final_benchmarks or self._final_done:
             return
@@ -195,12 +210,20 @@ class EvalHookCallback(TrainerCallback):
         step = state.global_step
         processor = kwargs.get("processing_class") or self.processor
         out_dir = checkpoint_eval_dir(args.output_dir, step)
-        results = self.evaluate_model(kwargs.get("model"), processor, out_dir, step, self.final_benchmarks, self.final_limits)
+        results = self.evaluate_model(
+            kwargs.get("model"), processor, out_dir, step, self.final_benchmarks, self.final_limits
+        )
         if results and state.is_world_process_zero:
             self.log_results(args, state, control, results)
 
     def evaluate_model(
-        self, model: Any, processor: Any, out_dir: Path, step: int, names: list[str] | None = None, limits: dict[str, int] | None = None
+        self,
+        model: Any,
+        processor: Any,
+        out_dir: Path,
+        step: int,
+        names: list[str] | None = None,
+        limits: dict[str, int] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """Evaluate the live model on each benchmark (default: the per-save ones; every process calls
         this); ``{name: result}`` on the main process. A benchmark that fails is logged and left out."""
@@ -212,8 +235,13 @@ class EvalHookCallback(TrainerCallback):
         if model is None or processor is None:
             logger.error("eval hook at step %d: the trainer passed no model or processor; skipped", step)
             return {}
-        backend = TransformersBackend(model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=f"{out_dir.parent.parent.name}/{checkpoint_name(step)}",
-                                      model_path=out_dir.parent.parent / checkpoint_name(step))  # fmt: skip
+        backend = TransformersBackend(
+            model,
+            processor,
+            synced_gpus=is_deepspeed_zero3_enabled(),
+            model_name=f"{out_dir.parent.parent.name}/{checkpoint_name(step)}",
+            model_path=out_dir.parent.parent / checkpoint_name(step),
+        )
         results: dict[str, dict[str, Any]] = {}
         was_training = model.training
         model.eval()
@@ -223,11 +251,23 @@ class EvalHookCallback(TrainerCallback):
                     limit = limits.get(name, self.limit)
                     key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
                     if key not in self._prepared:
-                        self._prepared[key] = prepare_benchmark(name, data_root=self.data_root, data=self.data, image_root=self.image_root,
-                                                                limit=limit, max_new_tokens=self.max_new_tokens)  # fmt: skip
+                        self._prepared[key] = prepare_benchmark(
+                            name,
+                            data_root=self.data_root,
+                            data=self.data,
+                            image_root=self.image_root,
+                            limit=limit,
+                            max_new_tokens=self.max_new_tokens,
+                        )
                     result = evaluate_prepared(backend, self._prepared[key], out_dir, batch_size=self.batch_size)
                 except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
-                    logger.error("eval hook: %s failed at step %d (training continues): %s: %s", name, step, type(err).__name__, err)
+                    logger.error(
+                        "eval hook: %s failed at step %d (training continues): %s: %s",
+                        name,
+                        step,
+                        type(err).__name__,
+                        err,
+                    )
                     continue
                 if result:
                     results[name] = result
@@ -235,7 +275,9 @@ class EvalHookCallback(TrainerCallback):
             model.train(was_training)
         return results
 
-    def log_results(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, results: dict[str, dict[str, Any]]) -> None:
+    def log_results(
+        self, args: TrainingArguments, state: TrainerState, control: TrainerControl, results: dict[str, dict[str, Any]]
+    ) -> None:
         """Log to the log history, every ``report_to`` integration and W&B (main process only)."""
         metrics = {key: value for name, result in results.items() for key, value in flat_metrics(name, result).items()}
         state.log_history.append({**metrics, "step": state.global_step})
@@ -256,5 +298,7 @@ class EvalHookCallback(TrainerCallback):
             wandb = None
         if wandb is not None and wandb.run is not None:
             wandb.run.log(wandb_payload(results, state.global_step, wandb, scalars=not via_trainer))
-        summary = "; ".join(f"{key}={value:.4g}" for key, value in metrics.items() if key.count("/") == 2 or "/macro/" in key)
+        summary = "; ".join(
+            f"{key}={value:.4g}" for key, value in metrics.items() if key.count("/") == 2 or "/macro/" in key
+        )
         logger.info("eval at step %d: %s", state.global_step, summary)

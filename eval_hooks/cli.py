@@ -23,10 +23,10 @@ from veritune.cli import command_help
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json
 
-STRICT_HELP = ("score the raw responses exactly as the official script does, with no veritune normalisation before it "
-               "(AMBER discriminative: only the exact responses Yes / No count); no judge")
-
-
+STRICT_HELP = (
+    "score the raw responses exactly as the official script does, with no veritune normalisation before it "
+    "(AMBER discriminative: only the exact responses Yes / No count); no judge"
+)
 
 
 def summary_table(results: dict[str, dict[str, Any]]) -> str:
@@ -34,21 +34,37 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
     rows = [("benchmark", "items", "answered", "missing img", "metric", "value")]
     for name, result in results.items():
         counts = result.get("counts", {})
-        first = (name, str(counts.get("items", "")), str(counts.get("predicted", "")), str(counts.get("missing_images", 0)))
+        first = (
+            name,
+            str(counts.get("items", "")),
+            str(counts.get("predicted", "")),
+            str(counts.get("missing_images", 0)),
+        )
         for index, (metric, value) in enumerate(headline_metrics(result).items()):
             rows.append((*(first if index == 0 else ("", "", "", "")), metric, f"{value:.4g}"))
         if not headline_metrics(result):
             rows.append((*first, "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.rjust(w) if i in (1, 2, 3, 5) else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))).rstrip() for row in rows]
+    lines = [
+        "  ".join(
+            cell.rjust(w) if i in (1, 2, 3, 5) else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))
+        ).rstrip()
+        for row in rows
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
-    add_llm_arguments(parser, "optional judge: resolves answers the rules cannot; HallusionBench: judges every answer "
-                      "against gt_answer_details", cache="outputs/cache/judge.sqlite", max_tokens=8,
-                      model_help="judge model sent to the endpoint (recorded with the results)", aliases="judge")  # fmt: skip
+    add_llm_arguments(
+        parser,
+        "optional judge: resolves answers the rules cannot; HallusionBench: judges every answer "
+        "against gt_answer_details",
+        cache="outputs/cache/judge.sqlite",
+        max_tokens=8,
+        model_help="judge model sent to the endpoint (recorded with the results)",
+        aliases="judge",
+    )
 
 
 def _judge(args: argparse.Namespace) -> Any:
@@ -57,7 +73,9 @@ def _judge(args: argparse.Namespace) -> Any:
     if not (args.llm_base_url and args.llm_model):
         raise UserError("--llm-base-url and --llm-model: give both to use an LLM judge")
     if args.strict_official:  # refused before any model loads
-        raise UserError("--strict-official: scores the raw responses as the official script does; drop the --llm-* judge options")
+        raise UserError(
+            "--strict-official: scores the raw responses as the official script does; drop the --llm-* judge options"
+        )
     from eval_hooks.judge import AnswerJudge
 
     return AnswerJudge(args.llm_base_url, args.llm_model, **llm_client_options(args))
@@ -65,18 +83,36 @@ def _judge(args: argparse.Namespace) -> Any:
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
     _add_location_arguments(parser)
-    parser.add_argument("--batch-size", type=int, default=8, help="items per generate call (per process); vLLM: try 256")
-    parser.add_argument("--max-new-tokens", type=int, help="generation budget for every item (default: each benchmark's own)")
-    parser.add_argument("--backend", default="transformers", choices=["transformers", "vllm"], help="vllm only when installed")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"], help="model weights' dtype")
+    parser.add_argument(
+        "--batch-size", type=int, default=8, help="items per generate call (per process); vLLM: try 256"
+    )
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="generation budget for every item (default: each benchmark's own)"
+    )
+    parser.add_argument(
+        "--backend", default="transformers", choices=["transformers", "vllm"], help="vllm only when installed"
+    )
+    parser.add_argument(
+        "--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"], help="model weights' dtype"
+    )
     parser.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(parser)
 
 
 def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--benchmarks", required=True, help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark")
-    parser.add_argument("--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)")
-    parser.add_argument("--data", action="append", default=[], metavar="BENCHMARK=PATH", help="a benchmark's file or folder, instead of its --data-root layout (repeatable)")
+    parser.add_argument(
+        "--benchmarks", required=True, help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark"
+    )
+    parser.add_argument(
+        "--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)"
+    )
+    parser.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="BENCHMARK=PATH",
+        help="a benchmark's file or folder, instead of its --data-root layout (repeatable)",
+    )
     parser.add_argument("--image-root", type=Path, help="images of the --data files")
     parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
 
@@ -85,12 +121,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the eval commands."""
     run = subparsers.add_parser("run", help=command_help("eval", "run"))
     run.add_argument("--model", required=True, help="checkpoint directory or hub id")
-    run.add_argument("--out", type=Path, required=True, help="results go to OUT/<benchmark>/{predictions.jsonl,metrics.json}")
+    run.add_argument(
+        "--out", type=Path, required=True, help="results go to OUT/<benchmark>/{predictions.jsonl,metrics.json}"
+    )
     _add_data_arguments(run)
-    run.add_argument("--force", action="store_true", help="start over predictions in OUT made by another model, data or settings")
-    run.add_argument("--report-to", choices=["none", "wandb"], default="none",
-                     help="wandb: log the metrics and sample tables to a W&B run (the training run's, when --model is a "
-                     "checkpoint of a run that logged to W&B; else a new run in $WANDB_PROJECT)")  # fmt: skip
+    run.add_argument(
+        "--force", action="store_true", help="start over predictions in OUT made by another model, data or settings"
+    )
+    run.add_argument(
+        "--report-to",
+        choices=["none", "wandb"],
+        default="none",
+        help="wandb: log the metrics and sample tables to a W&B run (the training run's, when --model is a "
+        "checkpoint of a run that logged to W&B; else a new run in $WANDB_PROJECT)",
+    )
     run.set_defaults(handler=_run)
 
     watcher = subparsers.add_parser("watch", help=command_help("eval", "watch"))
@@ -103,10 +147,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     score = subparsers.add_parser("score", help=command_help("eval", "score"))
     _add_location_arguments(score)
-    score.add_argument("--predictions", type=Path, required=True,
-                       help="a JSONL of {id, prediction} (one benchmark), or an `eval run --out` directory holding "
-                       "<benchmark>/predictions.jsonl")  # fmt: skip
-    score.add_argument("--out", type=Path, help="metrics go to OUT/<benchmark>/metrics.json (default: <predictions>.metrics.json beside each predictions file)")
+    score.add_argument(
+        "--predictions",
+        type=Path,
+        required=True,
+        help="a JSONL of {id, prediction} (one benchmark), or an `eval run --out` directory holding "
+        "<benchmark>/predictions.jsonl",
+    )
+    score.add_argument(
+        "--out",
+        type=Path,
+        help="metrics go to OUT/<benchmark>/metrics.json (default: <predictions>.metrics.json beside each predictions file)",
+    )
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(score)
     score.set_defaults(handler=_score)
@@ -130,8 +182,15 @@ def _report(args: argparse.Namespace) -> int:
 def _prepare(args: argparse.Namespace) -> list:
     names = parse_benchmark_names(args.benchmarks)
     data = parse_data_overrides(args.data, benchmarks=names)
-    return prepare_benchmarks(names, data_root=args.data_root, data=data, image_root=args.image_root,
-                              limit=args.limit, max_new_tokens=args.max_new_tokens, strict_official=args.strict_official)  # fmt: skip
+    return prepare_benchmarks(
+        names,
+        data_root=args.data_root,
+        data=data,
+        image_root=args.image_root,
+        limit=args.limit,
+        max_new_tokens=args.max_new_tokens,
+        strict_official=args.strict_official,
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -169,8 +228,13 @@ def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path
     run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None
     if run is None:
         out.mkdir(parents=True, exist_ok=True)
-        run = wandb.init(project=os.environ.get("WANDB_PROJECT") or "veritune", job_type="eval", name=f"eval-{model.name}",
-                         config={"model": str(model)}, dir=str(out))  # fmt: skip
+        run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT") or "veritune",
+            job_type="eval",
+            name=f"eval-{model.name}",
+            config={"model": str(model)},
+            dir=str(out),
+        )
         run.define_metric("train/global_step")
         run.define_metric("eval/*", step_metric="train/global_step")
     if step is None and (run_dir / "trainer_state.json").is_file():  # the final model of a run: its last step
@@ -191,8 +255,17 @@ def _watch(args: argparse.Namespace) -> int:
 
     prepared, judge = _prepare(args), _judge(args)
     require_judges([entry.name for entry in prepared], judge)
-    steps = watch(args.run_dir, prepared, batch_size=args.batch_size, interval=args.interval, once=args.once,
-                  idle_timeout=args.timeout, backend=args.backend, dtype=args.dtype, judge=judge)  # fmt: skip
+    steps = watch(
+        args.run_dir,
+        prepared,
+        batch_size=args.batch_size,
+        interval=args.interval,
+        once=args.once,
+        idle_timeout=args.timeout,
+        backend=args.backend,
+        dtype=args.dtype,
+        judge=judge,
+    )
     print(f"evaluated checkpoints: {', '.join(map(str, steps)) or 'none new'}")
     return 0
 
@@ -204,16 +277,22 @@ def _score(args: argparse.Namespace) -> int:
     names = parse_benchmark_names(args.benchmarks)
     data = parse_data_overrides(args.data, benchmarks=names)
     if args.predictions.is_file() and len(names) > 1:
-        raise UserError(f"--predictions {args.predictions}: one file holds one benchmark's predictions; for {len(names)} benchmarks "
-                        "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)")  # fmt: skip
+        raise UserError(
+            f"--predictions {args.predictions}: one file holds one benchmark's predictions; for {len(names)} benchmarks "
+            "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)"
+        )
     judge = _judge(args)
     results = {}
     for name in names:
         predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE
         data_path, image_root = resolve_paths(name, args.data_root, data, args.image_root)
-        result = rescore(name, data_path, predictions, image_root, args.limit, judge=judge, strict_official=args.strict_official)
+        result = rescore(
+            name, data_path, predictions, image_root, args.limit, judge=judge, strict_official=args.strict_official
+        )
         # Beside the predictions by default, never over `eval run`'s own metrics.json (it records the generation).
-        metrics_path = args.out / name / "metrics.json" if args.out else predictions.with_name(f"{predictions.stem}.metrics.json")
+        metrics_path = (
+            args.out / name / "metrics.json" if args.out else predictions.with_name(f"{predictions.stem}.metrics.json")
+        )
         atomic_write_json(metrics_path, result)
         results[name] = result | {"metrics_path": str(metrics_path)}
     print(summary_table(results))

@@ -47,10 +47,14 @@ def check_benchmark_name(name: str, source: str) -> None:
         return
     close = difflib.get_close_matches(name, list(BENCHMARKS), n=1, cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
-    raise UserError(f"{source}: unknown benchmark {name!r} ({hint}known: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark)")
+    raise UserError(
+        f"{source}: unknown benchmark {name!r} ({hint}known: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark)"
+    )
 
 
-def parse_benchmark_names(text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = False) -> list[str]:
+def parse_benchmark_names(
+    text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = False
+) -> list[str]:
     """Benchmark names from ``"a,b"`` or a list of such strings (the recipe's ``eval_benchmarks``), in order,
     without repeats. The one parser of benchmark lists, for the CLI and the recipes alike: an empty entry
     (``a,,b``), an unknown name or an empty list is a one-line error, never silently dropped. With
@@ -61,7 +65,9 @@ def parse_benchmark_names(text: str | list[str], source: str = "--benchmarks", *
         for part in entry.split(","):
             name = part.strip()
             if not name:
-                raise UserError(f"{source}: empty entry in {entry!r} (give comma-separated names, e.g. pope,oric_bench_r1)")
+                raise UserError(
+                    f"{source}: empty entry in {entry!r} (give comma-separated names, e.g. pope,oric_bench_r1)"
+                )
             base, sep, limit = name.rpartition(":")
             base = base.strip() if allow_limits and sep else name
             if base in PRESETS:  # a preset ("general") stands for its benchmarks, each with the same limit
@@ -74,7 +80,9 @@ def parse_benchmark_names(text: str | list[str], source: str = "--benchmarks", *
     return list(dict.fromkeys(names))
 
 
-def parse_data_overrides(values: list[str], source: str = "--data", benchmarks: list[str] | None = None) -> dict[str, Path]:
+def parse_data_overrides(
+    values: list[str], source: str = "--data", benchmarks: list[str] | None = None
+) -> dict[str, Path]:
     """``["pope=data/pope", ...]`` -> ``{"pope": Path("data/pope")}``: the one ``BENCHMARK=PATH`` syntax of
     ``eval run``, ``eval score``, ``eval watch`` and the recipes' ``eval_data``. A malformed entry, or one
     naming a benchmark that is not being evaluated, is an error (it would otherwise be silently unused)."""
@@ -85,12 +93,16 @@ def parse_data_overrides(values: list[str], source: str = "--data", benchmarks: 
         if not sep or not name or not path.strip():
             raise UserError(f"{source} {value!r}: expected BENCHMARK=PATH, e.g. pope=data/benchmarks/pope")
         if benchmarks is not None and name not in {b.rpartition(":")[0] or b for b in benchmarks}:
-            raise UserError(f"{source} {value!r}: {name!r} is not among the benchmarks being evaluated ({', '.join(benchmarks)})")
+            raise UserError(
+                f"{source} {value!r}: {name!r} is not among the benchmarks being evaluated ({', '.join(benchmarks)})"
+            )
         overrides[name] = Path(path.strip())
     return overrides
 
 
-def resolve_paths(name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None) -> tuple[Path, Path | None]:
+def resolve_paths(
+    name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None
+) -> tuple[Path, Path | None]:
     """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``."""
     benchmark = get_benchmark(name)
     if name in data:
@@ -108,7 +120,9 @@ def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Pat
     seen: set[str] = set()
     for item in items:
         if item.id in seen:
-            raise UserError(f"{name}: {data_path}: item id {item.id!r} occurs more than once; ids must be unique (predictions are keyed by them)")
+            raise UserError(
+                f"{name}: {data_path}: item id {item.id!r} occurs more than once; ids must be unique (predictions are keyed by them)"
+            )
         seen.add(item.id)
     return items
 
@@ -167,9 +181,17 @@ def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: di
     answered = [item for item in items if item.id in predictions and not item.missing_images]
     rules = sum(rule_answer(benchmark, item, predictions[item.id]) is not None for item in answered)
     total = len(answered)
-    return {"model": None, "mode": "rules_only", "answers": total, "rules": rules, "judge": 0, "unresolved": total - rules,
-            "rules_share": 100 * rules / total if total else 0.0, "judge_share": 0.0,
-            "unresolved_share": 100 * (total - rules) / total if total else 0.0}  # fmt: skip
+    return {
+        "model": None,
+        "mode": "rules_only",
+        "answers": total,
+        "rules": rules,
+        "judge": 0,
+        "unresolved": total - rules,
+        "rules_share": 100 * rules / total if total else 0.0,
+        "judge_share": 0.0,
+        "unresolved_share": 100 * (total - rules) / total if total else 0.0,
+    }
 
 
 def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
@@ -181,7 +203,11 @@ def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
 
 
 def score_benchmark(
-    name: str, items: list[EvalItem], predictions: dict[str, str], judge: AnswerJudge | None = None, strict_official: bool = False
+    name: str,
+    items: list[EvalItem],
+    predictions: dict[str, str],
+    judge: AnswerJudge | None = None,
+    strict_official: bool = False,
 ) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``).
@@ -197,7 +223,9 @@ def score_benchmark(
             "(were they made on another file or subset?)"
         )
     if strict_official and judge is not None:
-        raise UserError("--strict-official: scores the raw responses as the official script does; drop the --judge-* options")
+        raise UserError(
+            "--strict-official: scores the raw responses as the official script does; drop the --judge-* options"
+        )
     benchmark = get_benchmark(name)
     if judge is None and getattr(benchmark, "requires_judge", False):
         raise UserError(f"{name}: scored by an LLM judge: give --llm-base-url and --llm-model")
@@ -212,14 +240,21 @@ def score_benchmark(
     result["counts"]["predicted"] = sum(item.id in predictions for item in items)
     if resolution is not None:
         result["answer_resolution"] = resolution
-        for step in ("rules", "judge", "unresolved"):  # logged with the metrics: a rising unresolved share is a format problem
+        for step in (
+            "rules",
+            "judge",
+            "unresolved",
+        ):  # logged with the metrics: a rising unresolved share is a format problem
             if f"{step}_share" in resolution:  # absent when the judge does not apply to the benchmark
                 result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
     return result
 
 
 def sample_rows(
-    items: list[EvalItem], predictions: dict[str, str], count: int = SAMPLE_PREDICTIONS, benchmark: Benchmark | None = None
+    items: list[EvalItem],
+    predictions: dict[str, str],
+    count: int = SAMPLE_PREDICTIONS,
+    benchmark: Benchmark | None = None,
 ) -> list[dict[str, Any]]:
     """The first ``count`` answered items as table rows: id, the first image's path, prompt, reference
     answer, prediction, and ``correct`` (the grader's reading of the prediction equals the reference's;
@@ -233,8 +268,16 @@ def sample_rows(
                 truth = rule_answer(benchmark, item, str(reference))
                 if truth is not None:
                     correct = rule_answer(benchmark, item, predictions[item.id]) == truth
-            rows.append({"id": item.id, "image": str(item.images[0]) if item.images else None, "prompt": item.prompt,
-                         "reference": reference, "prediction": predictions[item.id], "correct": correct})  # fmt: skip
+            rows.append(
+                {
+                    "id": item.id,
+                    "image": str(item.images[0]) if item.images else None,
+                    "prompt": item.prompt,
+                    "reference": reference,
+                    "prediction": predictions[item.id],
+                    "correct": correct,
+                }
+            )
             if len(rows) == count:
                 break
     return rows
@@ -259,18 +302,34 @@ def evaluate_prepared(
     from accelerate import PartialState
 
     bench_dir = Path(out_dir) / prepared.name
-    predictions = run_items(backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name, force=force)
+    predictions = run_items(
+        backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name, force=force
+    )
     if not PartialState().is_main_process:
         return {}
     missing = sorted({str(path) for item in prepared.items for path in item.missing_images})
     if missing:
         skipped = sum(bool(item.missing_images) for item in prepared.items)
-        logger.warning("%s: %d item(s) skipped, %d image(s) missing or unreadable, first: %s", prepared.name, skipped, len(missing), ", ".join(missing[:3]))
+        logger.warning(
+            "%s: %d item(s) skipped, %d image(s) missing or unreadable, first: %s",
+            prepared.name,
+            skipped,
+            len(missing),
+            ", ".join(missing[:3]),
+        )
     result = score_benchmark(prepared.name, prepared.items, predictions, judge, prepared.strict_official)
-    result["data"] = {"path": str(prepared.data_path), "image_root": str(prepared.image_root) if prepared.image_root else None,
-                      "limit": prepared.limit}  # fmt: skip
-    result["generation"] = {"backend": backend.name, "model": backend.model_name, "greedy": True, "batch_size": batch_size,
-                            "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items})}  # fmt: skip
+    result["data"] = {
+        "path": str(prepared.data_path),
+        "image_root": str(prepared.image_root) if prepared.image_root else None,
+        "limit": prepared.limit,
+    }
+    result["generation"] = {
+        "backend": backend.name,
+        "model": backend.model_name,
+        "greedy": True,
+        "batch_size": batch_size,
+        "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items}),
+    }
     result["provenance"] = predictions_provenance(backend, prepared.items)
     result["missing_images"] = missing[:100]
     result["samples"] = sample_rows(prepared.items, predictions, benchmark=prepared.benchmark)

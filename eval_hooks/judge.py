@@ -29,19 +29,27 @@ from rewards.graders import extract_count, extract_option, extract_yes_no
 SYSTEM = "You grade answers written by another model. Reply with the requested label only."
 
 ASK = {
-    "yes_no": ("A model was asked a yes/no question about an image.\nQuestion: {question}\nModel's answer: {answer}\n"
-               "Does the answer amount to yes or to no? Reply with exactly one word: yes, no, or none (neither)."),
-    "option": ("A model was asked a multiple-choice question about images.\nQuestion: {question}\nOptions:\n{options}\n"
-               "Model's answer: {answer}\nWhich option does the answer choose? Reply with the option's letter alone, "
-               "or none when it chooses no option or several."),
-    "count": ("A model was asked to count something in an image.\nQuestion: {question}\nModel's answer: {answer}\n"
-              "What count does the answer give? Reply with the number in digits alone, or none when it gives none."),
-}  # fmt: skip
+    "yes_no": (
+        "A model was asked a yes/no question about an image.\nQuestion: {question}\nModel's answer: {answer}\n"
+        "Does the answer amount to yes or to no? Reply with exactly one word: yes, no, or none (neither)."
+    ),
+    "option": (
+        "A model was asked a multiple-choice question about images.\nQuestion: {question}\nOptions:\n{options}\n"
+        "Model's answer: {answer}\nWhich option does the answer choose? Reply with the option's letter alone, "
+        "or none when it chooses no option or several."
+    ),
+    "count": (
+        "A model was asked to count something in an image.\nQuestion: {question}\nModel's answer: {answer}\n"
+        "What count does the answer give? Reply with the number in digits alone, or none when it gives none."
+    ),
+}
 
-HALLUSION = ("A model answered a question about an image (or about general knowledge).\nQuestion: {question}\n"
-             "Reference answer: {reference}\nModel's answer: {answer}\n"
-             "Compare the model's answer with the reference. Reply with exactly one word: correct (it agrees with the "
-             "reference), incorrect (it contradicts it), or uncertain (it does not commit to an answer).")  # fmt: skip
+HALLUSION = (
+    "A model answered a question about an image (or about general knowledge).\nQuestion: {question}\n"
+    "Reference answer: {reference}\nModel's answer: {answer}\n"
+    "Compare the model's answer with the reference. Reply with exactly one word: correct (it agrees with the "
+    "reference), incorrect (it contradicts it), or uncertain (it does not commit to an answer)."
+)
 
 
 def rule_answer(benchmark: Benchmark, item: EvalItem, text: str) -> str | None:
@@ -64,17 +72,44 @@ def _question(item: EvalItem) -> str:
 class AnswerJudge:
     """An OpenAI-compatible LLM that resolves answers for scoring (see the module docstring)."""
 
-    def __init__(self, base_url: str, model: str, *, cache_path: str | Path, api_key_env: str = "OPENAI_API_KEY", concurrency: int = 8,
-                 max_retries: int = 5, timeout: float = 60.0, temperature: float = 0.0, max_tokens: int | None = 8) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        cache_path: str | Path,
+        api_key_env: str = "OPENAI_API_KEY",
+        concurrency: int = 8,
+        max_retries: int = 5,
+        timeout: float = 60.0,
+        temperature: float = 0.0,
+        max_tokens: int | None = 8,
+    ) -> None:
         from veritune.core.llm_client import ChatClient
 
         self.model = model
-        self._settings = {"base_url": base_url, "cache_path": cache_path, "api_key_env": api_key_env, "concurrency": concurrency}
+        self._settings = {
+            "base_url": base_url,
+            "cache_path": cache_path,
+            "api_key_env": api_key_env,
+            "concurrency": concurrency,
+        }
         self._rubric_clients: dict[tuple[float, int | None], Any] = {}
-        self.client = ChatClient(base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency,
-                                 max_retries=max_retries, timeout=timeout, temperature=temperature, max_tokens=max_tokens)  # fmt: skip
+        self.client = ChatClient(
+            base_url,
+            model,
+            cache_path=cache_path,
+            api_key_env=api_key_env,
+            concurrency=concurrency,
+            max_retries=max_retries,
+            timeout=timeout,
+            temperature=temperature,
+            max_tokens=max_tokens,
+        )
 
-    def resolve(self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
+    def resolve(
+        self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         """Predictions with judge-resolved answers substituted, and the resolution record."""
         if getattr(benchmark, "judge_mode", "") == "gt_answer_details":
             return self._hallusion(items, predictions)
@@ -85,8 +120,14 @@ class AnswerJudge:
         if fmt not in ASK:
             return predictions, {"model": self.model, "applies": False}
         pending = [item for item in answered if rule_answer(benchmark, item, predictions[item.id]) is None]
-        prompts = [ASK[fmt].format(question=_question(item), answer=predictions[item.id], options=option_block(item.meta.get("options") or {}))
-                   for item in pending]  # fmt: skip
+        prompts = [
+            ASK[fmt].format(
+                question=_question(item),
+                answer=predictions[item.id],
+                options=option_block(item.meta.get("options") or {}),
+            )
+            for item in pending
+        ]
         replies = self.client.complete_many(prompts, system=SYSTEM, desc=f"judge {benchmark.name}") if prompts else []
         resolved = dict(predictions)
         steps: Counter[str] = Counter(rules=len(answered) - len(pending))
@@ -101,8 +142,14 @@ class AnswerJudge:
 
     def _hallusion(self, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
         answered = [item for item in items if item.id in predictions and not item.missing_images]
-        prompts = [HALLUSION.format(question=_question(item), reference=item.meta.get("gt_answer_details") or item.meta["gt_answer"],
-                                    answer=predictions[item.id]) for item in answered]  # fmt: skip
+        prompts = [
+            HALLUSION.format(
+                question=_question(item),
+                reference=item.meta.get("gt_answer_details") or item.meta["gt_answer"],
+                answer=predictions[item.id],
+            )
+            for item in answered
+        ]
         replies = self.client.complete_many(prompts, system=SYSTEM, desc="judge hallusionbench") if prompts else []
         resolved = dict(predictions)
         steps: Counter[str] = Counter()
@@ -126,19 +173,31 @@ class AnswerJudge:
 
         key = (temperature, max_tokens)
         if key not in self._rubric_clients:
-            self._rubric_clients[key] = ChatClient(self._settings["base_url"], self.model, cache_path=self._settings["cache_path"],
-                                                   api_key_env=self._settings["api_key_env"], concurrency=self._settings["concurrency"],
-                                                   temperature=temperature, max_tokens=max_tokens)  # fmt: skip
+            self._rubric_clients[key] = ChatClient(
+                self._settings["base_url"],
+                self.model,
+                cache_path=self._settings["cache_path"],
+                api_key_env=self._settings["api_key_env"],
+                concurrency=self._settings["concurrency"],
+                temperature=temperature,
+                max_tokens=max_tokens,
+            )
         return self._rubric_clients[key]
 
-    def _rubric(self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, str], dict[str, Any]]:
+    def _rubric(
+        self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]
+    ) -> tuple[dict[str, str], dict[str, Any]]:
         answered = [item for item in items if item.id in predictions and not item.missing_images]
         requests = [benchmark.judge_request(item, predictions[item.id]) for item in answered]  # type: ignore[attr-defined]
-        client = self.rubric_client(getattr(benchmark, "judge_temperature", 0.0), getattr(benchmark, "judge_max_tokens", None))
+        client = self.rubric_client(
+            getattr(benchmark, "judge_temperature", 0.0), getattr(benchmark, "judge_max_tokens", None)
+        )
         ordered: list[str] = [""] * len(requests)
         for system in dict.fromkeys(system for _, system in requests):  # one batch per system message (usually one)
             indices = [i for i, (_, sys_msg) in enumerate(requests) if sys_msg == system]
-            replies = client.complete_many([requests[i][0] for i in indices], system=system, desc=f"judge {benchmark.name}")
+            replies = client.complete_many(
+                [requests[i][0] for i in indices], system=system, desc=f"judge {benchmark.name}"
+            )
             for i, reply in zip(indices, replies):
                 ordered[i] = reply
         resolved = dict(predictions)
@@ -151,8 +210,20 @@ class AnswerJudge:
         record["reviews"] = {item.id: reply for item, reply in zip(answered, ordered)}
         return resolved, record
 
-    def _record(self, steps: Counter[str], total: int, mode: str = "unresolved_answers", client: Any = None) -> dict[str, Any]:
+    def _record(
+        self, steps: Counter[str], total: int, mode: str = "unresolved_answers", client: Any = None
+    ) -> dict[str, Any]:
         client = client or self.client
-        shares = {f"{step}_share": 100 * steps[step] / total if total else 0.0 for step in ("rules", "judge", "unresolved")}
-        return {"model": self.model, "mode": mode, "applies": True, "answers": total, **{k: steps[k] for k in ("rules", "judge", "unresolved")},
-                **shares, "requests_sent": client.requests_sent, "cache_hits": client.cache_hits}  # fmt: skip
+        shares = {
+            f"{step}_share": 100 * steps[step] / total if total else 0.0 for step in ("rules", "judge", "unresolved")
+        }
+        return {
+            "model": self.model,
+            "mode": mode,
+            "applies": True,
+            "answers": total,
+            **{k: steps[k] for k in ("rules", "judge", "unresolved")},
+            **shares,
+            "requests_sent": client.requests_sent,
+            "cache_hits": client.cache_hits,
+        }

@@ -49,12 +49,17 @@ def grade_letters(items: list[EvalItem], predictions: dict[str, str]) -> tuple[d
     return correct, resolution
 
 
-def accuracy_table(items: list[EvalItem], correct: dict[str, bool], key: Callable[[EvalItem], Any], column: str) -> list[dict[str, Any]]:
+def accuracy_table(
+    items: list[EvalItem], correct: dict[str, bool], key: Callable[[EvalItem], Any], column: str
+) -> list[dict[str, Any]]:
     """Accuracy (percent) and question count per value of ``key(item)``, in first-seen order."""
     groups: dict[Any, list[bool]] = defaultdict(list)
     for item in items:
         groups[key(item)].append(correct[item.id])
-    return [{column: value, "questions": len(flags), "accuracy": 100 * sum(flags) / len(flags)} for value, flags in groups.items()]
+    return [
+        {column: value, "questions": len(flags), "accuracy": 100 * sum(flags) / len(flags)}
+        for value, flags in groups.items()
+    ]
 
 
 def resolution_shares(resolution: Counter[str]) -> dict[str, float]:

@@ -26,4 +26,7 @@ def per_class_prf(truth: Sequence[str], predicted: Sequence[str | None], label: 
 def confusion(truth: Sequence[str], predicted: Sequence[str | None], labels: Sequence[str]) -> list[list[int]]:
     """Rows are true labels, columns predicted labels, plus a last column for unresolved answers."""
     columns = [*labels, None]
-    return [[sum(t == row and (p if p in labels else None) == col for t, p in zip(truth, predicted)) for col in columns] for row in labels]
+    return [
+        [sum(t == row and (p if p in labels else None) == col for t, p in zip(truth, predicted)) for col in columns]
+        for row in labels
+    ]

@@ -79,9 +79,17 @@ def model_fingerprint(model_path: str | Path | None) -> str | None:
     if model_path is None or not Path(model_path).is_dir():
         return None
     path = Path(model_path)
-    names = sorted(p.name for p in path.iterdir() if p.is_file() and (
-        p.suffix == ".safetensors" or p.name.endswith(".safetensors.index.json") or p.name in ("config.json", "adapter_config.json")
-        or (p.name.startswith("pytorch_model") and p.suffix == ".bin")))  # fmt: skip
+    names = sorted(
+        p.name
+        for p in path.iterdir()
+        if p.is_file()
+        and (
+            p.suffix == ".safetensors"
+            or p.name.endswith(".safetensors.index.json")
+            or p.name in ("config.json", "adapter_config.json")
+            or (p.name.startswith("pytorch_model") and p.suffix == ".bin")
+        )
+    )
     if not names:
         return None
     digest = hashlib.sha256()
@@ -106,7 +114,11 @@ def predictions_provenance(backend: Any, items: list[EvalItem]) -> dict[str, Any
     """The header of a predictions file made by ``backend`` on ``items``."""
     model_path = getattr(backend, "model_path", None)
     return {
-        "model": {"name": backend.model_name, "path": str(model_path) if model_path else None, "sha256": model_fingerprint(model_path)},
+        "model": {
+            "name": backend.model_name,
+            "path": str(model_path) if model_path else None,
+            "sha256": model_fingerprint(model_path),
+        },
         "data": {"items": len(items), "sha256": items_fingerprint(items)},
         "generation": {"backend": backend.name, "dtype": getattr(backend, "dtype", None), "greedy": True},
     }
@@ -149,7 +161,7 @@ def read_predictions_file(path: Path) -> tuple[dict[str, Any] | None, dict[str, 
             header = record[HEADER_KEY]
             continue
         if not isinstance(record, dict) or "id" not in record or "prediction" not in record:
-            raise UserError(f"{path}, line {number}: expected {{\"id\": ..., \"prediction\": ...}}")
+            raise UserError(f'{path}, line {number}: expected {{"id": ..., "prediction": ...}}')
         key, text = str(record["id"]), str(record["prediction"])
         if key in predictions and predictions[key] != text:
             raise UserError(
@@ -204,7 +216,9 @@ def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
 def chat_prompt(processor: Any, item: EvalItem) -> str:
     """The item as one user turn (its images first, then its text), with the assistant turn opened."""
     content = [{"type": "image"} for _ in item.images] + [{"type": "text", "text": item.prompt}]
-    return processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+    return processor.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
 
 
 @contextlib.contextmanager
@@ -221,7 +235,9 @@ def left_padding(processor: Any) -> Iterator[None]:
 
 
 @torch.no_grad()
-def generate_batch(model: Any, processor: Any, batch: list[EvalItem], *, synced_gpus: bool = False, image_cache: bool = True) -> list[str]:
+def generate_batch(
+    model: Any, processor: Any, batch: list[EvalItem], *, synced_gpus: bool = False, image_cache: bool = True
+) -> list[str]:
     """Greedy answers to one batch of items that share a budget and a number of images.
 
     ``synced_gpus`` keeps every process stepping until all have finished, as DeepSpeed ZeRO-3 needs.
@@ -271,7 +287,9 @@ class TransformersBackend:
         self.tokenizer = getattr(processor, "tokenizer", processor)
         self.synced_gpus = synced_gpus
         self.image_cache = image_cache
-        self.model_name = model_name or str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+        self.model_name = model_name or str(
+            getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        )
 
     @classmethod
     def from_pretrained(cls, model_path: str | Path, dtype: str = "auto") -> TransformersBackend:
@@ -279,7 +297,9 @@ class TransformersBackend:
         return cls(model, processor, model_name=str(model_path), model_path=model_path)
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
-        return generate_batch(self.model, self.processor, batch, synced_gpus=self.synced_gpus, image_cache=self.image_cache)
+        return generate_batch(
+            self.model, self.processor, batch, synced_gpus=self.synced_gpus, image_cache=self.image_cache
+        )
 
 
 class VLLMBackend:
@@ -307,7 +327,9 @@ class VLLMBackend:
         try:
             from vllm import LLM, SamplingParams
         except ImportError:
-            raise UserError("--backend vllm: vLLM is not installed (pip install vllm); use --backend transformers") from None
+            raise UserError(
+                "--backend vllm: vLLM is not installed (pip install vllm); use --backend transformers"
+            ) from None
         from transformers import AutoProcessor
 
         if (Path(model_path) / "adapter_config.json").is_file():
@@ -375,7 +397,8 @@ def estimated_lengths(items: list[EvalItem], tokenizer: Any, sizes: dict[Path, t
         return {}
     text_tokens = tokenizer([item.prompt for item in items])["input_ids"]
     return {
-        item.id: len(tokens) + sum(w * h for w, h in (sizes.get(p, (0, 0)) for p in item.images)) // _PIXELS_PER_VISUAL_TOKEN
+        item.id: len(tokens)
+        + sum(w * h for w, h in (sizes.get(p, (0, 0)) for p in item.images)) // _PIXELS_PER_VISUAL_TOKEN
         for item, tokens in zip(items, text_tokens)
     }
 
@@ -388,7 +411,11 @@ def plan_batches(items: list[EvalItem], batch_size: int, lengths: dict[str, int]
     batches: list[list[EvalItem]] = []
     for item in ordered:
         last = batches[-1] if batches else None
-        if last and len(last) < batch_size and (item.max_new_tokens, len(item.images)) == (last[0].max_new_tokens, len(last[0].images)):
+        if (
+            last
+            and len(last) < batch_size
+            and (item.max_new_tokens, len(item.images)) == (last[0].max_new_tokens, len(last[0].images))
+        ):
             last.append(item)
         else:
             batches.append([item])
@@ -449,7 +476,13 @@ def run_items(
         handle = predictions_path.open("a", encoding="utf-8")
         if handle.tell() == 0:
             handle.write(json.dumps({HEADER_KEY: provenance}, ensure_ascii=False) + "\n")
-    bar = tqdm(total=len(eligible), initial=len(eligible) - len(todo), desc=desc, unit="item", disable=not state.is_main_process)
+    bar = tqdm(
+        total=len(eligible),
+        initial=len(eligible) - len(todo),
+        desc=desc,
+        unit="item",
+        disable=not state.is_main_process,
+    )
     try:
         for batch in batches:
             with state.split_between_processes(batch, apply_padding=True) as share:
@@ -459,7 +492,10 @@ def run_items(
             fresh = dict(answers)  # padding repeated the batch's last item: the dict keeps it once
             done.update(fresh)
             if handle is not None:
-                handle.writelines(json.dumps({"id": key, "prediction": text}, ensure_ascii=False) + "\n" for key, text in fresh.items())
+                handle.writelines(
+                    json.dumps({"id": key, "prediction": text}, ensure_ascii=False) + "\n"
+                    for key, text in fresh.items()
+                )
                 handle.flush()
             bar.update(len(fresh))
     finally:

@@ -34,7 +34,6 @@ from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_eval_dir, checkp
 logger = logging.getLogger("veritune.eval")
 
 
-
 def ready_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
     """Checkpoints that are completely written (their trainer state is saved last), oldest first."""
     return [(step, path) for step, path in checkpoints(run_dir) if is_saved_checkpoint(path)]
@@ -72,15 +71,30 @@ def open_wandb_run(run_dir: Path) -> Any:
     settings = None
     if mode in ("online", "run"):  # the training may still be writing to this run: join as a secondary writer
         settings = wandb.Settings(mode="shared", x_primary=False, x_label="eval-watch", x_update_finish_state=False)
-    run = wandb.init(id=info["id"], project=info.get("project"), entity=info.get("entity"), group=info.get("group"),
-                     resume="allow", dir=str(run_dir), settings=settings)  # fmt: skip
+    run = wandb.init(
+        id=info["id"],
+        project=info.get("project"),
+        entity=info.get("entity"),
+        group=info.get("group"),
+        resume="allow",
+        dir=str(run_dir),
+        settings=settings,
+    )
     run.define_metric("train/global_step")
     run.define_metric("eval/*", step_metric="train/global_step")
     return run
 
 
 def evaluate_checkpoint(
-    path: Path, step: int, run_dir: Path, prepared: list[PreparedBenchmark], *, batch_size: int, backend: str, dtype: str, judge: Any = None
+    path: Path,
+    step: int,
+    run_dir: Path,
+    prepared: list[PreparedBenchmark],
+    *,
+    batch_size: int,
+    backend: str,
+    dtype: str,
+    judge: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Load one checkpoint, evaluate it into ``RUN_DIR/eval/checkpoint-N/``, free the model."""
     from eval_hooks.runner import get_backend
@@ -130,7 +144,9 @@ def watch(
                     continue
                 logger.info("evaluating %s", path)
                 try:
-                    results = evaluate_checkpoint(path, step, run_dir, prepared, batch_size=batch_size, backend=backend, dtype=dtype, judge=judge)
+                    results = evaluate_checkpoint(
+                        path, step, run_dir, prepared, batch_size=batch_size, backend=backend, dtype=dtype, judge=judge
+                    )
                 except UserError as err:  # e.g. deleted by save_total_limit while loading: go on with the others
                     logger.error("checkpoint-%d skipped: %s", step, err)
                     failed.add(step)
@@ -142,9 +158,14 @@ def watch(
                     import wandb
 
                     run.log(wandb_payload(results, step, wandb))
-                line = "; ".join(f"{name} " + ", ".join(f"{k}={v:.4g}" for k, v in headline_metrics(r).items()) for name, r in results.items())
+                line = "; ".join(
+                    f"{name} " + ", ".join(f"{k}={v:.4g}" for k, v in headline_metrics(r).items())
+                    for name, r in results.items()
+                )
                 print(f"checkpoint-{step}: {line}", flush=True)
-            pending = [s for s, _ in ready_checkpoints(run_dir) if s not in failed and not is_evaluated(run_dir, s, names)]
+            pending = [
+                s for s, _ in ready_checkpoints(run_dir) if s not in failed and not is_evaluated(run_dir, s, names)
+            ]
             if once or (not pending and training_finished(run_dir)):
                 break
             if pending:  # a checkpoint appeared while the last one was evaluated

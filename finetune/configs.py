@@ -35,7 +35,8 @@ class ScriptArguments:
     """Data, logging and evaluation settings shared by every entry script."""
 
     recipe: str | None = field(
-        default=None, metadata={"help": "The recipe file this run was parsed from (set by the parser; attached to W&B)."}
+        default=None,
+        metadata={"help": "The recipe file this run was parsed from (set by the parser; attached to W&B)."},
     )
     dataset_path: str | None = field(default=None, metadata={"help": "Training data file or directory."})
     image_root: str | None = field(
@@ -69,7 +70,8 @@ class ScriptArguments:
         metadata={"help": "Benchmarks (or presets such as general) to run once, after the final checkpoint."},
     )
     eval_at_start: bool = field(
-        default=False, metadata={"help": "With eval_on_save: also evaluate the model before the first step (step-0 baseline)."}
+        default=False,
+        metadata={"help": "With eval_on_save: also evaluate the model before the first step (step-0 baseline)."},
     )
     eval_data_root: str | None = field(
         default=None, metadata={"help": "Directory holding the benchmarks' files (see docs/DATA_FORMATS.md)."}
@@ -128,7 +130,9 @@ def require_optional_packages(config: object) -> None:
 
     for key, (module, what) in OPTIONAL_PACKAGES.items():
         if getattr(config, key, False) and importlib.util.find_spec(module) is None:
-            raise UserError(f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); set {key}: false")
+            raise UserError(
+                f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); set {key}: false"
+            )
 
 
 @dataclass
@@ -143,10 +147,12 @@ class VerituneGRPOConfig(GRPOConfig):
 
     global_batch_prompts: int | None = field(
         default=None,
-        metadata={"help": "Prompts per optimizer step over all processes, each sampled num_generations times (ORIC "
-                  "Table 9: 1 prompt x 4 accumulation x 4 GPUs = 16). When set, gradient_accumulation_steps is "
-                  "global_batch_prompts x num_generations / (per_device_train_batch_size x processes), and a launch "
-                  "whose process count cannot reach that batch exactly is refused."},  # fmt: skip
+        metadata={
+            "help": "Prompts per optimizer step over all processes, each sampled num_generations times (ORIC "
+            "Table 9: 1 prompt x 4 accumulation x 4 GPUs = 16). When set, gradient_accumulation_steps is "
+            "global_batch_prompts x num_generations / (per_device_train_batch_size x processes), and a launch "
+            "whose process count cannot reach that batch exactly is refused."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -209,8 +215,13 @@ class VerituneGRPOConfig(GRPOConfig):
         if steps != written:
             logging.getLogger("veritune.grpo").warning(
                 "gradient_accumulation_steps %d -> %d: keeps the global batch at %d prompts (%d completions) on %d "
-                "process(es)", written, steps, self.global_batch_prompts, completions, processes,
-            )  # fmt: skip
+                "process(es)",
+                written,
+                steps,
+                self.global_batch_prompts,
+                completions,
+                processes,
+            )
         return steps
 
 
@@ -220,23 +231,31 @@ class DPOScriptArguments(ScriptArguments):
 
     data_format: str = field(
         default="auto",
-        metadata={"help": "Preference data format: auto, veritune (`veritune build finer`), finer (FINER-Tuning "
-                  "release JSONL) or rlaif-v."},  # fmt: skip
+        metadata={
+            "help": "Preference data format: auto, veritune (`veritune build finer`), finer (FINER-Tuning "
+            "release JSONL) or rlaif-v."
+        },
     )
     max_train_samples: int | None = field(
         default=None,
-        metadata={"help": "Train on at most N preference tuples, drawn uniformly at random with `seed` (FINER App. C "
-                  "subsamples 40K/120K/160K tuples per model), in their file order."},  # fmt: skip
+        metadata={
+            "help": "Train on at most N preference tuples, drawn uniformly at random with `seed` (FINER App. C "
+            "subsamples 40K/120K/160K tuples per model), in their file order."
+        },
     )
     eval_dataset_path: str | None = field(
         default=None,
-        metadata={"help": "Validation preference data (default: the `validation` split of a veritune dataset directory)."},
+        metadata={
+            "help": "Validation preference data (default: the `validation` split of a veritune dataset directory)."
+        },
     )
     validation_ratio: float = field(
         default=0.005,
-        metadata={"help": "When evaluation is on and `dataset_path` is a single file with no validation split, hold "
-                  "out this fraction of it (seeded) for the eval loss (FINER Table 10: 0.005). A `veritune build "
-                  "finer` directory already carries its 0.5% validation split."},  # fmt: skip
+        metadata={
+            "help": "When evaluation is on and `dataset_path` is a single file with no validation split, hold "
+            "out this fraction of it (seeded) for the eval loss (FINER Table 10: 0.005). A `veritune build "
+            "finer` directory already carries its 0.5% validation split."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -253,9 +272,11 @@ class VerituneDPOConfig(DPOConfig):
 
     global_batch_size: int | None = field(
         default=None,
-        metadata={"help": "Preference tuples per optimizer step over all processes (FINER Table 10: 64). When set, "
-                  "gradient_accumulation_steps is derived from it, per_device_train_batch_size and the number of "
-                  "processes, so the recipe keeps its global batch on any GPU count that divides it."},  # fmt: skip
+        metadata={
+            "help": "Preference tuples per optimizer step over all processes (FINER Table 10: 64). When set, "
+            "gradient_accumulation_steps is derived from it, per_device_train_batch_size and the number of "
+            "processes, so the recipe keeps its global batch on any GPU count that divides it."
+        },
     )
 
     def __post_init__(self) -> None:
@@ -283,6 +304,9 @@ class VerituneDPOConfig(DPOConfig):
         if steps != self.gradient_accumulation_steps:
             logging.getLogger("veritune.dpo").warning(
                 "gradient_accumulation_steps %d -> %d: keeps the global batch at %d on %d process(es)",
-                self.gradient_accumulation_steps, steps, self.global_batch_size, self.world_size,
-            )  # fmt: skip
+                self.gradient_accumulation_steps,
+                steps,
+                self.global_batch_size,
+                self.world_size,
+            )
         return steps

@@ -48,16 +48,25 @@ def read_split(path: str, script_args: DPOScriptArguments, split: str) -> tuple[
     image_root = Path(script_args.image_root) if script_args.image_root else None
     dataset = load_preference_dataset(Path(path), image_root, script_args.data_format, split=split, report=report)
     if len(report.missing_images) > 10:  # the reader logs the first ten
-        logger.warning("%s: %d more missing images, all listed in %s", path, len(report.missing_images) - 10, DATA_REPORT_FILE)
+        logger.warning(
+            "%s: %d more missing images, all listed in %s", path, len(report.missing_images) - 10, DATA_REPORT_FILE
+        )
     return dataset, report
 
 
 def report_counts(report: PreferenceReport) -> dict[str, Any]:
     """The reader's report as plain JSON values."""
-    return {"read": report.total, "kept": report.kept, "dropped": dict(report.dropped), "missing_images": report.missing_images}
+    return {
+        "read": report.total,
+        "kept": report.kept,
+        "dropped": dict(report.dropped),
+        "missing_images": report.missing_images,
+    }
 
 
-def get_preference_datasets(script_args: DPOScriptArguments, training_args: VerituneDPOConfig) -> tuple[Dataset, Dataset | None, dict[str, Any]]:
+def get_preference_datasets(
+    script_args: DPOScriptArguments, training_args: VerituneDPOConfig
+) -> tuple[Dataset, Dataset | None, dict[str, Any]]:
     """Train and (when evaluating) validation datasets, images opened on access, and a report of what was
     kept and dropped (chosen equal to rejected and missing images are dropped once, by the reader)."""
     if not script_args.dataset_path:
@@ -66,13 +75,18 @@ def get_preference_datasets(script_args: DPOScriptArguments, training_args: Veri
     evaluation, eval_report = None, None
     if training_args.eval_strategy != "no":
         if script_args.eval_dataset_path or Path(script_args.dataset_path).is_dir():
-            evaluation, eval_report = read_split(script_args.eval_dataset_path or script_args.dataset_path, script_args, "validation")
+            evaluation, eval_report = read_split(
+                script_args.eval_dataset_path or script_args.dataset_path, script_args, "validation"
+            )
         else:  # one file: hold out Table 10's validation ratio before subsampling, so no eval row is trained on
             kept, held_out = split_indices(len(train), script_args.validation_ratio, training_args.seed)
             train, evaluation = train.select(kept), train.select(held_out)
     train = train.select(sample_indices(len(train), script_args.max_train_samples, training_args.seed))
     report = {"train": {"rows": len(train), **report_counts(train_report)}, "eval": None}
     if evaluation is not None:
-        report["eval"] = {"rows": len(evaluation), **(report_counts(eval_report) if eval_report else {"held_out_of_train": True})}
+        report["eval"] = {
+            "rows": len(evaluation),
+            **(report_counts(eval_report) if eval_report else {"held_out_of_train": True}),
+        }
     evaluation = None if evaluation is None else with_images(evaluation, script_args.max_pixels)
     return with_images(train, script_args.max_pixels), evaluation, report

@@ -85,5 +85,7 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
+    args = exit_on_user_error(parse_recipe)(
+        sys.argv[1:], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+    )
     exit_on_user_error(main)(*args)

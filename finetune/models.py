@@ -34,7 +34,9 @@ def resolve_attn_implementation(requested: str | None) -> str | None:
     if requested in ("flash_attention_2", "flash_attention_3"):
         module = "flash_attn" if requested == "flash_attention_2" else "flash_attn_interface"
         if importlib.util.find_spec(module) is None or not torch.cuda.is_available():
-            logger.warning("%s requested but flash-attn or a GPU is not available here; falling back to sdpa", requested)
+            logger.warning(
+                "%s requested but flash-attn or a GPU is not available here; falling back to sdpa", requested
+            )
             return "sdpa"
     return requested
 
@@ -76,7 +78,9 @@ def get_processor(model_args: VerituneModelConfig) -> Any:
             model_args.model_name_or_path, revision=model_args.model_revision, padding_side="left"
         )
     except OSError as err:
-        raise UserError(f"model_name_or_path: cannot load a processor from {model_args.model_name_or_path!r}: {err}") from None
+        raise UserError(
+            f"model_name_or_path: cannot load a processor from {model_args.model_name_or_path!r}: {err}"
+        ) from None
     return processor
 
 

@@ -74,7 +74,9 @@ def _iter_records(path: Path, split: str) -> Iterator[tuple[str, Any]]:
     """``(where, record)`` for every record; ``where`` names the file and line or row for error messages."""
     if path.is_dir() and not _parquet_files(path):
         if not _is_veritune_dir(path):
-            raise UserError(f"{path}: not a `veritune build finer` directory (no manifest.json and train.jsonl) and holds no parquet files")
+            raise UserError(
+                f"{path}: not a `veritune build finer` directory (no manifest.json and train.jsonl) and holds no parquet files"
+            )
         if split not in ("train", "validation"):
             raise UserError(f"split {split!r}: a veritune dataset directory has 'train' and 'validation'")
         for number, record in iter_jsonl(path / f"{split}.jsonl", what=f"{split} split"):
@@ -139,9 +141,18 @@ def _text(value: Any) -> str:
 
 def _from_veritune(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]], str, str, str, str]:
     prompt = record["prompt"]
-    turns = [(m["role"], _text(m["content"])) for m in prompt] if isinstance(prompt, list) else [("user", _text(prompt))]
+    turns = (
+        [(m["role"], _text(m["content"])) for m in prompt] if isinstance(prompt, list) else [("user", _text(prompt))]
+    )
     images = record.get("images") or ([record["image"]] if record.get("image") else [])
-    return images, turns, _text(record["chosen"]), _text(record["rejected"]), str(record.get("subset") or ""), str(record.get("polarity") or "")
+    return (
+        images,
+        turns,
+        _text(record["chosen"]),
+        _text(record["rejected"]),
+        str(record.get("subset") or ""),
+        str(record.get("polarity") or ""),
+    )
 
 
 def _from_finer(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]], str, str, str, str]:
@@ -152,7 +163,14 @@ def _from_finer(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]
             raise KeyError(f"conversations: unknown speaker {turn.get('from')!r}")
         turns.append((role, _text(turn)))
     meta = record.get("meta") or {}
-    return list(record.get("images") or []), turns, _text(record["chosen"]), _text(record["rejected"]), str(meta.get("qa_type") or ""), str(meta.get("polarity") or "")
+    return (
+        list(record.get("images") or []),
+        turns,
+        _text(record["chosen"]),
+        _text(record["rejected"]),
+        str(meta.get("qa_type") or ""),
+        str(meta.get("polarity") or ""),
+    )
 
 
 def _from_rlaif(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]], str, str, str, str]:
@@ -165,7 +183,14 @@ def _from_rlaif(record: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str]
     reference["alternative"] = record.get("image_path")
     has_image = any(reference.values())
     subset = str(record.get("origin_dataset") or record.get("ds_name") or "")
-    return [reference] if has_image else [], [("user", _text(record["question"]))], _text(record["chosen"]), _text(record["rejected"]), subset, ""
+    return (
+        [reference] if has_image else [],
+        [("user", _text(record["question"]))],
+        _text(record["chosen"]),
+        _text(record["rejected"]),
+        subset,
+        "",
+    )
 
 
 READERS = {"veritune": _from_veritune, "finer": _from_finer, "rlaif-v": _from_rlaif}
@@ -313,4 +338,3 @@ def load_preference_dataset(
         raise UserError(f"{path}: no usable preference rows ({report.summary()})")
     logger.info("%s: %s", path, report.summary())
     return Dataset.from_list(rows)
-

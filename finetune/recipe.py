@@ -78,7 +78,14 @@ def _describe(tp: Any) -> str:
         return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
     if origin is typing.Literal:
         return " or ".join(repr(arg) for arg in args)
-    names = {type(None): "null", bool: "true or false", int: "an integer", float: "a number", str: "a string", dict: "a mapping"}
+    names = {
+        type(None): "null",
+        bool: "true or false",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        dict: "a mapping",
+    }
     if tp in names:
         return names[tp]
     return "a string" if isinstance(tp, type) and issubclass(tp, enum.Enum) else getattr(tp, "__name__", str(tp))
@@ -99,7 +106,9 @@ def _accepts(tp: Any, value: Any) -> bool:
     if tp is bool:
         return isinstance(value, bool) or (isinstance(value, (str, int)) and str(value).lower() in _BOOL_WORDS)
     if tp is int:
-        return (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, str) and value.strip().lstrip("+-").isdigit())
+        return (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, str) and value.strip().lstrip("+-").isdigit()
+        )
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return True
@@ -132,12 +141,23 @@ def check_value_types(values: dict[str, Any], dataclass_types: tuple[type, ...],
 
 # (key, lowest allowed, whether the lowest is excluded): numbers a run cannot start with otherwise.
 _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
-    ("learning_rate", 0.0, False), ("weight_decay", 0.0, False), ("max_grad_norm", 0.0, False), ("beta", 0.0, False),
-    ("warmup_ratio", 0.0, False), ("num_train_epochs", 0.0, False), ("per_device_train_batch_size", 1, False),
-    ("per_device_eval_batch_size", 1, False), ("gradient_accumulation_steps", 1, False), ("num_generations", 2, False),
-    ("max_completion_length", 1, False), ("save_steps", 0.0, True), ("logging_steps", 0.0, True),
-    ("eval_batch_size", 1, False), ("eval_limit", 1, False), ("temperature", 0.0, False),
-)  # fmt: skip
+    ("learning_rate", 0.0, False),
+    ("weight_decay", 0.0, False),
+    ("max_grad_norm", 0.0, False),
+    ("beta", 0.0, False),
+    ("warmup_ratio", 0.0, False),
+    ("num_train_epochs", 0.0, False),
+    ("per_device_train_batch_size", 1, False),
+    ("per_device_eval_batch_size", 1, False),
+    ("gradient_accumulation_steps", 1, False),
+    ("num_generations", 2, False),
+    ("max_completion_length", 1, False),
+    ("save_steps", 0.0, True),
+    ("logging_steps", 0.0, True),
+    ("eval_batch_size", 1, False),
+    ("eval_limit", 1, False),
+    ("temperature", 0.0, False),
+)
 
 
 def check_recipe_values(instances: tuple[Any, ...]) -> None:
@@ -153,7 +173,11 @@ def check_recipe_values(instances: tuple[Any, ...]) -> None:
         values.update({f.name: getattr(instance, f.name) for f in fields(instance) if f.init})
     for key, lowest, exclusive in _LOWER_BOUNDS:
         value = values.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and (value <= lowest if exclusive else value < lowest):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and (value <= lowest if exclusive else value < lowest)
+        ):
             bound = f"greater than {lowest:g}" if exclusive else f"at least {lowest:g}"
             raise UserError(f"{key}: must be {bound}, got {value}")
     if "reward_funcs" in values:
@@ -235,7 +259,9 @@ def pop_recipe_path(args: list[str]) -> Path | None:
             continue
         index += 1
     if len(found) > 1:
-        raise UserError(f"command line: {len(found)} recipes given ({', '.join(found)}); give one (then --key value overrides)")
+        raise UserError(
+            f"command line: {len(found)} recipes given ({', '.join(found)}); give one (then --key value overrides)"
+        )
     return Path(found[0]) if found else None
 
 

@@ -83,7 +83,9 @@ def load_present_classes(annotations: str | Path) -> tuple[list[tuple[str, list[
                 present[ann["image_id"]].append(name)
         files = [(image["file_name"], present[image["id"]]) for image in data["images"]]
     except (KeyError, TypeError) as err:
-        raise UserError(f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}") from None
+        raise UserError(
+            f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}"
+        ) from None
     return files, [c["name"] for c in data["categories"]]
 
 
@@ -102,7 +104,13 @@ def answer(label: str, style: str) -> str:
 
 
 def conventional_examples(
-    annotations: str | Path, image_root: str | Path, *, questions_per_image: int, captions: bool, styles: list[str], seed: int
+    annotations: str | Path,
+    image_root: str | Path,
+    *,
+    questions_per_image: int,
+    captions: bool,
+    styles: list[str],
+    seed: int,
 ) -> list[dict[str, Any]]:
     """Prompt-completion examples (TRL's conversational format, one image each) from the annotation file."""
     rng = random.Random(seed)

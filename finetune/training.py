@@ -51,10 +51,17 @@ def use_cpu_accelerator_without_gpu() -> None:
 TRAIN_LOG_FILE = "train_log.jsonl"
 # (key in TRL's logs, label on the console), in the order shown; `rewards/<name>/mean` are added after `reward`.
 CONSOLE_KEYS = [
-    ("loss", "loss"), ("reward", "reward"), ("reward_std", "±"), ("rewards/accuracies", "pref_acc"),
-    ("rewards/margins", "margin"), ("kl", "kl"), ("entropy", "entropy"), ("completions/mean_length", "len"),
-    ("grad_norm", "grad"), ("learning_rate", "lr"),
-]  # fmt: skip
+    ("loss", "loss"),
+    ("reward", "reward"),
+    ("reward_std", "±"),
+    ("rewards/accuracies", "pref_acc"),
+    ("rewards/margins", "margin"),
+    ("kl", "kl"),
+    ("entropy", "entropy"),
+    ("completions/mean_length", "len"),
+    ("grad_norm", "grad"),
+    ("learning_rate", "lr"),
+]
 
 
 def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
@@ -67,8 +74,10 @@ def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | N
         return None  # the eval hooks' metrics: the hook prints its own line
     if "train_runtime" in logs:
         loss = logs.get("train_loss")
-        return (f"done: {step} steps in {logs['train_runtime']:.0f} s ({logs.get('train_steps_per_second', 0):.3g} steps/s)"
-                + (f", mean loss {loss:.4g}" if isinstance(loss, (int, float)) else ""))  # fmt: skip
+        return (
+            f"done: {step} steps in {logs['train_runtime']:.0f} s ({logs.get('train_steps_per_second', 0):.3g} steps/s)"
+            + (f", mean loss {loss:.4g}" if isinstance(loss, (int, float)) else "")
+        )
     parts = [f"step {step}/{max_steps}"]
     for key, label in CONSOLE_KEYS:
         value = logs.get(key)
@@ -87,7 +96,9 @@ class CompactProgressCallback(ProgressCallback):
     lines over 1,000 characters); the full dict is appended to ``OUTPUT_DIR/train_log.jsonl`` (and goes
     to W&B and ``trainer_state.json`` as before)."""
 
-    def on_log(self, args: TrainingArguments, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(
+        self, args: TrainingArguments, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any
+    ) -> None:
         if not state.is_world_process_zero or not logs:
             return
         record = {**logs, "step": state.global_step}
@@ -156,7 +167,9 @@ def get_model_and_processor(model_args: VerituneModelConfig) -> tuple[Any, Any, 
     return model, processor, get_lora_config(model_args)
 
 
-def log_run_header(trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig, data_summary: str) -> None:
+def log_run_header(
+    trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig, data_summary: str
+) -> None:
     """Log what is being trained: trainable parameters (after LoRA wrapping) and the data kept."""
     trainable, total = count_parameters(trainer.model)
     mode = "LoRA" if model_args.use_peft else "full-parameter"
@@ -185,7 +198,10 @@ def dataset_manifest(dataset_path: str | None) -> Path | None:
     if not dataset_path:
         return None
     dataset = Path(dataset_path)
-    for manifest in ((dataset if dataset.is_dir() else dataset.parent) / "manifest.json", dataset.with_suffix(".manifest.json")):
+    for manifest in (
+        (dataset if dataset.is_dir() else dataset.parent) / "manifest.json",
+        dataset.with_suffix(".manifest.json"),
+    ):
         if manifest.is_file():
             return manifest
     return None
@@ -199,14 +215,19 @@ def _is_headline(metric: str) -> bool:
 def latest_eval_metrics(log_history: list[dict[str, Any]]) -> tuple[int | None, dict[str, float]]:
     """The step and headline metrics (``eval/<benchmark>/<metric>``) of the newest eval-hook entry."""
     for entry in reversed(log_history):
-        metrics = {k: v for k, v in entry.items()
-                   if k.startswith("eval/") and isinstance(v, (int, float)) and _is_headline(k.split("/", 2)[-1])}  # fmt: skip
+        metrics = {
+            k: v
+            for k, v in entry.items()
+            if k.startswith("eval/") and isinstance(v, (int, float)) and _is_headline(k.split("/", 2)[-1])
+        }
         if metrics:
             return entry.get("step"), metrics
     return None, {}
 
 
-def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig, model_name: str) -> str:
+def model_card_text(
+    trainer: Any, script_args: ScriptArguments, model_args: VerituneModelConfig, model_name: str
+) -> str:
     """The model card (Hub ``README.md``): base model, training data with their manifests' sha256, the
     recipe, the latest eval-hook metrics and an image + text quick start."""
     import yaml
@@ -216,40 +237,84 @@ def model_card_text(trainer: Any, script_args: ScriptArguments, model_args: Veri
     method = type(trainer).__name__.replace("Trainer", "")
     repo = trainer.args.hub_model_id or model_name
     manifest = dataset_manifest(script_args.dataset_path)
-    metadata = {"base_model": hub_base, "library_name": "transformers", "pipeline_tag": "image-text-to-text",
-                "tags": ["veritune", "trl", method.lower(), "hallucination", "generated_from_trainer"], "model_name": model_name}  # fmt: skip
-    lines = ["---", yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(), "---", "",
-             f"# {model_name}", "",
-             f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
-             f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.", "",
-             "## Quick start", "", "```python", "from transformers import AutoModelForImageTextToText, AutoProcessor", "",
-             f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
-             f'processor = AutoProcessor.from_pretrained("{repo}")',
-             'messages = [{"role": "user", "content": [{"type": "image", "url": "photo.jpg"},',
-             '                                         {"type": "text", "text": "Is there a dog in the image?"}]}]',
-             "inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,",
-             '                                       return_tensors="pt").to(model.device)',
-             "output = model.generate(**inputs, max_new_tokens=256)",
-             'print(processor.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))', "```", "",
-             "## Training data", "", "| dataset | manifest | manifest sha256 |", "| --- | --- | --- |",
-             f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} | {file_sha256(manifest) if manifest else '-'} |", ""]  # fmt: skip
+    metadata = {
+        "base_model": hub_base,
+        "library_name": "transformers",
+        "pipeline_tag": "image-text-to-text",
+        "tags": ["veritune", "trl", method.lower(), "hallucination", "generated_from_trainer"],
+        "model_name": model_name,
+    }
+    lines = [
+        "---",
+        yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(),
+        "---",
+        "",
+        f"# {model_name}",
+        "",
+        f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
+        f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.",
+        "",
+        "## Quick start",
+        "",
+        "```python",
+        "from transformers import AutoModelForImageTextToText, AutoProcessor",
+        "",
+        f'model = AutoModelForImageTextToText.from_pretrained("{repo}")',
+        f'processor = AutoProcessor.from_pretrained("{repo}")',
+        'messages = [{"role": "user", "content": [{"type": "image", "url": "photo.jpg"},',
+        '                                         {"type": "text", "text": "Is there a dog in the image?"}]}]',
+        "inputs = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True,",
+        '                                       return_tensors="pt").to(model.device)',
+        "output = model.generate(**inputs, max_new_tokens=256)",
+        'print(processor.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
+        "```",
+        "",
+        "## Training data",
+        "",
+        "| dataset | manifest | manifest sha256 |",
+        "| --- | --- | --- |",
+        f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} | {file_sha256(manifest) if manifest else '-'} |",
+        "",
+    ]
     step, metrics = latest_eval_metrics(trainer.state.log_history)
     if metrics:
-        lines += [f"## Evaluation (eval hooks, step {step})", "", "| benchmark | metric | value |", "| --- | --- | --- |"]
+        lines += [
+            f"## Evaluation (eval hooks, step {step})",
+            "",
+            "| benchmark | metric | value |",
+            "| --- | --- | --- |",
+        ]
         lines += [f"| {key.split('/')[1]} | {key.split('/', 2)[2]} | {value:.4g} |" for key, value in metrics.items()]
         lines.append("")
     if script_args.recipe and Path(script_args.recipe).is_file():
         recipe = Path(script_args.recipe)
-        lines += ["## Recipe", "", f"`{script_args.recipe}` (sha256 {file_sha256(recipe)[:12]}; command-line overrides are in "
-                  "`veritune_run.json` beside the weights):", "", "```yaml", recipe.read_text(encoding="utf-8").strip(), "```", ""]  # fmt: skip
+        lines += [
+            "## Recipe",
+            "",
+            f"`{script_args.recipe}` (sha256 {file_sha256(recipe)[:12]}; command-line overrides are in "
+            "`veritune_run.json` beside the weights):",
+            "",
+            "```yaml",
+            recipe.read_text(encoding="utf-8").strip(),
+            "```",
+            "",
+        ]
     try:
         import wandb
 
         if wandb.run is not None:
-            lines += [f"Training curves: [W&B run]({wandb.run.url})" if wandb.run.url else f"W&B run id: {wandb.run.id}", ""]
+            lines += [
+                f"Training curves: [W&B run]({wandb.run.url})" if wandb.run.url else f"W&B run id: {wandb.run.id}",
+                "",
+            ]
     except ImportError:
         pass
-    lines += ["## Framework versions", "", *(f"- {name}: {_version(name)}" for name in ("veritune", "trl", "transformers", "torch")), ""]
+    lines += [
+        "## Framework versions",
+        "",
+        *(f"- {name}: {_version(name)}" for name in ("veritune", "trl", "transformers", "torch")),
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -266,7 +331,9 @@ def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: Ve
     """Make TRL's own model-card hook (called with each checkpoint and by ``push_to_hub``) write veritune's
     card to ``OUTPUT_DIR/README.md``, so a pushed model carries it."""
 
-    def create_model_card(model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **_: Any) -> None:
+    def create_model_card(
+        model_name: str | None = None, dataset_name: str | None = None, tags: Any = None, **_: Any
+    ) -> None:
         if not trainer.is_world_process_zero():
             return
         name = model_name or (trainer.args.hub_model_id or "").split("/")[-1] or Path(trainer.args.output_dir).name
@@ -311,7 +378,12 @@ class RunConfigCallback(TrainerCallback):
             # `eval watch` and later eval jobs log into this same run: they read its id from here.
             atomic_write_json(
                 Path(args.output_dir) / WANDB_RUN_FILE,
-                {"id": wandb.run.id, "project": wandb.run.project, "entity": wandb.run.entity, "group": wandb.run.group},
+                {
+                    "id": wandb.run.id,
+                    "project": wandb.run.project,
+                    "entity": wandb.run.entity,
+                    "group": wandb.run.group,
+                },
             )
 
 
@@ -325,7 +397,10 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
 
         # The one parser of the CLI: comma-separated or listed names, NAME:LIMIT allowed; bad entries are refused.
         benchmarks = parse_benchmark_names(script_args.eval_benchmarks, "eval_benchmarks", allow_limits=True)
-        data = {name: str(path) for name, path in parse_data_overrides(script_args.eval_data, "eval_data", benchmarks).items()}
+        data = {
+            name: str(path)
+            for name, path in parse_data_overrides(script_args.eval_data, "eval_data", benchmarks).items()
+        }
         callbacks.append(
             EvalHookCallback(
                 benchmarks if script_args.eval_on_save else [],
@@ -352,7 +427,9 @@ def find_resumable_checkpoint(output_dir: str | Path) -> Path | None:
     for checkpoint in checkpoints:
         if is_complete_checkpoint(checkpoint):
             return checkpoint
-        logger.warning("skipping incomplete checkpoint %s (weights, trainer state or optimizer state missing)", checkpoint)
+        logger.warning(
+            "skipping incomplete checkpoint %s (weights, trainer state or optimizer state missing)", checkpoint
+        )
     if checkpoints:
         raise UserError(
             f"{output_dir}: no complete checkpoint to resume from ({len(checkpoints)} incomplete); "
@@ -373,7 +450,9 @@ def resume_checkpoint(training_args: TrainingArguments) -> str | None:
     if value == "auto":
         found = find_resumable_checkpoint(training_args.output_dir)
         if found is None:
-            logger.info("resume_from_checkpoint: auto found no checkpoint in %s; starting fresh", training_args.output_dir)
+            logger.info(
+                "resume_from_checkpoint: auto found no checkpoint in %s; starting fresh", training_args.output_dir
+            )
             return None
         logger.info("resuming from %s", found)
         return str(found)
@@ -413,7 +492,11 @@ def finished_run(training_args: TrainingArguments) -> dict[str, Any] | None:
         return None
     output_dir = Path(training_args.output_dir)
     state = _read_state(output_dir)
-    if state is None or not (output_dir / "train_results.json").is_file() or not any((output_dir / n).exists() for n in WEIGHT_FILES):
+    if (
+        state is None
+        or not (output_dir / "train_results.json").is_file()
+        or not any((output_dir / n).exists() for n in WEIGHT_FILES)
+    ):
         return None
     step, last = state.get("global_step", 0), state.get("max_steps", -1)
     if training_args.max_steps > 0:
@@ -431,8 +514,11 @@ def report_finished_run(training_args: TrainingArguments) -> bool:
         return False
     logger.warning(
         "%s already holds this run, finished at step %d of %d: nothing to do (choose another output_dir, or remove it, "
-        "to train again)", training_args.output_dir, state["global_step"], state.get("max_steps", state["global_step"]),
-    )  # fmt: skip
+        "to train again)",
+        training_args.output_dir,
+        state["global_step"],
+        state.get("max_steps", state["global_step"]),
+    )
     return True
 
 
@@ -466,7 +552,11 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
     try:
         metrics = trainer.train(resume_from_checkpoint=checkpoint).metrics
     except _AtLastStep:
-        logger.info("%s is the run's last step (%d): no further training; saving it as the final model", checkpoint, trainer.state.global_step)
+        logger.info(
+            "%s is the run's last step (%d): no further training; saving it as the final model",
+            checkpoint,
+            trainer.state.global_step,
+        )
         metrics = speed_metrics("train", start, num_samples=0, num_steps=0)
         metrics.update(total_flos=trainer.state.total_flos, train_loss=_train_loss(trainer.state.log_history))
         trainer.log(metrics)

@@ -45,7 +45,9 @@ def main() -> None:
             question_index, paraphrase = divmod(index, 4)  # four paraphrases per image, as in ORIC-Bench
             image = tmp_path / f"{question_index}.jpg"
             if not image.exists():  # COCO-sized JPEGs with some texture, so decoding costs what it costs on COCO
-                noise = Image.effect_noise((args.image_width, args.image_height), 40 + question_index % 30).convert("RGB")
+                noise = Image.effect_noise((args.image_width, args.image_height), 40 + question_index % 30).convert(
+                    "RGB"
+                )
                 noise.save(image, quality=90)
             question = paraphrases(names[question_index % len(names)])[paraphrase]
             items.append(EvalItem(id=str(index), prompt=question, images=[image], max_new_tokens=args.max_new_tokens))
@@ -59,22 +61,43 @@ def main() -> None:
         single, single_time = timed(lambda: {item.id: generate_batch(model, processor, [item])[0] for item in items})
         plain = TransformersBackend(model, processor, image_cache=False)
         cached = TransformersBackend(model, processor)
-        unsorted, unsorted_time = timed(lambda: run_items(plain, items, tmp_path / "unsorted.jsonl", batch_size=args.batch_size,
-                                                          desc="batched, file order, no image cache", sort_by_length=False))  # fmt: skip
-        uncached, uncached_time = timed(lambda: run_items(plain, items, tmp_path / "uncached.jsonl", batch_size=args.batch_size,
-                                                          desc="batched, sorted, no image cache"))  # fmt: skip
-        batched, batched_time = timed(lambda: run_items(cached, items, tmp_path / "predictions.jsonl", batch_size=args.batch_size, desc="batched"))
+        unsorted, unsorted_time = timed(
+            lambda: run_items(
+                plain,
+                items,
+                tmp_path / "unsorted.jsonl",
+                batch_size=args.batch_size,
+                desc="batched, file order, no image cache",
+                sort_by_length=False,
+            )
+        )
+        uncached, uncached_time = timed(
+            lambda: run_items(
+                plain,
+                items,
+                tmp_path / "uncached.jsonl",
+                batch_size=args.batch_size,
+                desc="batched, sorted, no image cache",
+            )
+        )
+        batched, batched_time = timed(
+            lambda: run_items(cached, items, tmp_path / "predictions.jsonl", batch_size=args.batch_size, desc="batched")
+        )
 
     same = sum(single[k] == batched[k] == unsorted[k] == uncached[k] for k in single)
     n = len(items)
-    print(f"{n} items, {n // 4} images of {args.image_width}x{args.image_height} (four questions each), batch {args.batch_size}, "
-          f"{args.max_new_tokens} new tokens\n")  # fmt: skip
+    print(
+        f"{n} items, {n // 4} images of {args.image_width}x{args.image_height} (four questions each), batch {args.batch_size}, "
+        f"{args.max_new_tokens} new tokens\n"
+    )
     print(f"| runner | items/s |\n| --- | --- |\n| one at a time | {n / single_time:.1f} |")
     print(f"| batched, file order, no image cache (before the length sort) | {n / unsorted_time:.1f} |")
     print(f"| batched, sorted by length, no image cache (before the cache) | {n / uncached_time:.1f} |")
     print(f"| batched, sorted by length, decoded images cached | {n / batched_time:.1f} |")
-    print(f"\nspeed-up: {single_time / batched_time:.1f}x (target >= 5x); length sort alone: {unsorted_time / uncached_time:.2f}x; "
-          f"image cache alone: {uncached_time / batched_time:.2f}x; identical outputs (all four): {same}/{n}")  # fmt: skip
+    print(
+        f"\nspeed-up: {single_time / batched_time:.1f}x (target >= 5x); length sort alone: {unsorted_time / uncached_time:.2f}x; "
+        f"image cache alone: {uncached_time / batched_time:.2f}x; identical outputs (all four): {same}/{n}"
+    )
     if same != n:
         sys.exit("batched outputs differ from one-at-a-time outputs")
 

@@ -21,14 +21,20 @@ def scene_graph(index: int) -> dict:
     names = ["dog", "bench", "tree", "ball"]
     objects = []
     for i, name in enumerate(names):
-        objects.append({
-            "object": name, "object_index": i, "neg_object": ["cat", "fox", "wolf", "sheep"],
-            "attribute": ["with a brown color", "with a red collar"],
-            "neg_attribute": [["with a white color", "with a black color", "with a grey color", "with a pink color"],
-                              ["with a blue collar", "with a green collar", "with no collar", "with a yellow collar"]],
-            "parsed_relation": [{"object_a": i, "rel": "is next to the", "object_b": (i + 1) % 4}],
-            "neg_relation": [["is under the", "is behind the", "is inside the", "is above the"]],
-        })  # fmt: skip
+        objects.append(
+            {
+                "object": name,
+                "object_index": i,
+                "neg_object": ["cat", "fox", "wolf", "sheep"],
+                "attribute": ["with a brown color", "with a red collar"],
+                "neg_attribute": [
+                    ["with a white color", "with a black color", "with a grey color", "with a pink color"],
+                    ["with a blue collar", "with a green collar", "with no collar", "with a yellow collar"],
+                ],
+                "parsed_relation": [{"object_a": i, "rel": "is next to the", "object_b": (i + 1) % 4}],
+                "neg_relation": [["is under the", "is behind the", "is inside the", "is above the"]],
+            }
+        )
     return {"example_id": f"bench_{index:07d}", "image": "shared.jpg", "objects": objects}
 
 
@@ -52,8 +58,12 @@ def main() -> None:
         bench = build_finer_bench(root / "graphs.json", root / "bench.csv", BenchSettings())
         mcq_s = time.perf_counter() - start
     built, pairs = manifest["counts"]["tuples_built"], bench["counts"]["pairs"]
-    print(f"tuples (scene-graph path): {args.images:,} images -> {built:,} tuples in {tuples_s:.1f} s = {built / tuples_s:,.0f} tuples/s")
-    print(f"MCQs (finer-bench): {args.images:,} images -> {pairs:,} pairs in {mcq_s:.1f} s = {pairs / mcq_s:,.0f} pairs/s")
+    print(
+        f"tuples (scene-graph path): {args.images:,} images -> {built:,} tuples in {tuples_s:.1f} s = {built / tuples_s:,.0f} tuples/s"
+    )
+    print(
+        f"MCQs (finer-bench): {args.images:,} images -> {pairs:,} pairs in {mcq_s:.1f} s = {pairs / mcq_s:,.0f} pairs/s"
+    )
     print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
 
 

@@ -31,24 +31,63 @@ GPU_SPECS = {"H100": (989e12, 3.35e12), "H200": (989e12, 4.8e12), "A100": (312e1
 # Text and vision dimensions of the released Qwen3-VL checkpoints (their config.json files).
 QWEN3VL_DIMS = {
     "2b": {
-        "text": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28, "num_attention_heads": 16,
-                 "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": True},
-        "vision": {"depth": 24, "hidden_size": 1024, "intermediate_size": 4096, "num_heads": 16,
-                   "out_hidden_size": 2048, "deepstack_visual_indexes": [5, 11, 17]},
+        "text": {
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 28,
+            "num_attention_heads": 16,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "tie_word_embeddings": True,
+        },
+        "vision": {
+            "depth": 24,
+            "hidden_size": 1024,
+            "intermediate_size": 4096,
+            "num_heads": 16,
+            "out_hidden_size": 2048,
+            "deepstack_visual_indexes": [5, 11, 17],
+        },
     },
     "smoke": {
-        "text": {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                 "num_key_value_heads": 2, "head_dim": 16, "tie_word_embeddings": True},
-        "vision": {"depth": 2, "hidden_size": 64, "intermediate_size": 128, "num_heads": 4,
-                   "out_hidden_size": 64, "deepstack_visual_indexes": [0]},
+        "text": {
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 16,
+            "tie_word_embeddings": True,
+        },
+        "vision": {
+            "depth": 2,
+            "hidden_size": 64,
+            "intermediate_size": 128,
+            "num_heads": 4,
+            "out_hidden_size": 64,
+            "deepstack_visual_indexes": [0],
+        },
     },
     "8b": {
-        "text": {"hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
-                 "num_key_value_heads": 8, "head_dim": 128, "tie_word_embeddings": False},
-        "vision": {"depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
-                   "out_hidden_size": 4096, "deepstack_visual_indexes": [8, 16, 24]},
+        "text": {
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "tie_word_embeddings": False,
+        },
+        "vision": {
+            "depth": 27,
+            "hidden_size": 1152,
+            "intermediate_size": 4304,
+            "num_heads": 16,
+            "out_hidden_size": 4096,
+            "deepstack_visual_indexes": [8, 16, 24],
+        },
     },
-}  # fmt: skip
+}
 
 
 def gpu_specs(name: str) -> tuple[float, float]:
@@ -89,7 +128,9 @@ def build_real_size_model(size: str, out_dir: Path, device: str = "cuda") -> Pat
     return path
 
 
-def run_step(script: str, model: Path, data: Path, images: Path, out: Path, lora: bool, smoke: bool = False) -> dict[str, float]:
+def run_step(
+    script: str, model: Path, data: Path, images: Path, out: Path, lora: bool, smoke: bool = False
+) -> dict[str, float]:
     import resource
     import subprocess
     import threading
@@ -97,11 +138,28 @@ def run_step(script: str, model: Path, data: Path, images: Path, out: Path, lora
     command = [sys.executable, script]
     if script == "finetune/grpo.py":
         command += [
-            "recipes/qwen3vl_oric.yaml", "--model_name_or_path", str(model), "--dataset_path", str(data),
-            "--image_root", str(images), "--output_dir", str(out), "--max_steps", "2", "--save_strategy", "no",
-            "--report_to", "none", "--attn_implementation", "sdpa", "--gradient_accumulation_steps", "8",
-            "--max_pixels", "4096" if smoke else "200704",
-        ]  # fmt: skip
+            "recipes/qwen3vl_oric.yaml",
+            "--model_name_or_path",
+            str(model),
+            "--dataset_path",
+            str(data),
+            "--image_root",
+            str(images),
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--attn_implementation",
+            "sdpa",
+            "--gradient_accumulation_steps",
+            "8",
+            "--max_pixels",
+            "4096" if smoke else "200704",
+        ]
         if smoke:
             command += ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32"]
         if lora:
@@ -130,8 +188,12 @@ def run_step(script: str, model: Path, data: Path, images: Path, out: Path, lora
         peak[0] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
     state = json.loads((out / "trainer_state.json").read_text())
     last = [row for row in state["log_history"] if "step_time" in row][-1]
-    return {"step_time": last["step_time"], "peak_gib": peak[0], "wall": time.perf_counter() - start,
-            "mean_length": last.get("completions/mean_length", 0.0)}  # fmt: skip
+    return {
+        "step_time": last["step_time"],
+        "peak_gib": peak[0],
+        "wall": time.perf_counter() - start,
+        "mean_length": last.get("completions/mean_length", 0.0),
+    }
 
 
 def main() -> None:
@@ -146,7 +208,9 @@ def main() -> None:
     if args.smoke:
         args.size = "smoke"
     elif not torch.cuda.is_available():
-        print("GPU section skipped: no CUDA device on this machine (run it where a GPU is lent; `--smoke` checks the code path on a CPU).")
+        print(
+            "GPU section skipped: no CUDA device on this machine (run it where a GPU is lent; `--smoke` checks the code path on a CPU)."
+        )
         return
 
     from conftest import write_oric_fixture
@@ -169,10 +233,14 @@ def main() -> None:
     print("| runner | step time (s) | mean completion tokens | training tokens/s | MFU | peak memory (GiB) |")
     print("| --- | --- | --- | --- | --- | --- |")
     for label, result in (("veritune", ours), ("plain TRL", plain)):
-        print(f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} | {tokens / result['step_time']:,.0f} | "
-              f"{train_flops / result['step_time'] / peak_flops:.1%} | {result['peak_gib']:.1f} |")  # fmt: skip
+        print(
+            f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} | {tokens / result['step_time']:,.0f} | "
+            f"{train_flops / result['step_time'] / peak_flops:.1%} | {result['peak_gib']:.1f} |"
+        )
     decode_limit = bandwidth / (2 * n_params)
-    print(f"decode limit (HBM {bandwidth / 1e12:.2f} TB/s, bf16 weights read per step): {decode_limit:,.0f} steps/s per sequence batch")
+    print(
+        f"decode limit (HBM {bandwidth / 1e12:.2f} TB/s, bf16 weights read per step): {decode_limit:,.0f} steps/s per sequence batch"
+    )
     print(f"training limit (bf16 peak {peak_flops / 1e12:.0f} TFLOP/s): {peak_flops / (6 * n_params):,.0f} tokens/s")
     print("anchor: EasyR1 reports 1,600-2,000 tokens/s per GPU and 16-23% MFU for Qwen2.5-VL-7B GRPO on 8x H100")
 

@@ -66,15 +66,28 @@ def model_free(images: int, tmp: Path) -> float:
     items = []
     for image_id, (candidates, areas) in verdicts.items():
         for name in rng.sample(candidates, min(2, len(candidates))):
-            items.append(oric_item("bench", by_id[image_id], by_id[image_id], name, "yes", roi_area=areas[name], verdict="no", similarity=1.0))
+            items.append(
+                oric_item(
+                    "bench",
+                    by_id[image_id],
+                    by_id[image_id],
+                    name,
+                    "yes",
+                    roi_area=areas[name],
+                    verdict="no",
+                    similarity=1.0,
+                )
+            )
     for number, item in enumerate(items, start=1):
         item["id"] = number
     atomic_write_json(tmp / "oric_bench.json", items, indent=4)
     timings[f"compose + write {len(items):,} questions"] = time.perf_counter() - start
 
     total = sum(timings.values())
-    print(f"COCO-scale annotations: {len(records):,} images, {boxes:,} boxes, {len(names)} classes; "
-          f"{len(queries):,} images with >= 2 classes; {asked:,} judge queries ({asked / len(queries):.2f} per image)")  # fmt: skip
+    print(
+        f"COCO-scale annotations: {len(records):,} images, {boxes:,} boxes, {len(names)} classes; "
+        f"{len(queries):,} images with >= 2 classes; {asked:,} judge queries ({asked / len(queries):.2f} per image)"
+    )
     print("| stage | seconds |\n| --- | --- |")
     for stage, seconds in timings.items():
         print(f"| {stage} | {seconds:.1f} |")
@@ -94,8 +107,10 @@ def neighbour_search(images: int, queries: int = 1024, dim: int = 512) -> None:
     start = time.perf_counter()
     most_similar(embeddings, list(range(queries)))
     elapsed = time.perf_counter() - start
-    print(f"exact neighbour search ({dim}-d, {images:,} candidates): {queries / elapsed:,.0f} query images/s "
-          f"({queries:,} in {elapsed:.2f} s; the builder searches only the query images it visits)")  # fmt: skip
+    print(
+        f"exact neighbour search ({dim}-d, {images:,} candidates): {queries / elapsed:,.0f} query images/s "
+        f"({queries:,} in {elapsed:.2f} s; the builder searches only the query images it visits)"
+    )
 
 
 def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
@@ -110,7 +125,9 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
     paths = []
     for index in range(count):
         path = tmp / f"img{index}.jpg"
-        coarse = Image.fromarray(rng.integers(0, 256, size=(60, 80, 3), dtype=np.uint8)).resize((640, 480), Image.BICUBIC)
+        coarse = Image.fromarray(rng.integers(0, 256, size=(60, 80, 3), dtype=np.uint8)).resize(
+            (640, 480), Image.BICUBIC
+        )
         fine = Image.fromarray(rng.integers(0, 40, size=(480, 640, 3), dtype=np.uint8))
         Image.fromarray(np.asarray(coarse, dtype=np.uint8) // 2 + np.asarray(fine)).save(path, quality=85)
         paths.append(path)
@@ -119,8 +136,10 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
     start = time.perf_counter()
     scorer.embed_images(paths)
     elapsed = time.perf_counter() - start
-    print(f"CLIP image embedding (tiny encoder, {count} 640x480 JPEGs of {size_kb:.0f} KB, batch {batch_size}, "
-          f"decoding overlapped): {count / elapsed:.0f} images/s")  # fmt: skip
+    print(
+        f"CLIP image embedding (tiny encoder, {count} 640x480 JPEGs of {size_kb:.0f} KB, batch {batch_size}, "
+        f"decoding overlapped): {count / elapsed:.0f} images/s"
+    )
 
 
 def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, concurrency: int = 8) -> None:
@@ -137,9 +156,11 @@ def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, c
         client.complete_many([f"question {i}" for i in range(requests)], desc="judge (cached)")
         cached = time.perf_counter() - start
     rate = requests / elapsed
-    print(f"openai judge vs local server (concurrency {concurrency}): {rate:.0f} requests/s; "
-          f"{1000 * queries_per_image / rate:.1f} s per 1,000 query images ({queries_per_image:.2f} ROI queries each; "
-          f"client and cache overhead only, the model's latency comes on top); rerun from cache: {requests / cached:,.0f} answers/s")  # fmt: skip
+    print(
+        f"openai judge vs local server (concurrency {concurrency}): {rate:.0f} requests/s; "
+        f"{1000 * queries_per_image / rate:.1f} s per 1,000 query images ({queries_per_image:.2f} ROI queries each; "
+        f"client and cache overhead only, the model's latency comes on top); rerun from cache: {requests / cached:,.0f} answers/s"
+    )
 
 
 def main() -> None:

@@ -54,25 +54,75 @@ def main() -> None:
         tmp_path = Path(tmp)
         model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0)
         data, images = write_oric_fixture(tmp_path / "data", num_items=16)
-        times: dict[str, list[float]] = {"veritune GRPO": [], "plain TRL GRPO": [], "veritune DPO": [], "plain TRL DPO": []}
+        times: dict[str, list[float]] = {
+            "veritune GRPO": [],
+            "plain TRL GRPO": [],
+            "veritune DPO": [],
+            "plain TRL DPO": [],
+        }
         sys.path.insert(0, str(REPO_ROOT / "tests"))
         from helpers import write_finer_fixture
 
         finer = write_finer_fixture(tmp_path / "finer", num_images=16)
         for repeat in range(args.repeats):
             out = tmp_path / f"veritune-{repeat}"
-            run([sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(model),
-                 "--dataset_path", str(data), "--image_root", str(images), "--output_dir", str(out),
-                 "--max_steps", str(args.steps), "--save_strategy", "no", "--report_to", "none",
-                 "--max_prompt_length", "100000"])  # fmt: skip
+            run(
+                [
+                    sys.executable,
+                    "finetune/grpo.py",
+                    "recipes/tiny_oric_demo.yaml",
+                    "--model_name_or_path",
+                    str(model),
+                    "--dataset_path",
+                    str(data),
+                    "--image_root",
+                    str(images),
+                    "--output_dir",
+                    str(out),
+                    "--max_steps",
+                    str(args.steps),
+                    "--save_strategy",
+                    "no",
+                    "--report_to",
+                    "none",
+                    "--max_prompt_length",
+                    "100000",
+                ]
+            )
             times["veritune GRPO"] += step_times(out)
             out = tmp_path / f"plain-{repeat}"
-            run([sys.executable, "perf/plain_trl_grpo.py", str(model), str(data), str(images), str(out), str(args.steps)])
+            run(
+                [
+                    sys.executable,
+                    "perf/plain_trl_grpo.py",
+                    str(model),
+                    str(data),
+                    str(images),
+                    str(out),
+                    str(args.steps),
+                ]
+            )
             times["plain TRL GRPO"] += step_times(out)
             out = tmp_path / f"veritune-dpo-{repeat}"
-            run([sys.executable, "finetune/dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", str(model),
-                 "--dataset_path", str(finer), "--output_dir", str(out), "--max_steps", str(args.steps),
-                 "--save_strategy", "no", "--report_to", "none"])  # fmt: skip
+            run(
+                [
+                    sys.executable,
+                    "finetune/dpo.py",
+                    "recipes/tiny_finer_demo.yaml",
+                    "--model_name_or_path",
+                    str(model),
+                    "--dataset_path",
+                    str(finer),
+                    "--output_dir",
+                    str(out),
+                    "--max_steps",
+                    str(args.steps),
+                    "--save_strategy",
+                    "no",
+                    "--report_to",
+                    "none",
+                ]
+            )
             times["veritune DPO"] += step_times(out)
             out = tmp_path / f"plain-dpo-{repeat}"
             run([sys.executable, "perf/plain_trl_dpo.py", str(model), str(finer), str(out), str(args.steps)])

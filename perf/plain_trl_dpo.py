@@ -24,15 +24,40 @@ def main(model_dir: str, data_dir: str, output_dir: str, steps: int) -> None:
         record = json.loads(line)
         image = Image.open(root / record["images"][0]).convert("RGB")
         scale = min(1.0, (4096 / (image.width * image.height)) ** 0.5)
-        image = image.resize((max(1, int(image.width * scale)), max(1, int(image.height * scale))), Image.Resampling.BICUBIC)
-        rows.append({"images": [image], "prompt": record["prompt"], "chosen": record["chosen"], "rejected": record["rejected"]})
+        image = image.resize(
+            (max(1, int(image.width * scale)), max(1, int(image.height * scale))), Image.Resampling.BICUBIC
+        )
+        rows.append(
+            {"images": [image], "prompt": record["prompt"], "chosen": record["chosen"], "rejected": record["rejected"]}
+        )
     args = DPOConfig(
-        output_dir=output_dir, max_steps=steps, beta=0.1, loss_type=["sigmoid"], learning_rate=5e-4, lr_scheduler_type="cosine",
-        warmup_steps=0.1, per_device_train_batch_size=4, gradient_accumulation_steps=1, max_length=256, use_cpu=True,
-        bf16=False, optim="adamw_torch",  # as the recipe: TRL's defaults (bf16, fused AdamW) would differ
-        activation_checkpointing=False, remove_unused_columns=False, logging_steps=1, save_strategy="no", report_to="none", seed=0,
-    )  # fmt: skip
-    lora = LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0, target_modules=r"^(?!.*\bvisual\b).*\.(?:q_proj|v_proj)$", task_type="CAUSAL_LM")
+        output_dir=output_dir,
+        max_steps=steps,
+        beta=0.1,
+        loss_type=["sigmoid"],
+        learning_rate=5e-4,
+        lr_scheduler_type="cosine",
+        warmup_steps=0.1,
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=1,
+        max_length=256,
+        use_cpu=True,
+        bf16=False,
+        optim="adamw_torch",  # as the recipe: TRL's defaults (bf16, fused AdamW) would differ
+        activation_checkpointing=False,
+        remove_unused_columns=False,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+    )
+    lora = LoraConfig(
+        r=8,
+        lora_alpha=16,
+        lora_dropout=0.0,
+        target_modules=r"^(?!.*\bvisual\b).*\.(?:q_proj|v_proj)$",
+        task_type="CAUSAL_LM",
+    )
     trainer = DPOTrainer(
         model=AutoModelForImageTextToText.from_pretrained(model_dir, attn_implementation="sdpa"),
         args=args,

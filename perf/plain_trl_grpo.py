@@ -28,14 +28,36 @@ INSTRUCTION = (
 
 
 PROFILES = {
-    "tiny": dict(per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=4,
-                 max_completion_length=24, learning_rate=1e-4, use_cpu=True, activation_checkpointing=False, optim="adamw_torch"),
-    "oric-gpu": dict(per_device_train_batch_size=1, gradient_accumulation_steps=8, num_generations=8,
-                     max_completion_length=256, learning_rate=2e-6, bf16=True, activation_checkpointing=True),
+    "tiny": dict(
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_generations=4,
+        max_completion_length=24,
+        learning_rate=1e-4,
+        use_cpu=True,
+        activation_checkpointing=False,
+        optim="adamw_torch",
+    ),
+    "oric-gpu": dict(
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=8,
+        num_generations=8,
+        max_completion_length=256,
+        learning_rate=2e-6,
+        bf16=True,
+        activation_checkpointing=True,
+    ),
     # the oric-gpu step on a CPU in float32: bench_gpu.py --smoke checks the GPU benchmark's code path
-    "oric-smoke": dict(per_device_train_batch_size=1, gradient_accumulation_steps=8, num_generations=8,
-                       max_completion_length=256, learning_rate=2e-6, use_cpu=True, activation_checkpointing=True),
-}  # fmt: skip
+    "oric-smoke": dict(
+        per_device_train_batch_size=1,
+        gradient_accumulation_steps=8,
+        num_generations=8,
+        max_completion_length=256,
+        learning_rate=2e-6,
+        use_cpu=True,
+        activation_checkpointing=True,
+    ),
+}
 MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704, "oric-smoke": 4096}
 
 
@@ -48,13 +70,30 @@ def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps
         image = Image.open(Path(image_root) / r["image"]).convert("RGB")
         scale = min(1.0, (max_pixels / (image.width * image.height)) ** 0.5)
         image = image.resize((int(image.width * scale), int(image.height * scale)), Image.Resampling.BICUBIC)
-        rows.append({"prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}], "image": image,
-                     "solution": r["solution"]})  # fmt: skip
+        rows.append(
+            {
+                "prompt": [{"role": "user", "content": f"{question} {INSTRUCTION}"}],
+                "image": image,
+                "solution": r["solution"],
+            }
+        )
     args = GRPOConfig(
-        output_dir=output_dir, max_steps=steps, temperature=0.7, top_p=0.8, top_k=20, beta=0.0, epsilon=0.2,
-        loss_type="grpo", scale_rewards="group", lr_scheduler_type="cosine", logging_steps=1, save_strategy="no",
-        report_to="none", seed=0, **PROFILES[profile],
-    )  # fmt: skip
+        output_dir=output_dir,
+        max_steps=steps,
+        temperature=0.7,
+        top_p=0.8,
+        top_k=20,
+        beta=0.0,
+        epsilon=0.2,
+        loss_type="grpo",
+        scale_rewards="group",
+        lr_scheduler_type="cosine",
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        **PROFILES[profile],
+    )
     dtype = "bfloat16" if profile == "oric-gpu" else "float32"
     trainer = GRPOTrainer(
         model=AutoModelForImageTextToText.from_pretrained(model_dir, dtype=dtype, attn_implementation="sdpa"),

@@ -23,13 +23,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # (name, script and arguments, what it measures)
 BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("rewards", ["perf/bench_rewards.py"], "ORIC reward throughput (issue 7.4)"),
-    ("wrapper_overhead", ["perf/bench_wrapper_overhead.py"], "finetune/grpo.py and finetune/dpo.py vs plain TRL, same tiny configurations (7.1)"),
+    (
+        "wrapper_overhead",
+        ["perf/bench_wrapper_overhead.py"],
+        "finetune/grpo.py and finetune/dpo.py vs plain TRL, same tiny configurations (7.1)",
+    ),
     ("oric_builder", ["perf/bench_oric_builder.py"], "ORIC builder on COCO-scale annotations, CLIP, judge (7.2)"),
     ("finer_builder", ["perf/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
     ("eval_runner", ["perf/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
     ("answer_extraction", ["perf/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
     ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
-    ("cli_help", ["perf/bench_cli_help.py"], "`veritune --help` start-up time: commands are imported only when they run (issue 15)"),
+    (
+        "cli_help",
+        ["perf/bench_cli_help.py"],
+        "`veritune --help` start-up time: commands are imported only when they run (issue 15)",
+    ),
 ]
 
 
@@ -76,12 +84,17 @@ def main() -> None:
         start = time.monotonic()
         result = subprocess.run([sys.executable, *command], cwd=REPO_ROOT, env=env, capture_output=True, text=True)
         # DeepSpeed announces on import that it picked the CPU accelerator: noise, not a figure
-        output = "\n".join(line for line in result.stdout.splitlines() if "real_accelerator.py" not in line).strip() or "(no output)"
+        output = (
+            "\n".join(line for line in result.stdout.splitlines() if "real_accelerator.py" not in line).strip()
+            or "(no output)"
+        )
         if result.returncode != 0:
             output += f"\n\nFAILED (exit {result.returncode}):\n" + result.stderr.strip()[-2000:]
         print(output, flush=True)
         today = datetime.date.today().isoformat()
-        sections[name] = f"## {name}\n\n{what}. Command: `{shown}` ({time.monotonic() - start:.0f} s, {today})\n\n{output}\n"
+        sections[name] = (
+            f"## {name}\n\n{what}. Command: `{shown}` ({time.monotonic() - start:.0f} s, {today})\n\n{output}\n"
+        )
 
     header = (
         "# Performance\n\n"

@@ -182,7 +182,9 @@ def pope_yes_no(text: Any) -> YesNo:
 
 OPTION_LETTERS = "ABCDEFGHIJ"
 _LETTER_ALONE = re.compile(r"\A\s*\(?([A-J])\)?\s*(?:[.:)\]]|\Z|\s)")
-_LETTER_PHRASE = re.compile(r"(?i:\b(?:answer|option|choice|is)\s*(?:is|:)?\s*(?:option\s*)?)[(\[]?([A-J])[)\].,:]?(?=\s|\Z|[.,;!])")
+_LETTER_PHRASE = re.compile(
+    r"(?i:\b(?:answer|option|choice|is)\s*(?:is|:)?\s*(?:option\s*)?)[(\[]?([A-J])[)\].,:]?(?=\s|\Z|[.,;!])"
+)
 _LETTER_PAREN = re.compile(r"\(([A-Ja-j])\)")
 _NORMALISE = re.compile(r"[^a-z0-9]+")
 
@@ -219,7 +221,11 @@ def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[st
             return match.group(1).upper(), "letter"
     if options:
         answer = f" {_normalise(text)} "
-        hits = [letter for letter, option in options.items() if _normalise(str(option)) and f" {_normalise(str(option))} " in answer]
+        hits = [
+            letter
+            for letter, option in options.items()
+            if _normalise(str(option)) and f" {_normalise(str(option))} " in answer
+        ]
         if len(hits) > 1:  # "a cup" inside "a red cup": keep the longest, if it alone is the longest
             longest = max(len(_normalise(options[h])) for h in hits)
             hits = [h for h in hits if len(_normalise(options[h])) == longest]
@@ -232,17 +238,75 @@ def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[st
 
 # ORBIT's official ``clean_answer_improved`` (its ``utils.py``) reads numerals and number words up to
 # twenty and ninety-nine; the tables below hold the same values, searched in the same order.
-ROMAN_NUMERALS = {numeral: value for value, numeral in enumerate(
-    ("i", "ii", "iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi", "xii", "xiii", "xiv", "xv", "xvi", "xvii", "xviii", "xix", "xx"),
-    start=1)}  # fmt: skip
-UNIT_WORDS = {"zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9}
-TEEN_WORDS = {"ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13, "fourteen": 14, "fifteen": 15, "sixteen": 16,
-              "seventeen": 17, "eighteen": 18, "nineteen": 19}  # fmt: skip
-TENS_WORDS = {"twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80, "ninety": 90}
+ROMAN_NUMERALS = {
+    numeral: value
+    for value, numeral in enumerate(
+        (
+            "i",
+            "ii",
+            "iii",
+            "iv",
+            "v",
+            "vi",
+            "vii",
+            "viii",
+            "ix",
+            "x",
+            "xi",
+            "xii",
+            "xiii",
+            "xiv",
+            "xv",
+            "xvi",
+            "xvii",
+            "xviii",
+            "xix",
+            "xx",
+        ),
+        start=1,
+    )
+}
+UNIT_WORDS = {
+    "zero": 0,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+}
+TEEN_WORDS = {
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "thirteen": 13,
+    "fourteen": 14,
+    "fifteen": 15,
+    "sixteen": 16,
+    "seventeen": 17,
+    "eighteen": 18,
+    "nineteen": 19,
+}
+TENS_WORDS = {
+    "twenty": 20,
+    "thirty": 30,
+    "forty": 40,
+    "fifty": 50,
+    "sixty": 60,
+    "seventy": 70,
+    "eighty": 80,
+    "ninety": 90,
+}
 _COUNT_WITH_LIST = re.compile(r"(\d+)\s*\[(.*?)\]")
 _INTEGER = re.compile(r"\d+")
 # Longest numeral first ("viii" before "v" and "i"); numerals of one length in ascending value, as officially.
-_ROMAN_SEARCH = [(re.compile(rf"\b{numeral}\b"), value) for numeral, value in sorted(ROMAN_NUMERALS.items(), key=lambda kv: len(kv[0]), reverse=True)]
+_ROMAN_SEARCH = [
+    (re.compile(rf"\b{numeral}\b"), value)
+    for numeral, value in sorted(ROMAN_NUMERALS.items(), key=lambda kv: len(kv[0]), reverse=True)
+]
 _WORD_SEARCH = [(re.compile(rf"\b{word}\b"), value) for word, value in {**TEEN_WORDS, **UNIT_WORDS}.items()]
 _TENS_WORD = re.compile(rf"\b({'|'.join(TENS_WORDS)})(?:[\s-]+({'|'.join(UNIT_WORDS)}))?\b")
 _LETTERS = re.compile(r"[a-z]+")
@@ -380,39 +444,168 @@ def haloquest_verdict(reply: Any) -> bool | None:
 # haotian-liu/LLaVA ``llava/eval/m4c_evaluator.py``), reimplemented step for step, quirks included: see
 # ``normalize_vqa_answer``. The tables below are protocol data (the evaluator's word lists), not code.
 
-VQA_NUMBER_WORDS = {"none": "0", "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6",
-                    "seven": "7", "eight": "8", "nine": "9", "ten": "10"}  # fmt: skip
+VQA_NUMBER_WORDS = {
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+}
 VQA_ARTICLES = frozenset({"a", "an", "the"})
 # Contractions written without their apostrophe, restored (the evaluator's table; "Im", "Ive" and "Id've"
 # keep their capital I, so after lower-casing they never match, exactly as in the official code).
 VQA_CONTRACTIONS = {
-    "aint": "ain't", "arent": "aren't", "cant": "can't", "couldve": "could've", "couldnt": "couldn't",
-    "couldn'tve": "couldn't've", "couldnt've": "couldn't've", "didnt": "didn't", "doesnt": "doesn't", "dont": "don't",
-    "hadnt": "hadn't", "hadnt've": "hadn't've", "hadn'tve": "hadn't've", "hasnt": "hasn't", "havent": "haven't",
-    "hed": "he'd", "hed've": "he'd've", "he'dve": "he'd've", "hes": "he's", "howd": "how'd", "howll": "how'll",
-    "hows": "how's", "Id've": "I'd've", "I'dve": "I'd've", "Im": "I'm", "Ive": "I've", "isnt": "isn't", "itd": "it'd",
-    "itd've": "it'd've", "it'dve": "it'd've", "itll": "it'll", "let's": "let's", "maam": "ma'am", "mightnt": "mightn't",
-    "mightnt've": "mightn't've", "mightn'tve": "mightn't've", "mightve": "might've", "mustnt": "mustn't",
-    "mustve": "must've", "neednt": "needn't", "notve": "not've", "oclock": "o'clock", "oughtnt": "oughtn't",
-    "ow's'at": "'ow's'at", "'ows'at": "'ow's'at", "'ow'sat": "'ow's'at", "shant": "shan't", "shed've": "she'd've",
-    "she'dve": "she'd've", "she's": "she's", "shouldve": "should've", "shouldnt": "shouldn't",
-    "shouldnt've": "shouldn't've", "shouldn'tve": "shouldn't've", "somebody'd": "somebodyd",
-    "somebodyd've": "somebody'd've", "somebody'dve": "somebody'd've", "somebodyll": "somebody'll",
-    "somebodys": "somebody's", "someoned": "someone'd", "someoned've": "someone'd've", "someone'dve": "someone'd've",
-    "someonell": "someone'll", "someones": "someone's", "somethingd": "something'd", "somethingd've": "something'd've",
-    "something'dve": "something'd've", "somethingll": "something'll", "thats": "that's", "thered": "there'd",
-    "thered've": "there'd've", "there'dve": "there'd've", "therere": "there're", "theres": "there's", "theyd": "they'd",
-    "theyd've": "they'd've", "they'dve": "they'd've", "theyll": "they'll", "theyre": "they're", "theyve": "they've",
-    "twas": "'twas", "wasnt": "wasn't", "wed've": "we'd've", "we'dve": "we'd've", "weve": "we've", "werent": "weren't",
-    "whatll": "what'll", "whatre": "what're", "whats": "what's", "whatve": "what've", "whens": "when's",
-    "whered": "where'd", "wheres": "where's", "whereve": "where've", "whod": "who'd", "whod've": "who'd've",
-    "who'dve": "who'd've", "wholl": "who'll", "whos": "who's", "whove": "who've", "whyll": "why'll", "whyre": "why're",
-    "whys": "why's", "wont": "won't", "wouldve": "would've", "wouldnt": "wouldn't", "wouldnt've": "wouldn't've",
-    "wouldn'tve": "wouldn't've", "yall": "y'all", "yall'll": "y'all'll", "y'allll": "y'all'll", "yall'd've": "y'all'd've",
-    "y'alld've": "y'all'd've", "y'all'dve": "y'all'd've", "youd": "you'd", "youd've": "you'd've", "you'dve": "you'd've",
-    "youll": "you'll", "youre": "you're", "youve": "you've",
-}  # fmt: skip
-VQA_PUNCTUATION = (";", "/", "[", "]", '"', "{", "}", "(", ")", "=", "+", "\\", "_", "-", ">", "<", "@", "`", ",", "?", "!")
+    "aint": "ain't",
+    "arent": "aren't",
+    "cant": "can't",
+    "couldve": "could've",
+    "couldnt": "couldn't",
+    "couldn'tve": "couldn't've",
+    "couldnt've": "couldn't've",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hadnt": "hadn't",
+    "hadnt've": "hadn't've",
+    "hadn'tve": "hadn't've",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "hed": "he'd",
+    "hed've": "he'd've",
+    "he'dve": "he'd've",
+    "hes": "he's",
+    "howd": "how'd",
+    "howll": "how'll",
+    "hows": "how's",
+    "Id've": "I'd've",
+    "I'dve": "I'd've",
+    "Im": "I'm",
+    "Ive": "I've",
+    "isnt": "isn't",
+    "itd": "it'd",
+    "itd've": "it'd've",
+    "it'dve": "it'd've",
+    "itll": "it'll",
+    "let's": "let's",
+    "maam": "ma'am",
+    "mightnt": "mightn't",
+    "mightnt've": "mightn't've",
+    "mightn'tve": "mightn't've",
+    "mightve": "might've",
+    "mustnt": "mustn't",
+    "mustve": "must've",
+    "neednt": "needn't",
+    "notve": "not've",
+    "oclock": "o'clock",
+    "oughtnt": "oughtn't",
+    "ow's'at": "'ow's'at",
+    "'ows'at": "'ow's'at",
+    "'ow'sat": "'ow's'at",
+    "shant": "shan't",
+    "shed've": "she'd've",
+    "she'dve": "she'd've",
+    "she's": "she's",
+    "shouldve": "should've",
+    "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've",
+    "shouldn'tve": "shouldn't've",
+    "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've",
+    "somebody'dve": "somebody'd've",
+    "somebodyll": "somebody'll",
+    "somebodys": "somebody's",
+    "someoned": "someone'd",
+    "someoned've": "someone'd've",
+    "someone'dve": "someone'd've",
+    "someonell": "someone'll",
+    "someones": "someone's",
+    "somethingd": "something'd",
+    "somethingd've": "something'd've",
+    "something'dve": "something'd've",
+    "somethingll": "something'll",
+    "thats": "that's",
+    "thered": "there'd",
+    "thered've": "there'd've",
+    "there'dve": "there'd've",
+    "therere": "there're",
+    "theres": "there's",
+    "theyd": "they'd",
+    "theyd've": "they'd've",
+    "they'dve": "they'd've",
+    "theyll": "they'll",
+    "theyre": "they're",
+    "theyve": "they've",
+    "twas": "'twas",
+    "wasnt": "wasn't",
+    "wed've": "we'd've",
+    "we'dve": "we'd've",
+    "weve": "we've",
+    "werent": "weren't",
+    "whatll": "what'll",
+    "whatre": "what're",
+    "whats": "what's",
+    "whatve": "what've",
+    "whens": "when's",
+    "whered": "where'd",
+    "wheres": "where's",
+    "whereve": "where've",
+    "whod": "who'd",
+    "whod've": "who'd've",
+    "who'dve": "who'd've",
+    "wholl": "who'll",
+    "whos": "who's",
+    "whove": "who've",
+    "whyll": "why'll",
+    "whyre": "why're",
+    "whys": "why's",
+    "wont": "won't",
+    "wouldve": "would've",
+    "wouldnt": "wouldn't",
+    "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've",
+    "yall": "y'all",
+    "yall'll": "y'all'll",
+    "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've",
+    "y'alld've": "y'all'd've",
+    "y'all'dve": "y'all'd've",
+    "youd": "you'd",
+    "youd've": "you'd've",
+    "you'dve": "you'd've",
+    "youll": "you'll",
+    "youre": "you're",
+    "youve": "you've",
+}
+VQA_PUNCTUATION = (
+    ";",
+    "/",
+    "[",
+    "]",
+    '"',
+    "{",
+    "}",
+    "(",
+    ")",
+    "=",
+    "+",
+    "\\",
+    "_",
+    "-",
+    ">",
+    "<",
+    "@",
+    "`",
+    ",",
+    "?",
+    "!",
+)
 _DIGIT_COMMA_DIGIT = re.compile(r"(?<=\d)(,)+(?=\d)")
 # The official pattern is written ``(?!<=\d)(\.)(?!\d)``: a misspelt look-behind, so in effect a period is
 # removed unless a digit follows it ("2.5" keeps its point, "1." loses it). Kept as written.
@@ -427,7 +620,9 @@ _VLMEVAL_DIGIT_COMMA_DIGIT = re.compile(r"(\d)(,)(\d)")
 _VLMEVAL_PERIOD = re.compile(r"(?<!\d)\.(?!\d)")
 
 
-def _vqa_punctuation(text: str, comma_between_digits: re.Pattern[str] = _DIGIT_COMMA_DIGIT, period: re.Pattern[str] = _VQA_PERIOD) -> str:
+def _vqa_punctuation(
+    text: str, comma_between_digits: re.Pattern[str] = _DIGIT_COMMA_DIGIT, period: re.Pattern[str] = _VQA_PERIOD
+) -> str:
     """Punctuation step shared by both evaluators: a mark next to a space, or any mark at all once a
     digit-comma-digit occurs, is deleted; otherwise it becomes a space. Then periods go (see above)."""
     out = text

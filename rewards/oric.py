@@ -25,7 +25,9 @@ def check_oric_record(item: Any, where: str) -> YesNo:
         raise UserError(f"{where}: expected an object with fields {', '.join(ORIC_FIELDS)}")
     missing = [name for name in ORIC_FIELDS if name not in item]
     if missing:
-        raise UserError(f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}' (ORIC records have {', '.join(ORIC_FIELDS)})")
+        raise UserError(
+            f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}' (ORIC records have {', '.join(ORIC_FIELDS)})"
+        )
     label = normalize_yes_no_label(item["solution"])
     if label is None:
         raise UserError(f"{where} (id {item['id']}): solution {item['solution']!r} is not yes or no")

@@ -9,4 +9,5 @@ if [ -f .ci/install_slurm.sh ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev
 fi
 export WANDB_MODE=offline HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 .venv/bin/ruff check .
+.venv/bin/ruff format --check .
 exec .venv/bin/pytest "$@"

@@ -24,7 +24,11 @@ class FakeChatServer:
     """
 
     def __init__(
-        self, responder: Responder, fail_first: int = 0, fail_status: int = 500, fail_headers: dict[str, str] | None = None
+        self,
+        responder: Responder,
+        fail_first: int = 0,
+        fail_status: int = 500,
+        fail_headers: dict[str, str] | None = None,
     ) -> None:
         self.responder = responder
         self.fail_first = fail_first
@@ -42,7 +46,9 @@ class FakeChatServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with server._lock:
                     server.requests.append(body)
-                    server.headers.append({name.title(): value for name, value in self.headers.items()})  # clients differ in case
+                    server.headers.append(
+                        {name.title(): value for name, value in self.headers.items()}
+                    )  # clients differ in case
                     number = len(server.requests)
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)

@@ -34,9 +34,13 @@ class RecordingHubApi:
     ) -> SimpleNamespace:
         root = Path(folder_path)
         files = sorted(
-            str(p.relative_to(root)) for p in root.rglob("*")
-            if p.is_file() and not any(fnmatch.fnmatch(part, pattern) for part in p.relative_to(root).parts for pattern in ignore_patterns)
-        )  # fmt: skip
+            str(p.relative_to(root))
+            for p in root.rglob("*")
+            if p.is_file()
+            and not any(
+                fnmatch.fnmatch(part, pattern) for part in p.relative_to(root).parts for pattern in ignore_patterns
+            )
+        )
         card = (root / "README.md").read_text() if (root / "README.md").is_file() else None
         self._append(
             {

@@ -47,25 +47,56 @@ def local_cluster(root: Path) -> Iterator[dict[str, str]]:
     key.chmod(0o400)
     munge_socket = root / "munge" / "munge.socket"
     config = root / "slurm.conf"
-    config.write_text("\n".join([
-        "ClusterName=veritunetest", f"SlurmctldHost={host}", "SlurmUser=root", "SlurmdUser=root",
-        "AuthType=auth/munge", f"AuthInfo=socket={munge_socket}", "CredType=cred/munge",
-        f"StateSaveLocation={root}/state", f"SlurmdSpoolDir={root}/spool",
-        f"SlurmctldPidFile={root}/slurmctld.pid", f"SlurmdPidFile={root}/slurmd.pid",
-        f"SlurmctldLogFile={root}/slurmctld.log", f"SlurmdLogFile={root}/slurmd.log",
-        f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
-        "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "JobAcctGatherType=jobacct_gather/none",
-        "AccountingStorageType=accounting_storage/none", "JobCompType=jobcomp/none", "SchedulerType=sched/builtin",
-        "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU", "ReturnToService=2", "MpiDefault=none",
-        "MinJobAge=3600",
-        f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
-        "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP", "",
-    ]))  # fmt: skip
+    config.write_text(
+        "\n".join(
+            [
+                "ClusterName=veritunetest",
+                f"SlurmctldHost={host}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={munge_socket}",
+                "CredType=cred/munge",
+                f"StateSaveLocation={root}/state",
+                f"SlurmdSpoolDir={root}/spool",
+                f"SlurmctldPidFile={root}/slurmctld.pid",
+                f"SlurmdPidFile={root}/slurmd.pid",
+                f"SlurmctldLogFile={root}/slurmctld.log",
+                f"SlurmdLogFile={root}/slurmd.log",
+                f"SlurmctldPort={_free_port()}",
+                f"SlurmdPort={_free_port()}",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                "AccountingStorageType=accounting_storage/none",
+                "JobCompType=jobcomp/none",
+                "SchedulerType=sched/builtin",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_CPU",
+                "ReturnToService=2",
+                "MpiDefault=none",
+                "MinJobAge=3600",
+                f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
+                "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+                "",
+            ]
+        )
+    )
     env = dict(os.environ, SLURM_CONF=str(config))
     pids = {name: root / f"{name}.pid" for name in ("munged", "slurmctld", "slurmd")}
     try:
-        subprocess.run(["munged", f"--key-file={key}", f"--socket={munge_socket}", f"--pid-file={pids['munged']}",
-                        f"--log-file={root}/munged.log", f"--seed-file={root}/munge.seed", "--force"], check=True)  # fmt: skip
+        subprocess.run(
+            [
+                "munged",
+                f"--key-file={key}",
+                f"--socket={munge_socket}",
+                f"--pid-file={pids['munged']}",
+                f"--log-file={root}/munged.log",
+                f"--seed-file={root}/munge.seed",
+                "--force",
+            ],
+            check=True,
+        )
         subprocess.run(["slurmctld", "-f", str(config)], check=True, env=env)
         subprocess.run(["slurmd", "-f", str(config)], check=True, env=env)
         deadline = time.monotonic() + 60

@@ -23,10 +23,26 @@ def amber_dir(tmp_path: Path) -> Path:
         {"id": 3, "type": "discriminative-hallucination", "truth": "no"},
     ]
     (root / "annotations.json").write_text(json.dumps(annotations))
-    (root / "relation.json").write_text(json.dumps({"dog": [], "grass": ["ground"], "person": ["man", "woman"], "cat": [], "ball": [],
-                                                    "table": ["desk"], "cup": [], "knife": [], "camera": [], "bench": []}))  # fmt: skip
+    (root / "relation.json").write_text(
+        json.dumps(
+            {
+                "dog": [],
+                "grass": ["ground"],
+                "person": ["man", "woman"],
+                "cat": [],
+                "ball": [],
+                "table": ["desk"],
+                "cup": [],
+                "knife": [],
+                "camera": [],
+                "bench": [],
+            }
+        )
+    )
     (root / "safe_words.txt").write_text("camera\nlight\n")
-    (root / "query" / "query_generative.json").write_text(json.dumps([{"id": i, "image": f"AMBER_{i}.jpg", "query": "Describe this image."} for i in (1, 2)]))
+    (root / "query" / "query_generative.json").write_text(
+        json.dumps([{"id": i, "image": f"AMBER_{i}.jpg", "query": "Describe this image."} for i in (1, 2)])
+    )
     for i in (1, 2):
         (root / "image" / f"AMBER_{i}.jpg").write_bytes(b"x")
     return root
@@ -62,14 +78,18 @@ def test_empty_responses_and_missing_images(tmp_path: Path) -> None:
     benchmark = get_benchmark("amber_generative")
     items = benchmark.load(root / "query" / "query_generative.json", root / "image")
     assert items[1].missing_images
-    result = benchmark.score(items, {"1": "", "2": "A table and a cup."})  # item 2's answer never counts: its image is missing
+    result = benchmark.score(
+        items, {"1": "", "2": "A table and a cup."}
+    )  # item 2's answer never counts: its image is missing
     assert result["metrics"] == {"CHAIR": 0.0, "Cover": 0.0, "Hal": 0.0, "Cog": 0.0}
     assert result["counts"]["missing_images"] == 1
 
 
 def test_query_pointing_at_a_discriminative_annotation_is_named(tmp_path: Path) -> None:
     root = amber_dir(tmp_path)
-    (root / "query" / "query_generative.json").write_text(json.dumps([{"id": 3, "image": "x.jpg", "query": "Describe this image."}]))
+    (root / "query" / "query_generative.json").write_text(
+        json.dumps([{"id": 3, "image": "x.jpg", "query": "Describe this image."}])
+    )
     with pytest.raises(UserError, match=r"query_generative.json: row 0: id 3 has no generative annotation"):
         get_benchmark("amber_generative").load(root / "query" / "query_generative.json", root / "image")
 
@@ -89,7 +109,9 @@ def test_official_generative_files(tmp_path: Path) -> None:
     for item in items:  # no images here: score the answers as `eval score` does
         item.missing_images = []
     predictions = {item.id: "" for item in items}
-    predictions["1"] = "A person walks on a road past a lake under the mountains; there is a dog."  # AMBER_1: dog is a hallu object
+    predictions["1"] = (
+        "A person walks on a road past a lake under the mountains; there is a dog."  # AMBER_1: dog is a hallu object
+    )
     result = benchmark.score(items, predictions)
     assert 0 < result["metrics"]["Cover"] < 1 and result["metrics"]["Hal"] == pytest.approx(100 / 1004)
     assert result["metrics"]["Cog"] > 0

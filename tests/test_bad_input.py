@@ -62,49 +62,145 @@ def paths(tmp_path: Path) -> dict[str, Path]:
     duplicates.write_text(
         '{"id": "1/p0", "prediction": "yes"}\n{"id": "1/p1", "prediction": "no"}\n{"id": "1/p0", "prediction": "no"}\n'
     )
-    return {"tmp": tmp_path, "blocker": blocker, "dir": folder, "images": images, "graphs": graphs, "latin1": latin1,
-            "annotations": annotations, "bench": bench, "predictions": predictions, "duplicates": duplicates}  # fmt: skip
+    return {
+        "tmp": tmp_path,
+        "blocker": blocker,
+        "dir": folder,
+        "images": images,
+        "graphs": graphs,
+        "latin1": latin1,
+        "annotations": annotations,
+        "bench": bench,
+        "predictions": predictions,
+        "duplicates": duplicates,
+    }
 
 
 # (id, command line with {placeholders} from `paths`, exit code, substring of the error line)
 CLI_CASES = [
-    ("finer-out-under-a-file", "build finer --scene-graphs {graphs} --image-root {images} --out {blocker}/data", 2,
-     "blocker: a part of this path is a regular file"),
-    ("finer-out-is-a-file", "build finer --scene-graphs {graphs} --image-root {images} --out {blocker}", 2,
-     "is a file, but this build writes a directory"),
-    ("finer-captions-not-utf8", "build finer --captions {latin1} --image-root {images} --out {tmp}/o --llm-base-url http://127.0.0.1:9/v1 "
-     "--llm-model m --llm-cache {tmp}/c.sqlite", 2, "latin1.jsonl, line 2: not UTF-8 text"),
-    ("finer-bench-out-is-a-dir", "build finer-bench --scene-graphs {graphs} --out {dir}", 2, "existing-dir: is a directory"),
-    ("finer-bench-out-under-a-file", "build finer-bench --scene-graphs {graphs} --out {blocker}/bench.csv", 2,
-     "blocker: a part of this path is a regular file"),
-    ("oric-out-is-a-dir", "build oric --annotations {annotations} --image-root {images} --out {dir}", 2, "existing-dir: is a directory"),
-    ("oric-out-under-a-file", "build oric --annotations {annotations} --image-root {images} --out {blocker}/o.json", 2,
-     "blocker: a part of this path is a regular file"),
-    ("oric-annotations-not-utf8", "build oric --annotations {annotations} --image-root {images} --out {tmp}/o.json", 2,
-     "instances.json: not UTF-8 text"),
-    ("score-predictions-not-utf8", "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {predictions}", 2,
-     "predictions.jsonl, line 2: not UTF-8 text"),
-    ("score-duplicate-ids", "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {duplicates}", 2,
-     "id '1/p0' appears again with a different prediction (first on line 1)"),
-    ("score-predictions-is-a-dir", "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {dir}", 2, "predictions file not found"),
-    ("slurm-nodes-0", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --nodes 0 --dry-run", 2, "--nodes: must be at least 1"),
-    ("slurm-negative-gpus", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --gpus-per-node -2 --dry-run", 2,
-     "--gpus-per-node: must be 0"),
-    ("slurm-missing-accelerate-config", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --accelerate-config nope.yaml "
-     "--dry-run", 2, "--accelerate-config: nope.yaml not found"),
-    ("slurm-unknown-benchmark", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --eval-benchmarks popee "
-     "--eval-data-root d --dry-run", 2, "--eval-benchmarks: unknown benchmark 'popee' (did you mean 'pope'?"),
-    ("slurm-override-typo", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override learning_rat=1 --dry-run", 2,
-     "unknown key 'learning_rat'"),
-    ("slurm-override-flag-typo", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rat 1' --dry-run",
-     2, "--override: unknown key 'learning_rat' (did you mean 'learning_rate'?)"),
-    ("slurm-override-bad-value", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rate -1' "
-     "--dry-run", 2, "learning_rate: must be at least 0, got -1.0"),
-    ("slurm-dpo-recipe-as-grpo", "slurm submit --entry grpo --recipe recipes/tiny_finer_demo.yaml --dry-run", 2,
-     "tiny_finer_demo.yaml is a dpo recipe"),
-    ("slurm-build-unbalanced-quote", "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --build 'oric --out \"x' --dry-run",
-     2, "--build 'oric --out \"x': No closing quotation"),
-]  # fmt: skip
+    (
+        "finer-out-under-a-file",
+        "build finer --scene-graphs {graphs} --image-root {images} --out {blocker}/data",
+        2,
+        "blocker: a part of this path is a regular file",
+    ),
+    (
+        "finer-out-is-a-file",
+        "build finer --scene-graphs {graphs} --image-root {images} --out {blocker}",
+        2,
+        "is a file, but this build writes a directory",
+    ),
+    (
+        "finer-captions-not-utf8",
+        "build finer --captions {latin1} --image-root {images} --out {tmp}/o --llm-base-url http://127.0.0.1:9/v1 "
+        "--llm-model m --llm-cache {tmp}/c.sqlite",
+        2,
+        "latin1.jsonl, line 2: not UTF-8 text",
+    ),
+    (
+        "finer-bench-out-is-a-dir",
+        "build finer-bench --scene-graphs {graphs} --out {dir}",
+        2,
+        "existing-dir: is a directory",
+    ),
+    (
+        "finer-bench-out-under-a-file",
+        "build finer-bench --scene-graphs {graphs} --out {blocker}/bench.csv",
+        2,
+        "blocker: a part of this path is a regular file",
+    ),
+    (
+        "oric-out-is-a-dir",
+        "build oric --annotations {annotations} --image-root {images} --out {dir}",
+        2,
+        "existing-dir: is a directory",
+    ),
+    (
+        "oric-out-under-a-file",
+        "build oric --annotations {annotations} --image-root {images} --out {blocker}/o.json",
+        2,
+        "blocker: a part of this path is a regular file",
+    ),
+    (
+        "oric-annotations-not-utf8",
+        "build oric --annotations {annotations} --image-root {images} --out {tmp}/o.json",
+        2,
+        "instances.json: not UTF-8 text",
+    ),
+    (
+        "score-predictions-not-utf8",
+        "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {predictions}",
+        2,
+        "predictions.jsonl, line 2: not UTF-8 text",
+    ),
+    (
+        "score-duplicate-ids",
+        "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {duplicates}",
+        2,
+        "id '1/p0' appears again with a different prediction (first on line 1)",
+    ),
+    (
+        "score-predictions-is-a-dir",
+        "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {dir}",
+        2,
+        "predictions file not found",
+    ),
+    (
+        "slurm-nodes-0",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --nodes 0 --dry-run",
+        2,
+        "--nodes: must be at least 1",
+    ),
+    (
+        "slurm-negative-gpus",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --gpus-per-node -2 --dry-run",
+        2,
+        "--gpus-per-node: must be 0",
+    ),
+    (
+        "slurm-missing-accelerate-config",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --accelerate-config nope.yaml --dry-run",
+        2,
+        "--accelerate-config: nope.yaml not found",
+    ),
+    (
+        "slurm-unknown-benchmark",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --eval-benchmarks popee "
+        "--eval-data-root d --dry-run",
+        2,
+        "--eval-benchmarks: unknown benchmark 'popee' (did you mean 'pope'?",
+    ),
+    (
+        "slurm-override-typo",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override learning_rat=1 --dry-run",
+        2,
+        "unknown key 'learning_rat'",
+    ),
+    (
+        "slurm-override-flag-typo",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rat 1' --dry-run",
+        2,
+        "--override: unknown key 'learning_rat' (did you mean 'learning_rate'?)",
+    ),
+    (
+        "slurm-override-bad-value",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rate -1' --dry-run",
+        2,
+        "learning_rate: must be at least 0, got -1.0",
+    ),
+    (
+        "slurm-dpo-recipe-as-grpo",
+        "slurm submit --entry grpo --recipe recipes/tiny_finer_demo.yaml --dry-run",
+        2,
+        "tiny_finer_demo.yaml is a dpo recipe",
+    ),
+    (
+        "slurm-build-unbalanced-quote",
+        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --build 'oric --out \"x' --dry-run",
+        2,
+        "--build 'oric --out \"x': No closing quotation",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -121,8 +217,24 @@ def test_cli_bad_input(command: str, code: int, message: str, paths: dict[str, P
 
 def test_slurm_submit_valid_dry_run_still_prints_jobs(capsys, monkeypatch) -> None:
     monkeypatch.chdir(REPO_ROOT)
-    assert main(["slurm", "submit", "--entry", "grpo", "--recipe", "recipes/tiny_oric_demo.yaml", "--override", "--learning_rate 1e-6",
-                 "--dry-run", "--run-dir", "outputs/r"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "slurm",
+                "submit",
+                "--entry",
+                "grpo",
+                "--recipe",
+                "recipes/tiny_oric_demo.yaml",
+                "--override",
+                "--learning_rate 1e-6",
+                "--dry-run",
+                "--run-dir",
+                "outputs/r",
+            ]
+        )
+        == 0
+    )
     assert "jobs: train TRAIN_JOB" in capsys.readouterr().out
 
 
@@ -188,16 +300,40 @@ def test_decoding_error_names_the_file_being_read(tmp_path: Path, capsys) -> Non
 
 GRPO_CASES = [
     ("word-for-a-number", {"learning_rate": "fast"}, [], "learning_rate: expected a number, got 'fast'"),
-    ("word-for-an-int-flag", {}, ["--max_steps", "abc"], "command line: argument --max_steps/--max-steps: invalid int value: 'abc'"),
+    (
+        "word-for-an-int-flag",
+        {},
+        ["--max_steps", "abc"],
+        "command line: argument --max_steps/--max-steps: invalid int value: 'abc'",
+    ),
     ("list-for-an-int", {"max_steps": [1, 2]}, [], "max_steps: expected an integer, got [1, 2]"),
-    ("string-for-a-list", {"reward_funcs": "accuracy"}, [], "reward_funcs: expected a list of strings, got 'accuracy' (write a list: [accuracy])"),
-    ("reward-weights-length", {"reward_weights": [1.0]}, [], "reward_weights: 1 weight(s) [1.0] for 2 reward function(s)"),
+    (
+        "string-for-a-list",
+        {"reward_funcs": "accuracy"},
+        [],
+        "reward_funcs: expected a list of strings, got 'accuracy' (write a list: [accuracy])",
+    ),
+    (
+        "reward-weights-length",
+        {"reward_weights": [1.0]},
+        [],
+        "reward_weights: 1 weight(s) [1.0] for 2 reward function(s)",
+    ),
     ("negative-learning-rate", {"learning_rate": -1e-5}, [], "learning_rate: must be at least 0, got -1e-05"),
-    ("unknown-eval-benchmark", {"eval_on_save": True, "eval_benchmarks": ["oric_bench_r2"]}, [],
-     "eval_benchmarks: unknown benchmark 'oric_bench_r2' (did you mean 'oric_bench_r1'?"),
-    ("unknown-reward", {"reward_funcs": ["acuracy"]}, [], "reward_funcs: unknown reward 'acuracy' (did you mean 'accuracy'?)"),
+    (
+        "unknown-eval-benchmark",
+        {"eval_on_save": True, "eval_benchmarks": ["oric_bench_r2"]},
+        [],
+        "eval_benchmarks: unknown benchmark 'oric_bench_r2' (did you mean 'oric_bench_r1'?",
+    ),
+    (
+        "unknown-reward",
+        {"reward_funcs": ["acuracy"]},
+        [],
+        "reward_funcs: unknown reward 'acuracy' (did you mean 'accuracy'?)",
+    ),
     ("word-for-a-bool", {"bf16": "maybe"}, [], "bf16: expected true or false or null, got 'maybe'"),
-]  # fmt: skip
+]
 
 
 def write_recipe(tmp_path: Path, base: str, changes: dict) -> Path:
@@ -248,8 +384,14 @@ def test_dpo_recipe_values_are_checked(changes: dict, message: str, tmp_path: Pa
 
 def test_entry_script_bad_recipe_is_one_line(tmp_path: Path) -> None:
     recipe = write_recipe(tmp_path, "tiny_oric_demo.yaml", {"max_steps": [1, 2]})
-    result = subprocess.run([sys.executable, "finetune/grpo.py", str(recipe)], cwd=REPO_ROOT, env=entry_env(), capture_output=True,
-                            text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "finetune/grpo.py", str(recipe)],
+        cwd=REPO_ROOT,
+        env=entry_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2
     assert_one_error_line(result.stderr, "max_steps: expected an integer, got [1, 2]")
 

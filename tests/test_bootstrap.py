@@ -23,13 +23,22 @@ def test_two_units_give_the_hand_computed_interval() -> None:
     low, high = paired_bootstrap(lambda idx: sum(differences[i] for i in idx) / len(idx), 2, resamples=4000, seed=1)
     assert (low, high) == (0.0, 1.0)
     # With a 40% interval the quantiles (0.3 and 0.7) both fall inside the p=1/2 mass at 0.5.
-    low, high = paired_bootstrap(lambda idx: sum(differences[i] for i in idx) / len(idx), 2, resamples=4000, confidence=0.4)
+    low, high = paired_bootstrap(
+        lambda idx: sum(differences[i] for i in idx) / len(idx), 2, resamples=4000, confidence=0.4
+    )
     assert (low, high) == (0.5, 0.5)
 
 
 def _pope_items(labels: list[str]) -> list[EvalItem]:
-    return [EvalItem(id=f"random/{i}", prompt="Is there a cup in the image?", images=[Path("x.jpg")],
-                     meta={"label": label, "subset": "random"}) for i, label in enumerate(labels)]  # fmt: skip
+    return [
+        EvalItem(
+            id=f"random/{i}",
+            prompt="Is there a cup in the image?",
+            images=[Path("x.jpg")],
+            meta={"label": label, "subset": "random"},
+        )
+        for i, label in enumerate(labels)
+    ]
 
 
 def test_a_uniform_gain_has_a_degenerate_interval() -> None:
@@ -52,12 +61,25 @@ def test_no_change_gives_zero_and_one_changed_answer_a_hand_computed_point() -> 
 def test_paraphrases_are_resampled_together() -> None:
     items = [EvalItem(id=f"{q}/p{p}", prompt="", images=[], meta={}) for q in (1, 2) for p in range(4)]
     assert [[item.id for item in group] for group in question_groups(items)] == [
-        ["1/p0", "1/p1", "1/p2", "1/p3"], ["2/p0", "2/p1", "2/p2", "2/p3"]]  # fmt: skip
+        ["1/p0", "1/p1", "1/p2", "1/p3"],
+        ["2/p0", "2/p1", "2/p2", "2/p3"],
+    ]
 
 
 def test_table_lists_metric_base_trained_difference_interval() -> None:
-    text = format_table([{"benchmark": "oric_bench", "metric": "macro/f1", "base": 40.0, "trained": 55.25, "difference": 15.25,
-                          "low": 8.0, "high": 22.5}])  # fmt: skip
+    text = format_table(
+        [
+            {
+                "benchmark": "oric_bench",
+                "metric": "macro/f1",
+                "base": 40.0,
+                "trained": 55.25,
+                "difference": 15.25,
+                "low": 8.0,
+                "high": 22.5,
+            }
+        ]
+    )
     assert text.splitlines()[1].split() == ["oric_bench", "macro/f1", "40.0", "55.2", "+15.2", "[+8.0,", "+22.5]"]
 
 

@@ -30,10 +30,18 @@ def run_veritune(*argv: str, env: dict[str, str] | None = None) -> subprocess.Co
 
 
 def test_top_level_help_imports_no_command_module() -> None:
-    code = ("import sys; from veritune.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'eval_hooks.cli', 'data_builders.oric.cli') if m in sys.modules))")  # fmt: skip
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    code = (
+        "import sys; from veritune.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'eval_hooks.cli', 'data_builders.oric.cli') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip().splitlines()[-1] == "[]"
     assert "``" not in out  # no raw reST markup
 
@@ -138,11 +146,18 @@ def test_eval_score_bad_input_is_one_line(
 
 
 def test_error_is_printed_after_every_open_progress_bar_closes() -> None:
-    code = ("from tqdm import tqdm\nfrom veritune.core.errors import UserError, exit_on_user_error\n"
-            "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
-            "    raise UserError('endpoint down')\nbuild()\n")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
-                            capture_output=True, text=True)  # fmt: skip
+    code = (
+        "from tqdm import tqdm\nfrom veritune.core.errors import UserError, exit_on_user_error\n"
+        "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
+        "    raise UserError('endpoint down')\nbuild()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 2
     assert "questions" in result.stderr  # the bar was drawn ...
     assert result.stderr.rstrip().splitlines()[-1] == "error: endpoint down"  # ... and the error is the last line
@@ -180,14 +195,45 @@ def test_llm_errors_say_what_the_server_answered(tmp_path: Path, reply: tuple[in
 
 def test_llm_endpoint_down_through_the_cli_ends_with_the_error(tmp_path: Path) -> None:
     data = tmp_path / "hallusion.json"
-    data.write_text(json.dumps([{"category": "VS", "subcategory": "chart", "set_id": "0", "figure_id": "0", "question_id": "0",
-                                 "question": "Is it?", "gt_answer": "1", "gt_answer_details": "It is.", "filename": None,
-                                 "visual_input": "0"}]))  # fmt: skip
+    data.write_text(
+        json.dumps(
+            [
+                {
+                    "category": "VS",
+                    "subcategory": "chart",
+                    "set_id": "0",
+                    "figure_id": "0",
+                    "question_id": "0",
+                    "question": "Is it?",
+                    "gt_answer": "1",
+                    "gt_answer_details": "It is.",
+                    "filename": None,
+                    "visual_input": "0",
+                }
+            ]
+        )
+    )
     predictions = tmp_path / "p.jsonl"
     predictions.write_text(json.dumps({"id": "VS_chart_0_0_0", "prediction": "maybe"}) + "\n")
     with FakeChatServer(lambda request: (503, "<html>Service Unavailable</html>")) as server:
-        result = run_veritune("eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions),
-                              "--llm-base-url", server.base_url, "--llm-model", "j", "--llm-cache", str(tmp_path / "j.sqlite"), "--llm-max-retries", "0")  # fmt: skip
+        result = run_veritune(
+            "eval",
+            "score",
+            "--benchmarks",
+            "hallusionbench",
+            "--data",
+            f"hallusionbench={data}",
+            "--predictions",
+            str(predictions),
+            "--llm-base-url",
+            server.base_url,
+            "--llm-model",
+            "j",
+            "--llm-cache",
+            str(tmp_path / "j.sqlite"),
+            "--llm-max-retries",
+            "0",
+        )
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.rstrip().splitlines()[-1]
     assert last.startswith("error: LLM endpoint") and "HTTP 503: 'Service Unavailable'" in last
@@ -216,8 +262,10 @@ def test_recipe_spellings_load_the_recipe_and_flags_override(argv: list[str]) ->
     from finetune.recipe import parse_recipe
 
     recipe = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
-    script_args, training_args, model_args = parse_recipe([a.replace("{recipe}", str(recipe)) for a in argv] + ["--use_cpu", "true"],
-                                                          (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))  # fmt: skip
+    script_args, training_args, model_args = parse_recipe(
+        [a.replace("{recipe}", str(recipe)) for a in argv] + ["--use_cpu", "true"],
+        (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig),
+    )
     assert script_args.recipe == str(recipe)
     assert training_args.learning_rate == 3e-6  # the flag wins over the recipe
     assert training_args.num_generations == read_yaml_key(recipe, "num_generations")  # the recipe was loaded
@@ -330,8 +378,20 @@ def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     start = time.perf_counter()
     with pytest.raises(SystemExit) as exit_info:
-        main(["build", "oric", "--annotations", str(paths["train_annotations"]), "--image-root", str(paths["train_images"]),
-              "--out", str(tmp_path / "oric.json"), "--clip-cache", str(tmp_path / "clip")])  # fmt: skip
+        main(
+            [
+                "build",
+                "oric",
+                "--annotations",
+                str(paths["train_annotations"]),
+                "--image-root",
+                str(paths["train_images"]),
+                "--out",
+                str(tmp_path / "oric.json"),
+                "--clip-cache",
+                str(tmp_path / "clip"),
+            ]
+        )
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and time.perf_counter() - start < 30
     assert (

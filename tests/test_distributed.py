@@ -20,17 +20,43 @@ def free_port() -> int:
 
 
 def launch(*args: str | Path, timeout: int = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*LAUNCH, *map(str, args)], cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [*LAUNCH, *map(str, args)], cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_zero3_grpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     from conftest import write_oric_fixture
 
     data, images = write_oric_fixture(tmp_path / "data")
-    result = launch("--config_file", "recipes/accelerate/zero3.yaml", "--num_processes", "2", "--mixed_precision", "no",
-                    "--main_process_port", free_port(), "finetune/grpo.py", "recipes/tiny_oric_demo.yaml",
-                    "--model_name_or_path", tiny_qwen3vl, "--dataset_path", data, "--image_root", images, "--output_dir", tmp_path / "run",
-                    "--max_steps", "2", "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "2")  # fmt: skip
+    result = launch(
+        "--config_file",
+        "recipes/accelerate/zero3.yaml",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        free_port(),
+        "finetune/grpo.py",
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        data,
+        "--image_root",
+        images,
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--per_device_train_batch_size",
+        "2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "DeepSpeed" in result.stderr or "deepspeed" in result.stderr.lower()
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
@@ -39,10 +65,32 @@ def test_zero3_grpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
 
 def test_zero2_dpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     write_finer_fixture(tmp_path / "finer")
-    result = launch("--config_file", "recipes/accelerate/zero2.yaml", "--num_processes", "2", "--mixed_precision", "no",
-                    "--main_process_port", free_port(), "finetune/dpo.py", "recipes/tiny_finer_demo.yaml",
-                    "--model_name_or_path", tiny_qwen3vl, "--dataset_path", tmp_path / "finer", "--output_dir", tmp_path / "run",
-                    "--max_steps", "2", "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "2")  # fmt: skip
+    result = launch(
+        "--config_file",
+        "recipes/accelerate/zero2.yaml",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        free_port(),
+        "finetune/dpo.py",
+        "recipes/tiny_finer_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        tmp_path / "finer",
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--per_device_train_batch_size",
+        "2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 2 and "rewards/margins" in state["log_history"][0]
@@ -55,13 +103,47 @@ def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     port = free_port()
     ranks = []
     for rank in (0, 1):
-        command = [*LAUNCH, "--config_file", "recipes/accelerate/ddp_multinode.yaml", "--cpu", "--mixed_precision", "no",
-                   "--num_machines", "2", "--machine_rank", str(rank), "--num_processes", "2",
-                   "--main_process_ip", "127.0.0.1", "--main_process_port", str(port),
-                   "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(tiny_qwen3vl),
-                   "--dataset_path", str(data), "--image_root", str(images), "--output_dir", str(tmp_path / "run"),
-                   "--max_steps", "2", "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "2"]  # fmt: skip
-        ranks.append(subprocess.Popen(command, cwd=REPO_ROOT, env=entry_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        command = [
+            *LAUNCH,
+            "--config_file",
+            "recipes/accelerate/ddp_multinode.yaml",
+            "--cpu",
+            "--mixed_precision",
+            "no",
+            "--num_machines",
+            "2",
+            "--machine_rank",
+            str(rank),
+            "--num_processes",
+            "2",
+            "--main_process_ip",
+            "127.0.0.1",
+            "--main_process_port",
+            str(port),
+            "finetune/grpo.py",
+            "recipes/tiny_oric_demo.yaml",
+            "--model_name_or_path",
+            str(tiny_qwen3vl),
+            "--dataset_path",
+            str(data),
+            "--image_root",
+            str(images),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "2",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--per_device_train_batch_size",
+            "2",
+        ]
+        ranks.append(
+            subprocess.Popen(
+                command, cwd=REPO_ROOT, env=entry_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+        )
     outputs = [process.communicate(timeout=600)[0] for process in ranks]
     assert [process.returncode for process in ranks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 2

@@ -46,21 +46,40 @@ def yes_no_tuple(index: int, polarity: str) -> tuple[str, str, str]:
     """(question, chosen, rejected) in FINER's template 4 (App. G) for object pair ``index``."""
     real, fake = PAIRS[index % len(PAIRS)]
     if polarity == "pos":
-        return f"Can you see a {real} in this image?", f"Yes, I can see a {real} in this image.", f"No, but I can see a {fake} in this image."
-    return f"Can you see a {fake} in this image?", f"No, but I can see a {real} in this image.", f"Yes, I can see a {fake} in this image."
+        return (
+            f"Can you see a {real} in this image?",
+            f"Yes, I can see a {real} in this image.",
+            f"No, but I can see a {fake} in this image.",
+        )
+    return (
+        f"Can you see a {fake} in this image?",
+        f"No, but I can see a {real} in this image.",
+        f"Yes, I can see a {fake} in this image.",
+    )
 
 
 def veritune_row(image: str, question: str, chosen: str, rejected: str, polarity: str) -> dict[str, Any]:
     """One row of a `veritune build finer` directory (docs/DATA_FORMATS.md)."""
-    return {"images": [image], "prompt": [{"role": "user", "content": question}],
-            "chosen": [{"role": "assistant", "content": chosen}], "rejected": [{"role": "assistant", "content": rejected}],
-            "subset": "obj", "polarity": polarity, "template_id": 4}  # fmt: skip
+    return {
+        "images": [image],
+        "prompt": [{"role": "user", "content": question}],
+        "chosen": [{"role": "assistant", "content": chosen}],
+        "rejected": [{"role": "assistant", "content": rejected}],
+        "subset": "obj",
+        "polarity": polarity,
+        "template_id": 4,
+    }
 
 
 def finer_release_row(image: str, question: str, chosen: str, rejected: str, polarity: str) -> dict[str, Any]:
     """One row of the FINER-Tuning release (LLaMA-Factory's sharegpt DPO layout)."""
-    return {"conversations": [{"from": "human", "value": f"<image>\n{question}"}], "chosen": {"from": "gpt", "value": chosen},
-            "rejected": {"from": "gpt", "value": rejected}, "images": [image], "meta": {"qa_type": "obj", "polarity": polarity}}  # fmt: skip
+    return {
+        "conversations": [{"from": "human", "value": f"<image>\n{question}"}],
+        "chosen": {"from": "gpt", "value": chosen},
+        "rejected": {"from": "gpt", "value": rejected},
+        "images": [image],
+        "meta": {"qa_type": "obj", "polarity": polarity},
+    }
 
 
 def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -74,7 +93,9 @@ def preference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     one whose image is missing; 2 validation rows."""
     root = tmp_path_factory.mktemp("finer")
     images = write_images(root / "images", 12)
-    rows = [veritune_row(f"{i}.jpg", *yes_no_tuple(i, polarity), polarity) for i in range(12) for polarity in ("pos", "neg")]
+    rows = [
+        veritune_row(f"{i}.jpg", *yes_no_tuple(i, polarity), polarity) for i in range(12) for polarity in ("pos", "neg")
+    ]
     train, validation = rows[:22], rows[22:]
     train.insert(5, veritune_row("3.jpg", "Can you see a dog in this image?", "Yes.", "Yes.", "pos"))
     train.insert(9, veritune_row("gone.jpg", *yes_no_tuple(0, "pos"), "pos"))
@@ -97,9 +118,25 @@ def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VerituneDPOConfi
 def lora_run(tiny_qwen3vl: Path, preference_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """4 LoRA steps of the tiny recipe as written (W&B offline), the eval loss every 2 steps."""
     out = tmp_path_factory.mktemp("dpo-lora") / "run"
-    result = run_entry("dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", preference_dir,
-                       "--output_dir", out, "--max_steps", "4", "--save_steps", "2", "--eval_strategy", "steps", "--eval_steps", "2",
-                       WANDB_MODE="offline")  # fmt: skip
+    result = run_entry(
+        "dpo.py",
+        "recipes/tiny_finer_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        preference_dir,
+        "--output_dir",
+        out,
+        "--max_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--eval_strategy",
+        "steps",
+        "--eval_steps",
+        "2",
+        WANDB_MODE="offline",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return out, result.stderr
 
@@ -132,7 +169,11 @@ def test_lora_run_optimizes_only_adapter_parameters(lora_run: tuple[Path, str]) 
 def test_adapter_holds_only_language_model_q_and_v(lora_run: tuple[Path, str]) -> None:
     adapter = load_file(lora_run[0] / "adapter_model.safetensors")
     modules = {key.rsplit(".lora_", 1)[0] for key in adapter}
-    assert modules == {f"base_model.model.model.language_model.layers.{layer}.self_attn.{proj}" for layer in (0, 1) for proj in ("q_proj", "v_proj")}
+    assert modules == {
+        f"base_model.model.model.language_model.layers.{layer}.self_attn.{proj}"
+        for layer in (0, 1)
+        for proj in ("q_proj", "v_proj")
+    }
     assert all(adapter[key].abs().sum() > 0 for key in adapter if ".lora_B." in key)  # B starts at zero: it was trained
 
 
@@ -141,10 +182,18 @@ def test_vision_tower_untouched(lora_run: tuple[Path, str], tiny_qwen3vl: Path) 
     from transformers import AutoModelForImageTextToText
 
     base = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl).state_dict()
-    merged = PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl), lora_run[0]).merge_and_unload().state_dict()
+    merged = (
+        PeftModel.from_pretrained(AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl), lora_run[0])
+        .merge_and_unload()
+        .state_dict()
+    )
     assert merged.keys() == base.keys()
     changed = {key for key in base if not torch.equal(base[key], merged[key])}
-    assert changed == {f"model.language_model.layers.{layer}.self_attn.{proj}.weight" for layer in (0, 1) for proj in ("q_proj", "v_proj")}
+    assert changed == {
+        f"model.language_model.layers.{layer}.self_attn.{proj}.weight"
+        for layer in (0, 1)
+        for proj in ("q_proj", "v_proj")
+    }
     assert all(torch.equal(base[key], merged[key]) for key in base if key.startswith("model.visual."))
 
 
@@ -164,7 +213,9 @@ def test_adapter_reloads_with_peft(lora_run: tuple[Path, str], tiny_qwen3vl: Pat
     assert not torch.allclose(adapted, reference)
 
 
-def test_lora_run_drops_bad_rows_once_and_lists_missing_images(lora_run: tuple[Path, str], preference_dir: Path) -> None:
+def test_lora_run_drops_bad_rows_once_and_lists_missing_images(
+    lora_run: tuple[Path, str], preference_dir: Path
+) -> None:
     report = json.loads((lora_run[0] / DATA_REPORT_FILE).read_text())["train"]
     assert (report["read"], report["kept"], report["rows"]) == (24, 22, 22)
     assert report["dropped"] == {"chosen_equals_rejected": 1, "missing_image": 1}
@@ -182,9 +233,26 @@ def test_lora_run_metrics_reach_offline_wandb(lora_run: tuple[Path, str]) -> Non
 
 
 def test_full_parameter_dpo_on_qwen25vl(tiny_qwen25vl: Path, preference_dir: Path, tmp_path: Path) -> None:
-    result = run_entry("dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", tiny_qwen25vl, "--dataset_path", preference_dir,
-                       "--output_dir", tmp_path / "run", "--max_steps", "2", "--save_strategy", "no", "--report_to", "none",
-                       "--use_peft", "false", "--learning_rate", "1e-3")  # fmt: skip
+    result = run_entry(
+        "dpo.py",
+        "recipes/tiny_finer_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen25vl,
+        "--dataset_path",
+        preference_dir,
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--use_peft",
+        "false",
+        "--learning_rate",
+        "1e-3",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "full-parameter training of" in result.stderr and "(100.00%)" in result.stderr
     from transformers import AutoModelForImageTextToText
@@ -205,11 +273,37 @@ def free_port() -> str:
 
 
 def test_two_processes_keep_the_global_batch(tiny_qwen3vl: Path, preference_dir: Path, tmp_path: Path) -> None:
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/ddp.yaml",
-               "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", free_port(),
-               "finetune/dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", str(tiny_qwen3vl),
-               "--dataset_path", str(preference_dir), "--output_dir", str(tmp_path / "run"), "--max_steps", "2",
-               "--save_strategy", "no", "--report_to", "none", "--per_device_train_batch_size", "1", "--global_batch_size", "4"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "recipes/accelerate/ddp.yaml",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        free_port(),
+        "finetune/dpo.py",
+        "recipes/tiny_finer_demo.yaml",
+        "--model_name_or_path",
+        str(tiny_qwen3vl),
+        "--dataset_path",
+        str(preference_dir),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        "--per_device_train_batch_size",
+        "1",
+        "--global_batch_size",
+        "4",
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "gradient_accumulation_steps 1 -> 2: keeps the global batch at 4 on 2 process(es)" in result.stderr
@@ -219,7 +313,14 @@ def test_two_processes_keep_the_global_batch(tiny_qwen3vl: Path, preference_dir:
 
 
 def test_entry_point_bad_dataset_is_one_line(tmp_path: Path) -> None:
-    result = run_entry("dpo.py", "recipes/tiny_finer_demo.yaml", "--dataset_path", tmp_path / "nope.jsonl", "--output_dir", tmp_path / "run")
+    result = run_entry(
+        "dpo.py",
+        "recipes/tiny_finer_demo.yaml",
+        "--dataset_path",
+        tmp_path / "nope.jsonl",
+        "--output_dir",
+        tmp_path / "run",
+    )
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"error: preference data not found: {tmp_path / 'nope.jsonl'}"
     assert "Traceback" not in result.stderr
@@ -230,10 +331,20 @@ def test_entry_point_bad_dataset_is_one_line(tmp_path: Path) -> None:
 
 def test_release_file_holds_out_the_validation_ratio(tmp_path: Path) -> None:
     images = write_images(tmp_path / "images", 4)
-    rows = [finer_release_row(f"{i % 4}.jpg", f"Can you see thing {i} in this image?", "Yes, I can.", f"No, but I can see thing {i + 1}.", "pos")
-            for i in range(40)]  # fmt: skip
+    rows = [
+        finer_release_row(
+            f"{i % 4}.jpg",
+            f"Can you see thing {i} in this image?",
+            "Yes, I can.",
+            f"No, but I can see thing {i + 1}.",
+            "pos",
+        )
+        for i in range(40)
+    ]
     path = write_jsonl(images / "finer.jsonl", rows)
-    script_args, training_args, _ = parse_tiny("--dataset_path", path, "--eval_strategy", "steps", "--validation_ratio", "0.05")
+    script_args, training_args, _ = parse_tiny(
+        "--dataset_path", path, "--eval_strategy", "steps", "--validation_ratio", "0.05"
+    )
     train, evaluation, report = get_preference_datasets(script_args, training_args)
     assert (len(train), len(evaluation)) == (38, 2)
     assert report["eval"] == {"rows": 2, "held_out_of_train": True}
@@ -266,7 +377,10 @@ def test_only_equal_answers_is_an_error_naming_the_file(tmp_path: Path) -> None:
     write_images(tmp_path, 1)
     path = write_jsonl(tmp_path / "same.jsonl", [finer_release_row("0.jpg", "Is there a dog?", "Yes.", "Yes.", "pos")])
     script_args, training_args, _ = parse_tiny("--dataset_path", path)
-    with pytest.raises(UserError, match=r"same.jsonl: no usable preference rows \(0/1 preference rows kept; dropped: \{'chosen_equals_rejected': 1\}\)"):
+    with pytest.raises(
+        UserError,
+        match=r"same.jsonl: no usable preference rows \(0/1 preference rows kept; dropped: \{'chosen_equals_rejected': 1\}\)",
+    ):
         get_preference_datasets(script_args, training_args)
 
 
@@ -283,19 +397,37 @@ def test_lora_targets_skip_vision_towers_that_share_the_names() -> None:
 
     from finetune.models import get_lora_config
 
-    text = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4, "num_key_value_heads": 2,
-            "head_dim": 16, "vocab_size": 128}  # fmt: skip
+    text = {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 16,
+        "vocab_size": 128,
+    }
     vision = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2}
     configs = [
-        InternVLConfig(vision_config={**vision, "image_size": [28, 28], "patch_size": [14, 14]}, text_config={"model_type": "qwen3", **text}),
-        LlavaNextConfig(vision_config={"model_type": "clip_vision_model", **vision, "image_size": 28, "patch_size": 14},
-                        text_config={"model_type": "llama", **text}, image_grid_pinpoints=[[28, 28]]),
-    ]  # fmt: skip
+        InternVLConfig(
+            vision_config={**vision, "image_size": [28, 28], "patch_size": [14, 14]},
+            text_config={"model_type": "qwen3", **text},
+        ),
+        LlavaNextConfig(
+            vision_config={"model_type": "clip_vision_model", **vision, "image_size": 28, "patch_size": 14},
+            text_config={"model_type": "llama", **text},
+            image_grid_pinpoints=[[28, 28]],
+        ),
+    ]
     for config in configs:
         wrapped = {}
         for language_model_only in (False, True):
-            model_args = VerituneModelConfig(model_name_or_path="tiny", use_peft=True, lora_r=4, lora_target_modules=["q_proj", "v_proj"],
-                                            lora_language_model_only=language_model_only)  # fmt: skip
+            model_args = VerituneModelConfig(
+                model_name_or_path="tiny",
+                use_peft=True,
+                lora_r=4,
+                lora_target_modules=["q_proj", "v_proj"],
+                lora_language_model_only=language_model_only,
+            )
             torch.manual_seed(0)
             model = get_peft_model(AutoModelForImageTextToText.from_config(config), get_lora_config(model_args))
             wrapped[language_model_only] = {name for name, module in model.named_modules() if hasattr(module, "lora_A")}

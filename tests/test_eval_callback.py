@@ -30,17 +30,39 @@ def oric(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def grpo_run(tiny_qwen3vl: Path, oric: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+def grpo_run(
+    tiny_qwen3vl: Path, oric: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
     """Two GRPO steps, a checkpoint after each, the hook on ORIC-Bench and on POPE (whose files are absent)."""
     from conftest import write_oric_fixture
 
     tmp_path = tmp_path_factory.mktemp("grpo")
     train, train_images = write_oric_fixture(tmp_path / "train")
     result = run_entry(
-        "grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", train,
-        "--image_root", train_images, "--output_dir", tmp_path / "run", "--max_steps", "2", "--save_steps", "1",
-        "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1", "pope", "--eval_data_root", oric, "--eval_limit", "2",
-    )  # fmt: skip
+        "grpo.py",
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        train,
+        "--image_root",
+        train_images,
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "1",
+        "--eval_on_save",
+        "true",
+        "--eval_benchmarks",
+        "oric_bench_r1",
+        "pope",
+        "--eval_data_root",
+        oric,
+        "--eval_limit",
+        "2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return tmp_path / "run", result
 
@@ -53,25 +75,35 @@ def test_hook_writes_metrics_for_every_checkpoint(grpo_run: tuple[Path, subproce
         assert 0.0 <= metrics["metrics"]["macro/f1"] <= 100.0
 
 
-def test_hook_logs_metrics_and_tables_to_wandb_at_the_checkpoint_step(grpo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_hook_logs_metrics_and_tables_to_wandb_at_the_checkpoint_step(
+    grpo_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     run_dir, _ = grpo_run
     rows = offline_history(run_dir / "wandb")
     logged = {row["train/global_step"]: row[METRIC] for row in rows if METRIC in row}
-    on_disk = {step: json.loads((run_dir / "eval" / f"checkpoint-{step}" / "oric_bench_r1" / "metrics.json").read_text())["metrics"]["macro/f1"]
-               for step in (1, 2)}  # fmt: skip
+    on_disk = {
+        step: json.loads((run_dir / "eval" / f"checkpoint-{step}" / "oric_bench_r1" / "metrics.json").read_text())[
+            "metrics"
+        ]["macro/f1"]
+        for step in (1, 2)
+    }
     assert logged == pytest.approx(on_disk)
     tables = logged_tables(rows)
     assert {"eval/oric_bench_r1/samples", "eval/oric_bench_r1/confusion", "eval/oric_bench_r1/per_paraphrase"} <= tables
 
 
-def test_a_failing_benchmark_is_logged_and_training_goes_on(grpo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_a_failing_benchmark_is_logged_and_training_goes_on(
+    grpo_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     run_dir, result = grpo_run
     assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 2
     assert result.stderr.count("eval hook: pope failed at step") == 2
     assert not (run_dir / "eval" / "checkpoint-1" / "pope").exists()
 
 
-def test_hook_metrics_reach_the_log_history_and_the_other_loggers(grpo_run: tuple[Path, subprocess.CompletedProcess[str]]) -> None:
+def test_hook_metrics_reach_the_log_history_and_the_other_loggers(
+    grpo_run: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
     run_dir, result = grpo_run
     history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
     assert [row["step"] for row in history if METRIC in row] == [1, 2]
@@ -105,19 +137,75 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
     from conftest import write_oric_fixture
 
     train, train_images = write_oric_fixture(tmp_path / "train")
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/zero3.yaml", "--num_processes", "2",
-               "--mixed_precision", "no", "--main_process_port", str(free_port()), "finetune/grpo.py", "recipes/tiny_oric_demo.yaml",
-               "--model_name_or_path", str(tiny_qwen3vl), "--dataset_path", str(train), "--image_root", str(train_images),
-               "--output_dir", str(tmp_path / "run"), "--max_steps", "1", "--save_steps", "1", "--report_to", "none",
-               "--per_device_train_batch_size", "2", "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1",
-               "--eval_data_root", str(oric), "--eval_limit", "3", "--eval_batch_size", "2"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "recipes/accelerate/zero3.yaml",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "finetune/grpo.py",
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        str(tiny_qwen3vl),
+        "--dataset_path",
+        str(train),
+        "--image_root",
+        str(train_images),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--per_device_train_batch_size",
+        "2",
+        "--eval_on_save",
+        "true",
+        "--eval_benchmarks",
+        "oric_bench_r1",
+        "--eval_data_root",
+        str(oric),
+        "--eval_limit",
+        "3",
+        "--eval_batch_size",
+        "2",
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     hooked = read_predictions(tmp_path / "run" / "eval" / "checkpoint-1" / "oric_bench_r1" / "predictions.jsonl")
     assert len(hooked) == 12
     # The saved checkpoint, evaluated afresh by one process in the same batches, answers the same.
-    assert main(["eval", "run", "--model", str(tmp_path / "run" / "checkpoint-1"), "--benchmarks", "oric_bench_r1", "--data-root", str(oric),
-                 "--limit", "3", "--batch-size", "2", "--dtype", "float32", "--out", str(tmp_path / "single")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tmp_path / "run" / "checkpoint-1"),
+                "--benchmarks",
+                "oric_bench_r1",
+                "--data-root",
+                str(oric),
+                "--limit",
+                "3",
+                "--batch-size",
+                "2",
+                "--dtype",
+                "float32",
+                "--out",
+                str(tmp_path / "single"),
+            ]
+        )
+        == 0
+    )
     assert hooked == read_predictions(tmp_path / "single" / "oric_bench_r1" / "predictions.jsonl")
 
 
@@ -126,8 +214,14 @@ def test_per_benchmark_limits_in_eval_benchmarks() -> None:
     from veritune.core.errors import UserError
 
     assert parse_benchmark_limits(["pope:200", "oric_bench_r1", "my_pkg.bench.Mine:5"]) == (
-        ["pope", "oric_bench_r1", "my_pkg.bench.Mine"], {"pope": 200, "my_pkg.bench.Mine": 5})  # fmt: skip
+        ["pope", "oric_bench_r1", "my_pkg.bench.Mine"],
+        {"pope": 200, "my_pkg.bench.Mine": 5},
+    )
     hook = EvalHookCallback(["pope:3", "oric_bench"], None, limit=10)
-    assert (hook.benchmarks, hook.limits.get("pope", hook.limit), hook.limits.get("oric_bench", hook.limit)) == (["pope", "oric_bench"], 3, 10)
+    assert (hook.benchmarks, hook.limits.get("pope", hook.limit), hook.limits.get("oric_bench", hook.limit)) == (
+        ["pope", "oric_bench"],
+        3,
+        10,
+    )
     with pytest.raises(UserError, match="expected NAME or NAME:LIMIT"):
         parse_benchmark_limits(["pope:all"])

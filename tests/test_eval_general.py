@@ -140,18 +140,28 @@ def mme_rows() -> list[dict[str, Any]]:
     """VLMEvalKit's MME.tsv layout: two questions per image; the second row's ``image`` cell is the index
     of the row holding the picture."""
     rows = []
-    questions = [("existence", "000000006040.jpg", "Is there a train in this image?", "Yes"),
-                 ("existence", "000000006040.jpg", "Is there a bed in this image?", "No"),
-                 ("existence", "000000044279.jpg", "Is there a tie in this image?", "Yes"),
-                 ("existence", "000000044279.jpg", "Is there a fork in this image?", "No"),
-                 ("code_reasoning", "0020.png", "Is a c++ code shown in the picture?", "Yes"),
-                 ("code_reasoning", "0020.png", "Is a python code shown in the picture?", "No"),
-                 ("code_reasoning", "0012.png", "The output of the code is 5?", "Yes"),
-                 ("code_reasoning", "0012.png", "The output of the code is 6?", "No")]  # fmt: skip
+    questions = [
+        ("existence", "000000006040.jpg", "Is there a train in this image?", "Yes"),
+        ("existence", "000000006040.jpg", "Is there a bed in this image?", "No"),
+        ("existence", "000000044279.jpg", "Is there a tie in this image?", "Yes"),
+        ("existence", "000000044279.jpg", "Is there a fork in this image?", "No"),
+        ("code_reasoning", "0020.png", "Is a c++ code shown in the picture?", "Yes"),
+        ("code_reasoning", "0020.png", "Is a python code shown in the picture?", "No"),
+        ("code_reasoning", "0012.png", "The output of the code is 5?", "Yes"),
+        ("code_reasoning", "0012.png", "The output of the code is 6?", "No"),
+    ]
     for index, (category, image, question, answer) in enumerate(questions):
         cell = jpeg_base64(["red", "green", "blue", "white"][index // 2]) if index % 2 == 0 else str(index - 1)
-        rows.append({"index": index, "image": cell, "question": f"{question} Please answer yes or no.", "answer": answer,
-                     "category": category, "image_path": f"{category}/{image}"})  # fmt: skip
+        rows.append(
+            {
+                "index": index,
+                "image": cell,
+                "question": f"{question} Please answer yes or no.",
+                "answer": answer,
+                "category": category,
+                "image_path": f"{category}/{image}",
+            }
+        )
     return rows
 
 
@@ -185,9 +195,13 @@ TEXTVQA_PREDICTIONS = {
 
 def chartqa_rows() -> list[dict[str, Any]]:
     """VLMEvalKit's ChartQA_TEST.tsv layout: one answer per row, ``split`` human / augmented."""
-    cases = [("human", "What is the value of the tallest bar?", "100"), ("human", "What is the value in 2019?", "100"),
-             ("augmented", "What share of people said yes?", "12%"), ("augmented", "Is the red line above the blue one?", "Yes"),
-             ("augmented", "How many bars are below zero?", "0")]  # fmt: skip
+    cases = [
+        ("human", "What is the value of the tallest bar?", "100"),
+        ("human", "What is the value in 2019?", "100"),
+        ("augmented", "What share of people said yes?", "12%"),
+        ("augmented", "Is the red line above the blue one?", "Yes"),
+        ("augmented", "How many bars are below zero?", "0"),
+    ]
     return [
         {"index": i, "image": jpeg_base64("yellow"), "question": q, "answer": a, "split": s}
         for i, (s, q, a) in enumerate(cases)
@@ -206,14 +220,40 @@ CHARTQA_PREDICTIONS = {
 def vstar_rows() -> list[dict[str, Any]]:
     """VLMEvalKit's VStarBench.tsv layout (MCQ): options A-D (some empty), ``category`` the sub-task."""
     return [
-        {"index": 0, "image": jpeg_base64("purple", (64, 48)), "question": "What is the color of the woman's bag?",
-         "A": "black", "B": "white", "C": "red", "D": "blue", "answer": "C", "category": "direct_attributes"},
-        {"index": 1, "image": jpeg_base64("orange", (64, 48)), "question": "What is the material of the glove?",
-         "A": "rubber", "B": "cotton", "C": "leather", "D": "", "answer": "A", "category": "direct_attributes"},
-        {"index": 2, "image": jpeg_base64("cyan", (64, 48)), "question": "Is the dog on the left or right side of the bicycle?",
-         "A": "The dog is on the left side of the bicycle.", "B": "The dog is on the right side of the bicycle.", "C": "", "D": "",
-         "answer": "B", "category": "relative_position"},
-    ]  # fmt: skip
+        {
+            "index": 0,
+            "image": jpeg_base64("purple", (64, 48)),
+            "question": "What is the color of the woman's bag?",
+            "A": "black",
+            "B": "white",
+            "C": "red",
+            "D": "blue",
+            "answer": "C",
+            "category": "direct_attributes",
+        },
+        {
+            "index": 1,
+            "image": jpeg_base64("orange", (64, 48)),
+            "question": "What is the material of the glove?",
+            "A": "rubber",
+            "B": "cotton",
+            "C": "leather",
+            "D": "",
+            "answer": "A",
+            "category": "direct_attributes",
+        },
+        {
+            "index": 2,
+            "image": jpeg_base64("cyan", (64, 48)),
+            "question": "Is the dog on the left or right side of the bicycle?",
+            "A": "The dog is on the left side of the bicycle.",
+            "B": "The dog is on the right side of the bicycle.",
+            "C": "",
+            "D": "",
+            "answer": "B",
+            "category": "relative_position",
+        },
+    ]
 
 
 # --------------------------------------------------------------------------------------------- MME
@@ -289,9 +329,23 @@ def test_mme_rejects_an_answer_that_is_not_yes_or_no(tmp_path: Path) -> None:
 
 
 def test_generic_yes_no_tsv_scores_as_vlmevalkit_default_rating(tmp_path: Path) -> None:
-    rows = [{"index": i, "image": jpeg_base64("red"), "question": f"Is it {c}?", "answer": a, "category": cat, "l2-category": l2}
-            for i, (c, a, cat, l2) in enumerate([("red", "Yes", "colour", "perception"), ("blue", "No", "colour", "perception"),
-                                                  ("round", "No", "shape", "reasoning")])]  # fmt: skip
+    rows = [
+        {
+            "index": i,
+            "image": jpeg_base64("red"),
+            "question": f"Is it {c}?",
+            "answer": a,
+            "category": cat,
+            "l2-category": l2,
+        }
+        for i, (c, a, cat, l2) in enumerate(
+            [
+                ("red", "Yes", "colour", "perception"),
+                ("blue", "No", "colour", "perception"),
+                ("round", "No", "shape", "reasoning"),
+            ]
+        )
+    ]
     data = write_tsv(tmp_path / "suite.tsv", rows)
     items = get_benchmark("tsv_yn").load(data, None)
     result = get_benchmark("tsv_yn").score(items, {"0": "Yes, it is red.", "1": "Yes, no doubt.", "2": "No."})
@@ -306,7 +360,18 @@ def test_tsv_without_an_answer_column_is_one_line_exit_2(tmp_path: Path, capsys:
     predictions = predictions_file(tmp_path / "p.jsonl", {"0": "yes"})
     for name in ("tsv_yn", "tsv_vqa", "mme", "textvqa", "chartqa"):
         with pytest.raises(SystemExit) as exit_info:
-            main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(data), "--predictions", str(predictions)])
+            main(
+                [
+                    "eval",
+                    "score",
+                    "--benchmarks",
+                    name,
+                    "--data",
+                    name + "=" + str(data),
+                    "--predictions",
+                    str(predictions),
+                ]
+            )
         assert exit_info.value.code == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "bad.tsv: missing column 'answer'" in err and "\n" not in err
@@ -330,9 +395,21 @@ def test_textvqa_official_json_scores_like_the_tsv(tmp_path: Path) -> None:
     for row in textvqa_rows():
         image_id = f"{row['index']:016x}"
         (tmp_path / "train_images" / f"{image_id}.jpg").write_bytes(base64.b64decode(row["image"]))
-        records.append({"question": row["question"], "image_id": image_id, "image_classes": ["Bottle"], "flickr_original_url": "",
-                        "flickr_300k_url": "", "image_width": 24, "image_height": 20, "answers": ast.literal_eval(row["answer"]),
-                        "question_tokens": row["question"].split(), "question_id": row["index"], "set_name": "val"})  # fmt: skip
+        records.append(
+            {
+                "question": row["question"],
+                "image_id": image_id,
+                "image_classes": ["Bottle"],
+                "flickr_original_url": "",
+                "flickr_300k_url": "",
+                "image_width": 24,
+                "image_height": 20,
+                "answers": ast.literal_eval(row["answer"]),
+                "question_tokens": row["question"].split(),
+                "question_id": row["index"],
+                "set_name": "val",
+            }
+        )
     data = tmp_path / "TextVQA_0.5.1_val.json"
     data.write_text(
         json.dumps({"dataset_type": "val", "dataset_name": "textvqa", "dataset_version": "0.5.1", "data": records})
@@ -349,8 +426,12 @@ def test_textvqa_official_json_scores_like_the_tsv(tmp_path: Path) -> None:
 
 
 def test_generic_vqa_tsv_with_single_answers(tmp_path: Path) -> None:
-    rows = [{"index": i, "image": jpeg_base64("red"), "question": q, "answer": a, "category": c}
-            for i, (q, a, c) in enumerate([("What colour?", "red", "colour"), ("How many?", "3", "count"), ("Which animal?", "a cat", "animal")])]  # fmt: skip
+    rows = [
+        {"index": i, "image": jpeg_base64("red"), "question": q, "answer": a, "category": c}
+        for i, (q, a, c) in enumerate(
+            [("What colour?", "red", "colour"), ("How many?", "3", "count"), ("Which animal?", "a cat", "animal")]
+        )
+    ]
     items = get_benchmark("tsv_vqa").load(write_tsv(tmp_path / "suite.tsv", rows), None)
     result = get_benchmark("tsv_vqa").score(items, {"0": "Red.", "1": "three", "2": "dog"})
     assert result["metrics"]["vqa_accuracy"] == pytest.approx(200 / 3)
@@ -401,8 +482,10 @@ def test_chartqa_official_json_release_folder(tmp_path: Path) -> None:
 
 def test_vstar_uses_vlmevalkit_prompt_and_scores_per_subtask(tmp_path: Path) -> None:
     items = get_benchmark("vstar").load(write_tsv(tmp_path / "VStarBench.tsv", vstar_rows()), None)
-    assert items[1].prompt == ("Question: What is the material of the glove?\nOptions:\nA. rubber\nB. cotton\nC. leather\n"
-                               "Please select the correct answer from the options above. \n")  # fmt: skip
+    assert items[1].prompt == (
+        "Question: What is the material of the glove?\nOptions:\nA. rubber\nB. cotton\nC. leather\n"
+        "Please select the correct answer from the options above. \n"
+    )
     result = get_benchmark("vstar").score(
         items, {"0": "C", "1": "B. cotton", "2": "The dog is on the right side of the bicycle."}
     )
@@ -419,13 +502,42 @@ def test_eval_run_and_eval_score_agree_on_every_new_benchmark(
     tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     root = tmp_path / "data"
-    files = {"mme": write_tsv(root / "MME.tsv", mme_rows()), "textvqa": write_tsv(root / "TextVQA_VAL.tsv", textvqa_rows()),
-             "chartqa": write_tsv(root / "ChartQA_TEST.tsv", chartqa_rows()), "vstar": write_tsv(root / "VStarBench.tsv", vstar_rows()),
-             "tsv_yn": write_tsv(tmp_path / "other" / "yn.tsv", mme_rows()[:2]), "tsv_vqa": write_tsv(tmp_path / "other" / "vqa.tsv", chartqa_rows()[:2])}  # fmt: skip
+    files = {
+        "mme": write_tsv(root / "MME.tsv", mme_rows()),
+        "textvqa": write_tsv(root / "TextVQA_VAL.tsv", textvqa_rows()),
+        "chartqa": write_tsv(root / "ChartQA_TEST.tsv", chartqa_rows()),
+        "vstar": write_tsv(root / "VStarBench.tsv", vstar_rows()),
+        "tsv_yn": write_tsv(tmp_path / "other" / "yn.tsv", mme_rows()[:2]),
+        "tsv_vqa": write_tsv(tmp_path / "other" / "vqa.tsv", chartqa_rows()[:2]),
+    }
     out = tmp_path / "out"
-    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", ",".join(files), "--data-root", str(root),
-                 "--data", f"tsv_yn={files['tsv_yn']}", "--data", f"tsv_vqa={files['tsv_vqa']}",
-                 "--out", str(out), "--limit", "4", "--max-new-tokens", "3", "--batch-size", "4"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tiny_qwen3vl),
+                "--benchmarks",
+                ",".join(files),
+                "--data-root",
+                str(root),
+                "--data",
+                f"tsv_yn={files['tsv_yn']}",
+                "--data",
+                f"tsv_vqa={files['tsv_vqa']}",
+                "--out",
+                str(out),
+                "--limit",
+                "4",
+                "--max-new-tokens",
+                "3",
+                "--batch-size",
+                "4",
+            ]
+        )
+        == 0
+    )
     summary = capsys.readouterr().out
     assert "perception" in summary and "vqa_accuracy" in summary and "relaxed_accuracy" in summary
     for name, data in files.items():
@@ -437,9 +549,25 @@ def test_eval_run_and_eval_score_agree_on_every_new_benchmark(
         ), name
         assert ran["generation"]["max_new_tokens"] == 3
         assert (
-            main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(data), "--predictions", str(predictions), "--limit", "4"]) == 0
+            main(
+                [
+                    "eval",
+                    "score",
+                    "--benchmarks",
+                    name,
+                    "--data",
+                    name + "=" + str(data),
+                    "--predictions",
+                    str(predictions),
+                    "--limit",
+                    "4",
+                ]
+            )
+            == 0
         )
-        assert json.loads(predictions.with_name("predictions.metrics.json").read_text())["metrics"] == ran["metrics"], name
+        assert json.loads(predictions.with_name("predictions.metrics.json").read_text())["metrics"] == ran["metrics"], (
+            name
+        )
         assert rescore(name, data, predictions, limit=4)["metrics"] == ran["metrics"], name
 
 

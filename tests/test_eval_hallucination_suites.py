@@ -94,10 +94,12 @@ def write_dash(root: Path) -> Path:
     return root
 
 
-MMVP_ROWS = [("Are the butterfly's wings closer to being open or closed?", "(a) Open (b) Closed", "(a)"),
-             ("Are the butterfly's wings closer to being open or closed?", "(a) Open (b) Closed", "(b)"),
-             ("Is the dog facing left or right from the camera's perspective?", "(a) Left (b) Right", "(a)"),
-             ("Is the dog facing left or right from the camera's perspective?", "(a) Left (b) Right", "(b)")]  # fmt: skip
+MMVP_ROWS = [
+    ("Are the butterfly's wings closer to being open or closed?", "(a) Open (b) Closed", "(a)"),
+    ("Are the butterfly's wings closer to being open or closed?", "(a) Open (b) Closed", "(b)"),
+    ("Is the dog facing left or right from the camera's perspective?", "(a) Left (b) Right", "(a)"),
+    ("Is the dog facing left or right from the camera's perspective?", "(a) Left (b) Right", "(b)"),
+]
 
 
 def write_mmvp(root: Path) -> Path:
@@ -122,8 +124,15 @@ def write_crpe(root: Path) -> Path:
         rotated = options[shift:] + options[:shift]
         text = "What is riding the bicycle?\n" + "\n".join(f"{'ABCD'[i]}. {o}" for i, o in enumerate(rotated))
         text += "\nAnswer with the option's letter from the given choices directly."
-        rows.append({"question_id": qid, "image": f"images/{qid // 4}.jpg", "text": text, "category": category,
-                     "correct_option": "ABCD"[rotated.index("a man")]})  # fmt: skip
+        rows.append(
+            {
+                "question_id": qid,
+                "image": f"images/{qid // 4}.jpg",
+                "text": text,
+                "category": category,
+                "correct_option": "ABCD"[rotated.index("a man")],
+            }
+        )
     image(root / "images" / "0.jpg", 0)
     image(root / "images" / "1.jpg", 1)
     return jsonl(root / "crpe_relation.jsonl", rows)
@@ -141,14 +150,33 @@ def write_naturalbench(root: Path) -> Path:
     import pyarrow.parquet as pq
 
     rows = [
-        {"Index": 0, "Image_0": {"bytes": _png_bytes(10), "path": None}, "Image_1": {"bytes": _png_bytes(90), "path": None},
-         "Question_0": "Is the dog asleep?", "Image_0_Question_0": "Yes", "Image_1_Question_0": "No",
-         "Question_1": "Is the dog awake?", "Image_0_Question_1": "No", "Image_1_Question_1": "Yes", "Question_Type": "yes_no", "Source": "coco"},
-        {"Index": 1, "Image_0": {"bytes": _png_bytes(150), "path": None}, "Image_1": {"bytes": _png_bytes(220), "path": None},
-         "Question_0": "Which animal is on the left? A. bird B. cat", "Image_0_Question_0": "A", "Image_1_Question_0": "B",
-         "Question_1": "Which animal is on the right? A. bird B. cat", "Image_0_Question_1": "B", "Image_1_Question_1": "A",
-         "Question_Type": "multiple_choice", "Source": "docci"},
-    ]  # fmt: skip
+        {
+            "Index": 0,
+            "Image_0": {"bytes": _png_bytes(10), "path": None},
+            "Image_1": {"bytes": _png_bytes(90), "path": None},
+            "Question_0": "Is the dog asleep?",
+            "Image_0_Question_0": "Yes",
+            "Image_1_Question_0": "No",
+            "Question_1": "Is the dog awake?",
+            "Image_0_Question_1": "No",
+            "Image_1_Question_1": "Yes",
+            "Question_Type": "yes_no",
+            "Source": "coco",
+        },
+        {
+            "Index": 1,
+            "Image_0": {"bytes": _png_bytes(150), "path": None},
+            "Image_1": {"bytes": _png_bytes(220), "path": None},
+            "Question_0": "Which animal is on the left? A. bird B. cat",
+            "Image_0_Question_0": "A",
+            "Image_1_Question_0": "B",
+            "Question_1": "Which animal is on the right? A. bird B. cat",
+            "Image_0_Question_1": "B",
+            "Image_1_Question_1": "A",
+            "Question_Type": "multiple_choice",
+            "Source": "docci",
+        },
+    ]
     (root / "data").mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), root / "data" / "train-00000-of-00001.parquet")
     return root
@@ -163,9 +191,18 @@ def write_mmhal(root: Path) -> Path:
     for index, kind in enumerate(MMHAL_TYPES):
         name = f"{1000 + index}_abc_o.jpg"
         image(root / "images" / name, index)
-        records.append({"question_type": kind, "question_topic": "animal", "image_id": f"id{index}", "image_src": f"https://farm1.staticflickr.com/1/{name}",
-                        "image_content": ["Cat", "Sofa"], "question": f"Question {index} about the cat?", "gt_answer": f"Human answer {index}.",
-                        "model_answer": ""})  # fmt: skip
+        records.append(
+            {
+                "question_type": kind,
+                "question_topic": "animal",
+                "image_id": f"id{index}",
+                "image_src": f"https://farm1.staticflickr.com/1/{name}",
+                "image_content": ["Cat", "Sofa"],
+                "question": f"Question {index} about the cat?",
+                "gt_answer": f"Human answer {index}.",
+                "model_answer": "",
+            }
+        )
     path = root / "response_template.json"
     path.write_text(json.dumps(records))
     return path
@@ -187,8 +224,15 @@ def write_haloquest(root: Path) -> Path:
 def test_repope_scores_corrected_labels_and_lists_changes(tmp_path: Path) -> None:
     data = write_repope(tmp_path)
     # q1 yes; q2 "eyes" contains "yes" (RePOPE's substring parse); q4 "nothing" contains "no"; q5 unparsed
-    predictions = write_predictions(tmp_path / "p.jsonl", {"random/1": "Yes, there is.", "random/2": "I see its eyes",
-                                                           "random/4": "There is nothing.", "random/5": "Maybe."})  # fmt: skip
+    predictions = write_predictions(
+        tmp_path / "p.jsonl",
+        {
+            "random/1": "Yes, there is.",
+            "random/2": "I see its eyes",
+            "random/4": "There is nothing.",
+            "random/5": "Maybe.",
+        },
+    )
     result = rescore("repope", data, predictions, tmp_path / "coco")
     metrics = result["metrics"]
     # RePOPE labels yes, yes, no (+ q5 unparsed, in no cell): TP 2, TN 1
@@ -204,13 +248,16 @@ def test_repope_scores_corrected_labels_and_lists_changes(tmp_path: Path) -> Non
 
 def test_dash_b_substring_parse_and_rates(tmp_path: Path) -> None:
     data = write_dash(tmp_path / "images")
-    predictions = write_predictions(tmp_path / "p.jsonl", {
-        "neg/objaverse/dog/a.jpg": "No.",                 # right
-        "neg/objaverse/dog/b.jpg": "I don't know",        # "know" contains "no": no, right
-        "neg/objaverse/dog/e.jpg": "There are two eyes.",  # "eyes" contains "yes": yes, wrong
-        "pos/objaverse/dog/c.jpg": "Yes",                 # right
-        "pos/spair/cat/d.jpg": "Nope.",                   # no, wrong
-    })  # fmt: skip
+    predictions = write_predictions(
+        tmp_path / "p.jsonl",
+        {
+            "neg/objaverse/dog/a.jpg": "No.",  # right
+            "neg/objaverse/dog/b.jpg": "I don't know",  # "know" contains "no": no, right
+            "neg/objaverse/dog/e.jpg": "There are two eyes.",  # "eyes" contains "yes": yes, wrong
+            "pos/objaverse/dog/c.jpg": "Yes",  # right
+            "pos/spair/cat/d.jpg": "Nope.",  # no, wrong
+        },
+    )
     result = rescore("dash_b", data, predictions)
     metrics = result["metrics"]
     assert metrics["TNR"] == pytest.approx(200 / 3) and metrics["TPR"] == 50.0 and metrics["ACC"] == 60.0
@@ -246,10 +293,15 @@ def test_mmvp_official_grader_through_the_judge(tmp_path: Path) -> None:
             for r in server.requests
             if r["messages"][1]["content"].endswith("answer:(a)?") and "butterfly" in r["messages"][1]["content"]
         )
-    assert request["messages"][0] == {"role": "system", "content": "You are a helpful and precise assistant for checking the quality of the answer. "
-                                      "Please answer in only yes or no."}  # fmt: skip
-    assert request["messages"][1]["content"] == ("Given the following question Are the butterfly's wings closer to being open or closed? (a) Open "
-                                                 "(b) Closed, the correct answer is (a). Does the following answer correctly answers the question, answer:(a)?")  # fmt: skip
+    assert request["messages"][0] == {
+        "role": "system",
+        "content": "You are a helpful and precise assistant for checking the quality of the answer. "
+        "Please answer in only yes or no.",
+    }
+    assert request["messages"][1]["content"] == (
+        "Given the following question Are the butterfly's wings closer to being open or closed? (a) Open "
+        "(b) Closed, the correct answer is (a). Does the following answer correctly answers the question, answer:(a)?"
+    )
     assert request["temperature"] == 0.2
     assert (
         result["grading"] == "judge"
@@ -285,12 +337,19 @@ def test_naturalbench_group_rule(tmp_path: Path) -> None:
         items[0].prompt == "Is the dog asleep?Please answer Yes or No."
     )  # concatenated without a space, as officially
     assert items[0].images[0].is_file() and items[0].images[0] != items[1].images[0]
-    predictions = write_predictions(tmp_path / "p.jsonl", {
-        "0/q0_i0": "Yes", "0/q0_i1": "No, it isn't.", "0/q1_i0": "no", "0/q1_i1": "Yes and no",  # yes comes first: yes
-        "1/q0_i0": "A", "1/q0_i1": "B",
-        "1/q1_i0": "A bird sits there, so B",  # the article "A" comes first: A, wrong
-        "1/q1_i1": "a",
-    })  # fmt: skip
+    predictions = write_predictions(
+        tmp_path / "p.jsonl",
+        {
+            "0/q0_i0": "Yes",
+            "0/q0_i1": "No, it isn't.",
+            "0/q1_i0": "no",
+            "0/q1_i1": "Yes and no",  # yes comes first: yes
+            "1/q0_i0": "A",
+            "1/q0_i1": "B",
+            "1/q1_i0": "A bird sits there, so B",  # the article "A" comes first: A, wrong
+            "1/q1_i1": "a",
+        },
+    )
     metrics = rescore("naturalbench", root, predictions)["metrics"]
     assert (metrics["Acc"], metrics["Q_Acc"], metrics["I_Acc"], metrics["G_Acc"]) == (87.5, 75.0, 75.0, 50.0)
     assert metrics["yes_no/G_Acc"] == 100.0 and metrics["multiple_choice/G_Acc"] == 0.0
@@ -310,11 +369,36 @@ def test_mmhal_judge_rubric_scores(tmp_path: Path, capsys: pytest.CaptureFixture
     data = write_mmhal(tmp_path / "mmhal")
     predictions = write_predictions(tmp_path / "p.jsonl", {str(i): f"Answer {i}." for i in range(3)})
     with pytest.raises(SystemExit) as exit_info:  # no judge: one line, exit 2
-        main(["eval", "score", "--benchmarks", "mmhal", "--data", "mmhal" + "=" + str(data), "--predictions", str(predictions)])
+        main(
+            [
+                "eval",
+                "score",
+                "--benchmarks",
+                "mmhal",
+                "--data",
+                "mmhal" + "=" + str(data),
+                "--predictions",
+                str(predictions),
+            ]
+        )
     assert exit_info.value.code == 2 and "mmhal: scored by an LLM judge" in capsys.readouterr().err
     with FakeChatServer(mmhal_judge) as server:
-        command = ["eval", "score", "--benchmarks", "mmhal", "--data", "mmhal" + "=" + str(data), "--predictions", str(predictions), "--judge-base-url", server.base_url,
-                   "--judge-model", "gpt-4.1-mini", "--judge-cache", str(tmp_path / "j.sqlite")]  # fmt: skip
+        command = [
+            "eval",
+            "score",
+            "--benchmarks",
+            "mmhal",
+            "--data",
+            "mmhal" + "=" + str(data),
+            "--predictions",
+            str(predictions),
+            "--judge-base-url",
+            server.base_url,
+            "--judge-model",
+            "gpt-4.1-mini",
+            "--judge-cache",
+            str(tmp_path / "j.sqlite"),
+        ]
         assert main(command) == 0
         first = json.loads((tmp_path / "p.metrics.json").read_text())
         prompt = next(
@@ -322,8 +406,10 @@ def test_mmhal_judge_rubric_scores(tmp_path: Path, capsys: pytest.CaptureFixture
         )
         assert main(command) == 0 and len(server.requests) == 3  # the rerun comes from the cache
     assert prompt.startswith("Please act as an impartial and objective judge")
-    assert prompt.endswith("### Image Contents\nCat, Sofa\n\n### Question\nQuestion 0 about the cat?\n\n### Standard Human-Generated Answer\n"
-                           "Human answer 0.\n\n### LMM Response to Evaluate\nAnswer 0.\n")  # fmt: skip
+    assert prompt.endswith(
+        "### Image Contents\nCat, Sofa\n\n### Question\nQuestion 0 about the cat?\n\n### Standard Human-Generated Answer\n"
+        "Human answer 0.\n\n### LMM Response to Evaluate\nAnswer 0.\n"
+    )
     metrics = first["metrics"]
     assert metrics["score"] == pytest.approx(7 / 3) and metrics["hallucination_rate"] == pytest.approx(200 / 3)
     assert (metrics["attribute/score"], metrics["adversarial/score"], metrics["comparison/score"]) == (5, 2, 0)
@@ -402,11 +488,24 @@ def test_bad_release_files_are_one_line_errors(tmp_path: Path, capsys: pytest.Ca
     bad = tmp_path / "Questions.csv"
     bad.write_text("Question,Options\nIs it?,(a) yes (b) no\n")
     predictions = write_predictions(tmp_path / "p.jsonl", {})
-    for name, path, expected in (("mmvp", bad, "row 1: expected MMVP columns Question, Options, Correct Answer"),
-                                 ("crpe_relation", jsonl(tmp_path / "c.jsonl", [{"question_id": 1}]), "line 1: expected CRPE fields"),
-                                 ("dash_b", tmp_path, "dash_benchmark_neg.json not found")):  # fmt: skip
+    for name, path, expected in (
+        ("mmvp", bad, "row 1: expected MMVP columns Question, Options, Correct Answer"),
+        ("crpe_relation", jsonl(tmp_path / "c.jsonl", [{"question_id": 1}]), "line 1: expected CRPE fields"),
+        ("dash_b", tmp_path, "dash_benchmark_neg.json not found"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
-            main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(path), "--predictions", str(predictions)])
+            main(
+                [
+                    "eval",
+                    "score",
+                    "--benchmarks",
+                    name,
+                    "--data",
+                    name + "=" + str(path),
+                    "--predictions",
+                    str(predictions),
+                ]
+            )
         err = capsys.readouterr().err
         assert (
             exit_info.value.code == 2
@@ -431,9 +530,15 @@ def any_judge(request: dict[str, Any]) -> str:
 def test_all_seven_run_end_to_end_and_rescore(
     tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    data = {"repope": write_repope(tmp_path / "repope"), "dash_b": write_dash(tmp_path / "dash" / "images"), "mmvp": write_mmvp(tmp_path / "mmvp"),
-            "crpe_relation": write_crpe(tmp_path / "crpe"), "naturalbench": write_naturalbench(tmp_path / "nb"),
-            "mmhal": write_mmhal(tmp_path / "mmhal"), "haloquest": write_haloquest(tmp_path / "hq")}  # fmt: skip
+    data = {
+        "repope": write_repope(tmp_path / "repope"),
+        "dash_b": write_dash(tmp_path / "dash" / "images"),
+        "mmvp": write_mmvp(tmp_path / "mmvp"),
+        "crpe_relation": write_crpe(tmp_path / "crpe"),
+        "naturalbench": write_naturalbench(tmp_path / "nb"),
+        "mmhal": write_mmhal(tmp_path / "mmhal"),
+        "haloquest": write_haloquest(tmp_path / "hq"),
+    }
     images = {"repope": tmp_path / "repope" / "coco"}
     names = ",".join(data)
     out = tmp_path / "out"
@@ -447,10 +552,46 @@ def test_all_seven_run_end_to_end_and_rescore(
             str(tmp_path / "j.sqlite"),
         ]
         # --data for each benchmark; RePOPE's COCO images are under their own root, so it runs on its own
-        assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", names.replace("repope,", ""), "--out", str(out),
-                     "--max-new-tokens", "4", *[f"--data={k}={v}" for k, v in data.items() if k != "repope"], *judge]) == 0  # fmt: skip
-        assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "repope", "--out", str(out), "--max-new-tokens", "4",
-                     "--data", f"repope={data['repope']}", "--image-root", str(images["repope"])]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "run",
+                    "--model",
+                    str(tiny_qwen3vl),
+                    "--benchmarks",
+                    names.replace("repope,", ""),
+                    "--out",
+                    str(out),
+                    "--max-new-tokens",
+                    "4",
+                    *[f"--data={k}={v}" for k, v in data.items() if k != "repope"],
+                    *judge,
+                ]
+            )
+            == 0
+        )
+        assert (
+            main(
+                [
+                    "eval",
+                    "run",
+                    "--model",
+                    str(tiny_qwen3vl),
+                    "--benchmarks",
+                    "repope",
+                    "--out",
+                    str(out),
+                    "--max-new-tokens",
+                    "4",
+                    "--data",
+                    f"repope={data['repope']}",
+                    "--image-root",
+                    str(images["repope"]),
+                ]
+            )
+            == 0
+        )
         sent = len(server.requests)
         capsys.readouterr()
         expected_items = {
@@ -471,8 +612,23 @@ def test_all_seven_run_end_to_end_and_rescore(
             ), name
             assert len(read_predictions(out / name / "predictions.jsonl")) == count
             extra = ["--image-root", str(images[name])] if name in images else []
-            assert main(["eval", "score", "--benchmarks", name, "--data", name + "=" + str(data[name]), "--predictions", str(out / name / "predictions.jsonl"),
-                         *extra, *judge]) == 0  # fmt: skip
+            assert (
+                main(
+                    [
+                        "eval",
+                        "score",
+                        "--benchmarks",
+                        name,
+                        "--data",
+                        name + "=" + str(data[name]),
+                        "--predictions",
+                        str(out / name / "predictions.jsonl"),
+                        *extra,
+                        *judge,
+                    ]
+                )
+                == 0
+            )
             assert json.loads((out / name / "predictions.metrics.json").read_text())["metrics"] == run["metrics"], name
         assert len(server.requests) == sent  # re-scoring asked the judge nothing new
     for name in ("mmvp", "mmhal", "haloquest"):
@@ -481,9 +637,20 @@ def test_all_seven_run_end_to_end_and_rescore(
 
 
 def test_naturalbench_json_layout_and_partial_groups(tmp_path: Path) -> None:
-    rows = [{"Index": 7, "Image_0": "a.png", "Image_1": "b.png", "Question_0": "Is it red?", "Question_1": "Is it blue?",
-             "Image_0_Question_0": "Yes", "Image_1_Question_0": "No", "Image_0_Question_1": "No", "Image_1_Question_1": "Yes",
-             "Question_Type": "yes_no"}]  # fmt: skip
+    rows = [
+        {
+            "Index": 7,
+            "Image_0": "a.png",
+            "Image_1": "b.png",
+            "Question_0": "Is it red?",
+            "Question_1": "Is it blue?",
+            "Image_0_Question_0": "Yes",
+            "Image_1_Question_0": "No",
+            "Image_0_Question_1": "No",
+            "Image_1_Question_1": "Yes",
+            "Question_Type": "yes_no",
+        }
+    ]
     image(tmp_path / "a.png", 1)
     image(tmp_path / "b.png", 2)
     path = tmp_path / "naturalbench.json"
@@ -528,6 +695,17 @@ def test_eval_run_refuses_judged_suites_without_a_judge_before_loading_a_model(
         "haloquest": write_haloquest(tmp_path / "hq"),
     }
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "run", "--model", str(tmp_path / "no-model"), "--benchmarks", ",".join(data), "--out", str(tmp_path / "x"),
-              *[f"--data={k}={v}" for k, v in data.items()]])  # fmt: skip
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tmp_path / "no-model"),
+                "--benchmarks",
+                ",".join(data),
+                "--out",
+                str(tmp_path / "x"),
+                *[f"--data={k}={v}" for k, v in data.items()],
+            ]
+        )
     assert exit_info.value.code == 2 and "mmhal, haloquest: scored by an LLM judge" in capsys.readouterr().err

@@ -36,17 +36,37 @@ def test_judge_resolves_only_unresolved_answers_and_is_cached(tmp_path: Path) ->
     (tmp_path / "a.jpg").write_bytes(b"x")
     data = write_csv(tmp_path / "finer.csv", finer_rows())
     # answers: A (rule), "the second one" (judge -> B, right), C (rule), "hmm" (judge: none), E (rule), A (rule)
-    predictions = write_predictions(tmp_path / "p.jsonl", {"finer/0": "A", "finer/1": "I pick the second one", "finer/2": "C",
-                                                           "finer/3": "hmm", "finer/4": "E", "finer/5": "A"})  # fmt: skip
+    predictions = write_predictions(
+        tmp_path / "p.jsonl",
+        {
+            "finer/0": "A",
+            "finer/1": "I pick the second one",
+            "finer/2": "C",
+            "finer/3": "hmm",
+            "finer/4": "E",
+            "finer/5": "A",
+        },
+    )
     with FakeChatServer(mcq_judge) as server:
         judge = AnswerJudge(server.base_url, "judge-1", cache_path=tmp_path / "judge.sqlite")
         result = rescore("finer", data, predictions, tmp_path, judge=judge)
         assert len(server.requests) == 2  # only the two answers the rules leave unresolved
         assert "Options:\nA. multi_obj_neg choice 1" in user_text(server.requests[0])
-        rerun = rescore("finer", data, predictions, tmp_path, judge=AnswerJudge(server.base_url, "judge-1", cache_path=tmp_path / "judge.sqlite"))
+        rerun = rescore(
+            "finer",
+            data,
+            predictions,
+            tmp_path,
+            judge=AnswerJudge(server.base_url, "judge-1", cache_path=tmp_path / "judge.sqlite"),
+        )
         assert len(server.requests) == 2  # the rerun is answered from the cache
     resolution = result["answer_resolution"]
-    assert (resolution["model"], resolution["rules"], resolution["unresolved"], resolution["judge_share"]) == ("judge-1", 4, 1, pytest.approx(100 / 6))
+    assert (resolution["model"], resolution["rules"], resolution["unresolved"], resolution["judge_share"]) == (
+        "judge-1",
+        4,
+        1,
+        pytest.approx(100 / 6),
+    )
     assert result["metrics"]["multi_obj/k1/paired_accuracy"] == 100.0  # the judged "second one" completed pair 1
     assert result["metrics"]["multi_obj/k2/paired_accuracy"] == 0.0
     assert rerun["metrics"] == result["metrics"]
@@ -57,9 +77,21 @@ def test_judge_resolves_only_unresolved_answers_and_is_cached(tmp_path: Path) ->
 
 
 def hallusion_file(tmp_path: Path) -> Path:
-    records = [{"category": "VS", "subcategory": "chart", "visual_input": "0", "set_id": "0", "figure_id": "0", "question_id": str(q),
-                "question": f"Is it {q}?", "gt_answer_details": f"It is {q}." if truth == "1" else "It is something else.",
-                "gt_answer": truth, "filename": None} for q, truth in enumerate(["1", "0", "1"])]  # fmt: skip
+    records = [
+        {
+            "category": "VS",
+            "subcategory": "chart",
+            "visual_input": "0",
+            "set_id": "0",
+            "figure_id": "0",
+            "question_id": str(q),
+            "question": f"Is it {q}?",
+            "gt_answer_details": f"It is {q}." if truth == "1" else "It is something else.",
+            "gt_answer": truth,
+            "filename": None,
+        }
+        for q, truth in enumerate(["1", "0", "1"])
+    ]
     path = tmp_path / "HallusionBench.json"
     path.write_text(json.dumps(records))
     return path
@@ -74,17 +106,54 @@ def hallusion_judge(request: dict[str, Any]) -> str:
 
 def test_hallusionbench_judge_uses_gt_answer_details(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = hallusion_file(tmp_path)
-    predictions = write_predictions(tmp_path / "p.jsonl", {"VS_chart_0_0_0": "agree", "VS_chart_0_0_1": "disagree", "VS_chart_0_0_2": "unsure"})
+    predictions = write_predictions(
+        tmp_path / "p.jsonl", {"VS_chart_0_0_0": "agree", "VS_chart_0_0_1": "disagree", "VS_chart_0_0_2": "unsure"}
+    )
     with FakeChatServer(hallusion_judge) as server:
-        assert main(["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions),
-                     "--llm-base-url", server.base_url, "--llm-model", "judge-2", "--llm-cache", str(tmp_path / "j.sqlite")]) == 0  # fmt: skip
+        assert (
+            main(
+                [
+                    "eval",
+                    "score",
+                    "--benchmarks",
+                    "hallusionbench",
+                    "--data",
+                    f"hallusionbench={data}",
+                    "--predictions",
+                    str(predictions),
+                    "--llm-base-url",
+                    server.base_url,
+                    "--llm-model",
+                    "judge-2",
+                    "--llm-cache",
+                    str(tmp_path / "j.sqlite"),
+                ]
+            )
+            == 0
+        )
         assert len(server.requests) == 3  # every answer is judged in this mode
     printed = json.loads((tmp_path / "p.metrics.json").read_text())
     # "agree" is right, "disagree" wrong, "unsure" uncertain: right on a VS question asked without its figure (assign_correctness)
     assert printed["metrics"]["aAcc"] == pytest.approx(200 / 3)
-    assert printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
+    assert (
+        printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
+    )
     # without a judge the rules see none of these words as yes/no: all uncertain, so all right on these figure-0 VS questions
-    assert main(["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "score",
+                "--benchmarks",
+                "hallusionbench",
+                "--data",
+                f"hallusionbench={data}",
+                "--predictions",
+                str(predictions),
+            ]
+        )
+        == 0
+    )
     assert json.loads((tmp_path / "p.metrics.json").read_text())["metrics"]["aAcc"] == 100.0
 
 
@@ -92,5 +161,18 @@ def test_judge_needs_both_url_and_model(tmp_path: Path, capsys: pytest.CaptureFi
     data = hallusion_file(tmp_path)
     predictions = write_predictions(tmp_path / "p.jsonl", {})
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}", "--predictions", str(predictions), "--llm-model", "x"])
+        main(
+            [
+                "eval",
+                "score",
+                "--benchmarks",
+                "hallusionbench",
+                "--data",
+                f"hallusionbench={data}",
+                "--predictions",
+                str(predictions),
+                "--llm-model",
+                "x",
+            ]
+        )
     assert exit_info.value.code == 2 and "give both" in capsys.readouterr().err

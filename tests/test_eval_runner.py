@@ -52,7 +52,14 @@ def make_items(tmp_path: Path, count: int, max_new_tokens: int = 12) -> list[Eva
         path = tmp_path / f"{index}.png"
         Image.new("RGB", (40 + 12 * index, 48), (index * 20 % 255, 90, 160)).save(path)
         words = " ".join(["very"] * (index % 4))
-        items.append(EvalItem(id=str(index), prompt=f"Is there a {words} cat in the image?", images=[path], max_new_tokens=max_new_tokens))
+        items.append(
+            EvalItem(
+                id=str(index),
+                prompt=f"Is there a {words} cat in the image?",
+                images=[path],
+                max_new_tokens=max_new_tokens,
+            )
+        )
     return items
 
 
@@ -61,7 +68,10 @@ def one_at_a_time(backend: TransformersBackend, items: list[EvalItem]) -> dict[s
 
 
 def test_plan_batches_groups_by_budget_and_image_count() -> None:
-    items = [EvalItem(id=str(i), prompt="q", images=[Path("x")] * (i % 2), max_new_tokens=8 if i < 4 else 16) for i in range(8)]
+    items = [
+        EvalItem(id=str(i), prompt="q", images=[Path("x")] * (i % 2), max_new_tokens=8 if i < 4 else 16)
+        for i in range(8)
+    ]
     batches = plan_batches(items, batch_size=3)
     assert [[item.id for item in batch] for batch in batches] == [["0", "2"], ["1", "3"], ["4", "6"], ["5", "7"]]
 
@@ -94,7 +104,9 @@ def test_multi_image_and_image_free_items(qwen3: TransformersBackend, tmp_path: 
     assert predictions == one_at_a_time(qwen3, items)
 
 
-def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_interrupted_run_resumes_without_redoing(
+    qwen3: TransformersBackend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     items = make_items(tmp_path, 5)
     path = tmp_path / "predictions.jsonl"
     header = json.dumps({HEADER_KEY: predictions_provenance(qwen3, items)})
@@ -102,7 +114,11 @@ def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp
     path.write_text("\n".join(kept) + '\n{"id": "2", "predic')  # killed while writing item 2
     generated: list[str] = []
     original = TransformersBackend.generate
-    monkeypatch.setattr(TransformersBackend, "generate", lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch))
+    monkeypatch.setattr(
+        TransformersBackend,
+        "generate",
+        lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch),
+    )
     predictions = run_items(qwen3, items, path, batch_size=2)
     assert sorted(generated) == ["2", "3", "4"]
     assert predictions["0"] == predictions["1"] == "kept"
@@ -110,9 +126,32 @@ def test_interrupted_run_resumes_without_redoing(qwen3: TransformersBackend, tmp
     assert set(read_predictions(path)) == {"0", "1", "2", "3", "4"}
 
 
-def test_eval_run_writes_results_and_prints_a_summary(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric),
-                 "--out", str(tmp_path), "--batch-size", "8", "--limit", "3", "--max-new-tokens", "32"]) == 0  # fmt: skip
+def test_eval_run_writes_results_and_prints_a_summary(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tiny_qwen3vl),
+                "--benchmarks",
+                "oric_bench",
+                "--data-root",
+                str(oric),
+                "--out",
+                str(tmp_path),
+                "--batch-size",
+                "8",
+                "--limit",
+                "3",
+                "--max-new-tokens",
+                "32",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((tmp_path / "oric_bench" / "metrics.json").read_text())
     assert metrics["counts"]["items"] == 12 and metrics["counts"]["predicted"] == 12
     assert len(read_predictions(tmp_path / "oric_bench" / "predictions.jsonl")) == 12
@@ -122,20 +161,80 @@ def test_eval_run_writes_results_and_prints_a_summary(tiny_qwen3vl: Path, oric: 
     assert "oric_bench" in printed and "macro/f1" in printed and f"{metrics['metrics']['macro/f1']:.4g}" in printed
 
 
-def test_eval_score_equals_eval_run_metrics(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_eval_score_equals_eval_run_metrics(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     data = oric / "oric" / "oric_bench.json"
-    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench_r1", "--data", f"oric_bench_r1={data}",
-                 "--image-root", str(oric / "coco" / "val2014"), "--out", str(tmp_path), "--max-new-tokens", "16"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tiny_qwen3vl),
+                "--benchmarks",
+                "oric_bench_r1",
+                "--data",
+                f"oric_bench_r1={data}",
+                "--image-root",
+                str(oric / "coco" / "val2014"),
+                "--out",
+                str(tmp_path),
+                "--max-new-tokens",
+                "16",
+            ]
+        )
+        == 0
+    )
     run_metrics = json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())
     capsys.readouterr()
-    assert main(["eval", "score", "--benchmarks", "oric_bench_r1", "--data", f"oric_bench_r1={data}", "--image-root", str(oric / "coco" / "val2014"),
-                 "--predictions", str(tmp_path)]) == 0  # fmt: skip
-    assert json.loads((tmp_path / "oric_bench_r1" / "predictions.metrics.json").read_text())["metrics"] == run_metrics["metrics"]
+    assert (
+        main(
+            [
+                "eval",
+                "score",
+                "--benchmarks",
+                "oric_bench_r1",
+                "--data",
+                f"oric_bench_r1={data}",
+                "--image-root",
+                str(oric / "coco" / "val2014"),
+                "--predictions",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    assert (
+        json.loads((tmp_path / "oric_bench_r1" / "predictions.metrics.json").read_text())["metrics"]
+        == run_metrics["metrics"]
+    )
 
 
-def test_max_new_tokens_caps_every_answer(qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:
-    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench_r1", "--data-root", str(oric),
-                 "--out", str(tmp_path), "--limit", "2", "--max-new-tokens", "3"]) == 0  # fmt: skip
+def test_max_new_tokens_caps_every_answer(
+    qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path
+) -> None:
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tiny_qwen3vl),
+                "--benchmarks",
+                "oric_bench_r1",
+                "--data-root",
+                str(oric),
+                "--out",
+                str(tmp_path),
+                "--limit",
+                "2",
+                "--max-new-tokens",
+                "3",
+            ]
+        )
+        == 0
+    )
     answers = read_predictions(tmp_path / "oric_bench_r1" / "predictions.jsonl").values()
     assert max(len(qwen3.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in answers) <= 3
     assert json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())["generation"]["max_new_tokens"] == 3
@@ -145,11 +244,31 @@ def test_missing_and_unreadable_images_are_skipped_and_counted(tiny_qwen3vl: Pat
     data, images = write_oric_bench(tmp_path / "data", questions=4)
     (images / "COCO_val2014_000000000001.jpg").unlink()  # question 2: missing
     (images / "COCO_val2014_000000000002.jpg").write_bytes(b"not a jpeg")  # question 3: unreadable
-    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(tmp_path / "data"),
-                 "--out", str(tmp_path / "out"), "--max-new-tokens", "32"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tiny_qwen3vl),
+                "--benchmarks",
+                "oric_bench",
+                "--data-root",
+                str(tmp_path / "data"),
+                "--out",
+                str(tmp_path / "out"),
+                "--max-new-tokens",
+                "32",
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((tmp_path / "out" / "oric_bench" / "metrics.json").read_text())
     assert metrics["counts"]["missing_images"] == 8 and metrics["counts"]["predicted"] == 8
-    assert [Path(p).name for p in metrics["missing_images"]] == ["COCO_val2014_000000000001.jpg", "COCO_val2014_000000000002.jpg"]
+    assert [Path(p).name for p in metrics["missing_images"]] == [
+        "COCO_val2014_000000000001.jpg",
+        "COCO_val2014_000000000002.jpg",
+    ]
     predicted = set(read_predictions(tmp_path / "out" / "oric_bench" / "predictions.jsonl"))
     assert not any(key.startswith(("2/", "3/")) for key in predicted)
 
@@ -157,35 +276,114 @@ def test_missing_and_unreadable_images_are_skipped_and_counted(tiny_qwen3vl: Pat
 def test_mixed_image_benchmark_by_dotted_path(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     data = write_mixed_bench(tmp_path / "mixed")
     name = "eval_fixtures.MixedImagesBench"
-    assert main(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", name, "--data", f"{name}={data}", "--out", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tiny_qwen3vl),
+                "--benchmarks",
+                name,
+                "--data",
+                f"{name}={data}",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     metrics = json.loads((tmp_path / "out" / name / "metrics.json").read_text())
-    assert metrics["counts"]["predicted"] == 6 and {"images_0/accuracy", "images_1/accuracy", "images_2/accuracy"} <= set(metrics["metrics"])
+    assert metrics["counts"]["predicted"] == 6 and {
+        "images_0/accuracy",
+        "images_1/accuracy",
+        "images_2/accuracy",
+    } <= set(metrics["metrics"])
 
 
-def test_unknown_benchmark_fails_before_any_model_loads(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+def test_unknown_benchmark_fails_before_any_model_loads(
+    oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "run", "--model", str(tmp_path / "no-such-model"), "--benchmarks", "oric_bench,nope", "--data-root", str(oric), "--out", str(tmp_path)])
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(tmp_path / "no-such-model"),
+                "--benchmarks",
+                "oric_bench,nope",
+                "--data-root",
+                str(oric),
+                "--out",
+                str(tmp_path),
+            ]
+        )
     assert exit_info.value.code == 2
     assert "unknown benchmark 'nope'" in capsys.readouterr().err
 
 
 def test_missing_benchmark_file_names_the_expected_layout(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
-        main(["eval", "run", "--model", "unused", "--benchmarks", "pope", "--data-root", str(tmp_path), "--out", str(tmp_path)])
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                "unused",
+                "--benchmarks",
+                "pope",
+                "--data-root",
+                str(tmp_path),
+                "--out",
+                str(tmp_path),
+            ]
+        )
     assert f"pope: {tmp_path / 'pope'} not found (expected pope/coco_pope_" in capsys.readouterr().err
 
 
 def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, oric: Path, tmp_path: Path) -> None:
-    common = ["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data-root", str(oric), "--batch-size", "3", "--limit", "4",
-              "--max-new-tokens", "32"]
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--mixed_precision", "no",
-              "--main_process_port", str(free_port()), "-m", "veritune.cli", *common, "--out", str(tmp_path / "two")]  # fmt: skip
+    common = [
+        "eval",
+        "run",
+        "--model",
+        str(tiny_qwen3vl),
+        "--benchmarks",
+        "oric_bench",
+        "--data-root",
+        str(oric),
+        "--batch-size",
+        "3",
+        "--limit",
+        "4",
+        "--max-new-tokens",
+        "32",
+    ]
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--num_processes",
+        "2",
+        "--cpu",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+        "-m",
+        "veritune.cli",
+        *common,
+        "--out",
+        str(tmp_path / "two"),
+    ]
     result = subprocess.run(launch, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert main([*common, "--out", str(tmp_path / "one")]) == 0
     two = read_predictions(tmp_path / "two" / "oric_bench" / "predictions.jsonl")
     assert len(two) == 16 and two == read_predictions(tmp_path / "one" / "oric_bench" / "predictions.jsonl")
-    assert len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 1 + 16  # header + answers, written once, by the main process
+    assert (
+        len((tmp_path / "two" / "oric_bench" / "predictions.jsonl").read_text().splitlines()) == 1 + 16
+    )  # header + answers, written once, by the main process
 
 
 def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
@@ -194,5 +392,20 @@ def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsy
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "run", "--model", "unused", "--benchmarks", "oric_bench", "--data-root", str(oric), "--out", str(tmp_path), "--backend", "vllm"])
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                "unused",
+                "--benchmarks",
+                "oric_bench",
+                "--data-root",
+                str(oric),
+                "--out",
+                str(tmp_path),
+                "--backend",
+                "vllm",
+            ]
+        )
     assert exit_info.value.code == 2 and "vLLM is not installed" in capsys.readouterr().err

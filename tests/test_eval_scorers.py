@@ -20,8 +20,13 @@ needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="official benchmar
 def oric_file(tmp_path: Path, labels: list[str], sizes: list[str | None] | None = None) -> Path:
     records = []
     for index, label in enumerate(labels):
-        record = {"id": index + 1, "image": f"img{index}.jpg", "target_object": "cup", "problem": [f"q{index}-{k}?" for k in range(4)],
-                  "solution": label}  # fmt: skip
+        record = {
+            "id": index + 1,
+            "image": f"img{index}.jpg",
+            "target_object": "cup",
+            "problem": [f"q{index}-{k}?" for k in range(4)],
+            "solution": label,
+        }
         if sizes:
             record["object_size"] = sizes[index]
         records.append(record)
@@ -42,7 +47,9 @@ def test_oric_metrics_hand_computed(tmp_path: Path) -> None:
     bench = get_benchmark("oric_bench")
     items = bench.load(oric_file(tmp_path, ["yes", "yes", "yes", "no", "no"]), tmp_path)
     # yes-questions answered yes, yes, no; no-questions answered yes, "unsure" (unresolved)
-    result = bench.score(items, answers(items, {1: "Yes.", 2: "yes", 3: "No, there is not.", 4: "Yes", 5: "I cannot tell"}))
+    result = bench.score(
+        items, answers(items, {1: "Yes.", 2: "yes", 3: "No, there is not.", 4: "Yes", 5: "I cannot tell"})
+    )
     m = result["metrics"]
     assert m["yes/precision"] == pytest.approx(200 / 3)  # 2 of 3 yes-predictions right
     assert m["yes/recall"] == pytest.approx(200 / 3)
@@ -86,7 +93,10 @@ def test_official_oric_bench_loads() -> None:
     items = get_benchmark("oric_bench").load(SHARED / "oric" / "oric_bench.json", SHARED)
     assert len(items) == 8000
     assert sum(item.meta["label"] == "yes" for item in items) == 4000
-    assert items[0].prompt == "Question: Is there a traffic light in the image?\nPlease answer the question based on the given image."  # Fig. 7
+    assert (
+        items[0].prompt
+        == "Question: Is there a traffic light in the image?\nPlease answer the question based on the given image."
+    )  # Fig. 7
 
 
 # ---- POPE
@@ -94,17 +104,27 @@ def test_official_oric_bench_loads() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("Yes, there is a car.", "yes"), ("No, there is not.", "no"), ("There is no car. Yes.", "no"),
-     ("It is not present", "no"), ("Nope", "yes"), ("NO", "yes"), ("", "yes"), ("Yes. No.", "yes")],
-)  # fmt: skip
+    [
+        ("Yes, there is a car.", "yes"),
+        ("No, there is not.", "no"),
+        ("There is no car. Yes.", "no"),
+        ("It is not present", "no"),
+        ("Nope", "yes"),
+        ("NO", "yes"),
+        ("", "yes"),
+        ("Yes. No.", "yes"),
+    ],
+)
 def test_pope_official_parsing(text: str, expected: str) -> None:
     assert pope_yes_no(text) == expected
 
 
 def pope_file(tmp_path: Path, labels: list[str]) -> Path:
     path = tmp_path / "coco_pope_random.json"
-    lines = [json.dumps({"question_id": i + 1, "image": "a.jpg", "text": "Is there a cup in the image?", "label": lab})
-             for i, lab in enumerate(labels)]  # fmt: skip
+    lines = [
+        json.dumps({"question_id": i + 1, "image": "a.jpg", "text": "Is there a cup in the image?", "label": lab})
+        for i, lab in enumerate(labels)
+    ]
     path.write_text("\n".join(lines) + "\n")
     (tmp_path / "a.jpg").write_bytes(b"x")
     return path
@@ -133,9 +153,17 @@ def test_official_pope_files_load() -> None:
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [("Yes.", "yes"), ("No, there is not.", "no"), ("yes", "yes"), ("Absolutely, yes", "yes"),
-     ("<REASONING>x</REASONING><SOLUTION>no</SOLUTION>", "no"), ("yes or no", None), ("maybe", None), (None, None)],
-)  # fmt: skip
+    [
+        ("Yes.", "yes"),
+        ("No, there is not.", "no"),
+        ("yes", "yes"),
+        ("Absolutely, yes", "yes"),
+        ("<REASONING>x</REASONING><SOLUTION>no</SOLUTION>", "no"),
+        ("yes or no", None),
+        ("maybe", None),
+        (None, None),
+    ],
+)
 def test_yes_no_extraction(text: str | None, expected: str | None) -> None:
     assert extract_yes_no(text) == expected
 
@@ -148,9 +176,31 @@ def test_eval_score_cli_prints_metrics(tmp_path: Path, capsys) -> None:
     items = get_benchmark("oric_bench").load(data, tmp_path)
     predictions = tmp_path / "predictions.jsonl"
     predictions.write_text("".join(json.dumps({"id": i.id, "prediction": "yes"}) + "\n" for i in items))
-    assert main(["eval", "score", "--benchmarks", "oric_bench", "--data", f"oric_bench={data}", "--predictions", str(predictions)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "score",
+                "--benchmarks",
+                "oric_bench",
+                "--data",
+                f"oric_bench={data}",
+                "--predictions",
+                str(predictions),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == ["benchmark", "items", "answered", "missing", "img", "metric", "value"]  # eval run's table
+    assert out.splitlines()[0].split() == [
+        "benchmark",
+        "items",
+        "answered",
+        "missing",
+        "img",
+        "metric",
+        "value",
+    ]  # eval run's table
     printed = json.loads((tmp_path / "predictions.metrics.json").read_text())
     assert printed["metrics"]["yes_proportion"] == 100.0
     assert printed == rescore("oric_bench", data, predictions)
@@ -179,10 +229,22 @@ def test_unknown_benchmark() -> None:
 # ---- HallusionBench
 
 
-def hb_record(category: str, subcategory: str, set_id: int, figure_id: int, question_id: int, gt: str, visual: str = "1") -> dict:
-    return {"category": category, "subcategory": subcategory, "visual_input": visual, "set_id": str(set_id), "figure_id": str(figure_id),
-            "sample_note": "", "question_id": str(question_id), "question": "Is it so?", "gt_answer_details": "", "gt_answer": gt,
-            "filename": None}  # fmt: skip
+def hb_record(
+    category: str, subcategory: str, set_id: int, figure_id: int, question_id: int, gt: str, visual: str = "1"
+) -> dict:
+    return {
+        "category": category,
+        "subcategory": subcategory,
+        "visual_input": visual,
+        "set_id": str(set_id),
+        "figure_id": str(figure_id),
+        "sample_note": "",
+        "question_id": str(question_id),
+        "question": "Is it so?",
+        "gt_answer_details": "",
+        "gt_answer": gt,
+        "filename": None,
+    }
 
 
 def test_hallusionbench_grouping_and_vs_figure_zero_exception(tmp_path: Path) -> None:
@@ -251,4 +313,10 @@ def test_amber_metrics_with_no_as_positive(tmp_path: Path) -> None:
 def test_official_amber_queries_load() -> None:
     items = get_benchmark("amber_discriminative").load(SHARED / "amber" / "query" / "query_discriminative.json", SHARED)
     assert len(items) == 14216
-    assert {item.meta["type"] for item in items} == {"existence", "attribute_state", "attribute_number", "attribute_action", "relation"}
+    assert {item.meta["type"] for item in items} == {
+        "existence",
+        "attribute_state",
+        "attribute_number",
+        "attribute_action",
+        "relation",
+    }

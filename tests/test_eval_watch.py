@@ -37,7 +37,9 @@ def test_watch_picks_up_a_checkpoint_that_appears(tiny_qwen3vl: Path, oric: Path
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     evaluated: list[int] = []
-    thread = threading.Thread(target=lambda: evaluated.extend(watch(run_dir, prepared(oric), interval=0.2, idle_timeout=120)))
+    thread = threading.Thread(
+        target=lambda: evaluated.extend(watch(run_dir, prepared(oric), interval=0.2, idle_timeout=120))
+    )
     thread.start()
     time.sleep(1.0)  # the watcher is already polling an empty run directory
     half_written = run_dir / "checkpoint-3"
@@ -65,12 +67,35 @@ def test_watch_skips_evaluated_checkpoints_and_resumes_a_half_done_one(
     prepared = prepare_benchmark("oric_bench", data_root=oric, limit=1, max_new_tokens=4)
     backend = TransformersBackend.from_pretrained(run_dir / "checkpoint-2")
     header = {HEADER_KEY: predictions_provenance(backend, prepared.items)}
-    (half / "predictions.jsonl").write_text(json.dumps(header) + "\n" + json.dumps({"id": "1/p0", "prediction": "yes"}) + "\n")
+    (half / "predictions.jsonl").write_text(
+        json.dumps(header) + "\n" + json.dumps({"id": "1/p0", "prediction": "yes"}) + "\n"
+    )
     generated: list[str] = []
     original = TransformersBackend.generate
-    monkeypatch.setattr(TransformersBackend, "generate", lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch))
-    assert main(["eval", "watch", str(run_dir), "--benchmarks", "oric_bench", "--data-root", str(oric), "--limit", "1",
-                 "--max-new-tokens", "4", "--once"]) == 0  # fmt: skip
+    monkeypatch.setattr(
+        TransformersBackend,
+        "generate",
+        lambda self, batch: generated.extend(i.id for i in batch) or original(self, batch),
+    )
+    assert (
+        main(
+            [
+                "eval",
+                "watch",
+                str(run_dir),
+                "--benchmarks",
+                "oric_bench",
+                "--data-root",
+                str(oric),
+                "--limit",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--once",
+            ]
+        )
+        == 0
+    )
     assert sorted(generated) == ["1/p1", "1/p2", "1/p3"]
     assert read_predictions(half / "predictions.jsonl")["1/p0"] == "yes"
     assert metrics_of(run_dir, 1) == {"metrics": {"macro/f1": 1.0}, "counts": {}}
@@ -78,11 +103,15 @@ def test_watch_skips_evaluated_checkpoints_and_resumes_a_half_done_one(
     assert "evaluated checkpoints: 2" in capsys.readouterr().out
 
 
-def test_watch_logs_into_the_training_wandb_run(tiny_qwen3vl: Path, oric: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_watch_logs_into_the_training_wandb_run(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("WANDB_MODE", "offline")
     run_dir = tmp_path / "run"
     make_checkpoint(tiny_qwen3vl, run_dir, 4)
-    (run_dir / "wandb_run.json").write_text(json.dumps({"id": "trainrun01", "project": "veritune-test", "entity": None, "group": None}))
+    (run_dir / "wandb_run.json").write_text(
+        json.dumps({"id": "trainrun01", "project": "veritune-test", "entity": None, "group": None})
+    )
     assert watch(run_dir, prepared(oric), once=True) == [4]
     history = offline_history(run_dir / "wandb")
     rows = [row for row in history if "eval/oric_bench/macro/f1" in row]
@@ -108,6 +137,7 @@ def test_a_final_state_from_an_earlier_shorter_run_is_not_the_end(tiny_qwen3vl: 
 
 def test_watch_refuses_a_missing_run_directory(oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     with pytest.raises(SystemExit):
-        main(["eval", "watch", str(tmp_path / "nope"), "--benchmarks", "oric_bench", "--data-root", str(oric), "--once"])
+        main(
+            ["eval", "watch", str(tmp_path / "nope"), "--benchmarks", "oric_bench", "--data-root", str(oric), "--once"]
+        )
     assert "run directory not found" in capsys.readouterr().err
-

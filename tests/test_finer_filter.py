@@ -48,12 +48,16 @@ def scene(tmp_path: Path) -> tuple[list[Any], Path]:
 
 def test_entropy_is_natural_log_shannon() -> None:
     assert choice_entropy([0.2] * 5) == pytest.approx(math.log(5))
-    assert choice_entropy([0.99, 0.0025, 0.0025, 0.0025, 0.0025]) == pytest.approx(-(0.99 * math.log(0.99) + 4 * 0.0025 * math.log(0.0025)))
+    assert choice_entropy([0.99, 0.0025, 0.0025, 0.0025, 0.0025]) == pytest.approx(
+        -(0.99 * math.log(0.99) + 4 * 0.0025 * math.log(0.0025))
+    )
 
 
 def test_mcq_lists_five_lettered_options() -> None:
     text = mcq_prompt("Which of these objects can be seen in this image?", ["dog", "cat", "fox", "wolf", "sheep"])
-    assert text.splitlines()[1:6] == [f"({letter}) {name}" for letter, name in zip(LETTERS, ["dog", "cat", "fox", "wolf", "sheep"])]
+    assert text.splitlines()[1:6] == [
+        f"({letter}) {name}" for letter, name in zip(LETTERS, ["dog", "cat", "fox", "wolf", "sheep"])
+    ]
 
 
 def test_confident_wrong_choice_is_dropped_without_an_llm(scene: tuple[list[Any], Path]) -> None:
@@ -61,7 +65,9 @@ def test_confident_wrong_choice_is_dropped_without_an_llm(scene: tuple[list[Any]
     stats = filter_negatives(graphs, root, ScriptedDiscriminator({"fox": 0.99}))
     assert graphs[0].objects[0].negatives == ["cat", "wolf", "sheep"]
     summary = stats.summary()
-    assert summary["obj"]["checked"] == 2 and summary["obj"]["flagged_low_entropy"] == 1 and summary["obj"]["dropped"] == 1
+    assert (
+        summary["obj"]["checked"] == 2 and summary["obj"]["flagged_low_entropy"] == 1 and summary["obj"]["dropped"] == 1
+    )
     assert (summary["attr"]["checked"], summary["rel"]["checked"]) == (3, 1)
 
 
@@ -76,10 +82,16 @@ def test_threshold_is_per_level(scene: tuple[list[Any], Path]) -> None:
     graphs, root = scene
     discriminator = ScriptedDiscriminator({"chewing": 0.6})  # relation level: H ≈ 1.23
     filter_negatives(graphs, root, discriminator, thresholds={"rel": 1.3})
-    assert graphs[0].objects[0].relations[0].negatives == ["is jumping over the", "is hiding under the", "is standing behind the"]
+    assert graphs[0].objects[0].relations[0].negatives == [
+        "is jumping over the",
+        "is hiding under the",
+        "is standing behind the",
+    ]
 
 
-def test_flagged_negative_is_regenerated_by_the_llm_and_checked_again(scene: tuple[list[Any], Path], tmp_path: Path) -> None:
+def test_flagged_negative_is_regenerated_by_the_llm_and_checked_again(
+    scene: tuple[list[Any], Path], tmp_path: Path
+) -> None:
     graphs, root = scene
     discriminator = ScriptedDiscriminator({"fox": 0.99})
     with FakeChatServer(lambda body: "PHRASE=hamster") as server:
@@ -88,7 +100,10 @@ def test_flagged_negative_is_regenerated_by_the_llm_and_checked_again(scene: tup
         request = server.requests[0]
     assert graphs[0].objects[0].negatives == ["cat", "hamster", "wolf", "sheep"]  # same position
     assert request["messages"][0]["content"] == prompts.NEGATIVE_PROPOSAL.system
-    assert request["messages"][1]["content"] == "LEVEL=object\nPOSITIVE=dog\nNEGATIVES IN USE=cat; wolf; sheep\nREJECTED=fox"
+    assert (
+        request["messages"][1]["content"]
+        == "LEVEL=object\nPOSITIVE=dog\nNEGATIVES IN USE=cat; wolf; sheep\nREJECTED=fox"
+    )
     assert stats.summary()["obj"]["regenerated"] == 1 and stats.summary()["obj"]["checked"] == 3  # 2 + the re-check
     assert sorted(discriminator.calls[-1]) == ["cat", "dog", "hamster", "sheep", "wolf"]
 
@@ -97,7 +112,9 @@ def test_proposal_still_visible_in_the_last_round_is_dropped(scene: tuple[list[A
     graphs, root = scene
     with FakeChatServer(lambda body: "PHRASE=hamster") as server:
         client = ChatClient(server.base_url, "phi-4", cache_path=tmp_path / "c.sqlite", max_retries=0)
-        stats = filter_negatives(graphs, root, ScriptedDiscriminator({"fox": 0.99, "hamster": 0.99}), client=client, rounds=2)
+        stats = filter_negatives(
+            graphs, root, ScriptedDiscriminator({"fox": 0.99, "hamster": 0.99}), client=client, rounds=2
+        )
     assert graphs[0].objects[0].negatives == ["cat", "wolf", "sheep"]
     assert (stats.summary()["obj"]["regenerated"], stats.summary()["obj"]["dropped"]) == (1, 1)
 
@@ -107,7 +124,10 @@ def test_log_lets_a_rerun_skip_the_model(scene: tuple[list[Any], Path], tmp_path
     log = tmp_path / "filter_log.jsonl"
     filter_negatives(graphs, root, ScriptedDiscriminator({"fox": 0.4}), log_path=log)
     entries = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(entries) == 6 and next(e for e in entries if e["level"] == "obj" and e["positive"] == "dog")["predicted"] == "fox"
+    assert (
+        len(entries) == 6
+        and next(e for e in entries if e["level"] == "obj" and e["positive"] == "dog")["predicted"] == "fox"
+    )
     again = ScriptedDiscriminator({"fox": 0.4})
     filter_negatives([parse_scene_graph(copy.deepcopy(GRAPH), "g")], root, again, log_path=log)
     assert again.calls == []
@@ -125,7 +145,9 @@ def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_tiny_vlm_gives_a_distribution_over_the_five_letters(tiny_vlm: Path, scene: tuple[list[Any], Path]) -> None:
     _, root = scene
-    p = ChoiceDiscriminator(tiny_vlm, device="cpu").probabilities(root / "dog.jpg", "Which?", ["dog", "cat", "fox", "wolf", "sheep"])
+    p = ChoiceDiscriminator(tiny_vlm, device="cpu").probabilities(
+        root / "dog.jpg", "Which?", ["dog", "cat", "fox", "wolf", "sheep"]
+    )
     assert len(p) == 5 and sum(p) == pytest.approx(1.0) and all(0 < x < 1 for x in p)
     assert 0 < choice_entropy(p) <= math.log(5)
 
@@ -133,8 +155,31 @@ def test_tiny_vlm_gives_a_distribution_over_the_five_letters(tiny_vlm: Path, sce
 def test_cli_filters_before_building(tiny_vlm: Path, scene: tuple[list[Any], Path], tmp_path: Path) -> None:
     _, root = scene
     (tmp_path / "g.json").write_text(json.dumps([GRAPH]))
-    assert main(["build", "finer", "--scene-graphs", str(tmp_path / "g.json"), "--image-root", str(root), "--out", str(tmp_path / "out"),
-                 "--filter-model", str(tiny_vlm), "--filter-device", "cpu", "--theta-obj", "2", "--theta-attr", "2", "--theta-rel", "2"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "build",
+                "finer",
+                "--scene-graphs",
+                str(tmp_path / "g.json"),
+                "--image-root",
+                str(root),
+                "--out",
+                str(tmp_path / "out"),
+                "--filter-model",
+                str(tiny_vlm),
+                "--filter-device",
+                "cpu",
+                "--theta-obj",
+                "2",
+                "--theta-attr",
+                "2",
+                "--theta-rel",
+                "2",
+            ]
+        )
+        == 0
+    )
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     levels = manifest["filter"]["levels"]
     # θ = 2 > log 5: every misclassification is flagged, and dropped (no LLM given).
@@ -149,6 +194,24 @@ def test_cli_filters_before_building(tiny_vlm: Path, scene: tuple[list[Any], Pat
 def test_filtering_captions_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "c.jsonl").write_text(json.dumps({"image": "a.jpg", "caption": "A dog."}) + "\n")
     with pytest.raises(SystemExit):
-        main(["build", "finer", "--captions", str(tmp_path / "c.jsonl"), "--image-root", str(tmp_path), "--out", str(tmp_path / "o"),
-              "--filter-model", "x", "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"])  # fmt: skip
-    assert capsys.readouterr().err.startswith("error: --filter-model: negative filtering needs four negatives per entity")
+        main(
+            [
+                "build",
+                "finer",
+                "--captions",
+                str(tmp_path / "c.jsonl"),
+                "--image-root",
+                str(tmp_path),
+                "--out",
+                str(tmp_path / "o"),
+                "--filter-model",
+                "x",
+                "--llm-base-url",
+                "http://127.0.0.1:9/v1",
+                "--llm-model",
+                "m",
+            ]
+        )
+    assert capsys.readouterr().err.startswith(
+        "error: --filter-model: negative filtering needs four negatives per entity"
+    )

@@ -25,16 +25,33 @@ MISFILED = {
     "example_id": "misfiled",
     "image": "kitchen.jpg",
     "objects": [
-        {"object": "cat", "object_index": 0, "neg_object": ["dog", "fox", "rabbit", "owl"],
-         "attribute": ["with black fur"], "neg_attribute": [["with white fur", "with grey fur", "with red fur", "with no fur"]],
-         "parsed_relation": [{"object_a": 1, "rel": "is on the", "object_b": 2}], "neg_relation": [NEGATIVES]},
-        {"object": "cup", "object_index": 1, "neg_object": ["bowl", "glass", "vase", "jar"],
-         "attribute": ["with a blue handle"], "neg_attribute": [["with a red handle", "with no handle", "with a gold handle", "with a bent handle"]],
-         "parsed_relation": [], "neg_relation": []},
-        {"object": "table", "object_index": 2, "neg_object": ["desk", "bench", "shelf", "stool"],
-         "attribute": ["with a wooden top"], "neg_attribute": [["with a glass top", "with a marble top", "with a metal top", "with a tiled top"]]},
+        {
+            "object": "cat",
+            "object_index": 0,
+            "neg_object": ["dog", "fox", "rabbit", "owl"],
+            "attribute": ["with black fur"],
+            "neg_attribute": [["with white fur", "with grey fur", "with red fur", "with no fur"]],
+            "parsed_relation": [{"object_a": 1, "rel": "is on the", "object_b": 2}],
+            "neg_relation": [NEGATIVES],
+        },
+        {
+            "object": "cup",
+            "object_index": 1,
+            "neg_object": ["bowl", "glass", "vase", "jar"],
+            "attribute": ["with a blue handle"],
+            "neg_attribute": [["with a red handle", "with no handle", "with a gold handle", "with a bent handle"]],
+            "parsed_relation": [],
+            "neg_relation": [],
+        },
+        {
+            "object": "table",
+            "object_index": 2,
+            "neg_object": ["desk", "bench", "shelf", "stool"],
+            "attribute": ["with a wooden top"],
+            "neg_attribute": [["with a glass top", "with a marble top", "with a metal top", "with a tiled top"]],
+        },
     ],
-}  # fmt: skip
+}
 
 
 # ---- item 7: the caption path matches whole words
@@ -54,9 +71,16 @@ def test_valid_negative_is_not_rejected_for_a_longer_caption_word() -> None:
 
 @pytest.mark.parametrize(
     ("item", "caption"),
-    [("two dogs", "a dog runs"), ("a dog", "two dogs run"), ("a box", "three boxes"), ("a knife", "two knives"),
-     ("a strawberry", "a bowl of strawberries"), ("a woman", "three women talk"), ("a dog", "the dog's tail")],
-)  # fmt: skip
+    [
+        ("two dogs", "a dog runs"),
+        ("a dog", "two dogs run"),
+        ("a box", "three boxes"),
+        ("a knife", "two knives"),
+        ("a strawberry", "a bowl of strawberries"),
+        ("a woman", "three women talk"),
+        ("a dog", "the dog's tail"),
+    ],
+)
 def test_plural_singular_and_possessive_forms_match(item: str, caption: str) -> None:
     assert phrases.mentioned(item, caption)
 
@@ -72,9 +96,19 @@ def test_attribute_head_matches_whole_words() -> None:
 def write_finer_csv(path: Path, images: tuple[str, str]) -> Path:
     rows = []
     for image, qtype, answer in ((images[0], "multi_obj_pos", 0), (images[1], "multi_obj_neg", 1)):
-        rows.append({"image": image, "qtype": qtype, "question": "Which is right?", "choice1": "Yes, a dog.",
-                     "choice2": "No, but a cat.", "choice3": "No, but a fox.", "choice4": "No, but a owl.",
-                     "choice5": "No, but a cow.", "gt_index": answer})  # fmt: skip
+        rows.append(
+            {
+                "image": image,
+                "qtype": qtype,
+                "question": "Which is right?",
+                "choice1": "Yes, a dog.",
+                "choice2": "No, but a cat.",
+                "choice3": "No, but a fox.",
+                "choice4": "No, but a owl.",
+                "choice5": "No, but a cow.",
+                "gt_index": answer,
+            }
+        )
     with path.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(FIELDS))
         writer.writeheader()

@@ -22,14 +22,27 @@ COLUMNS = {"images", "prompt", "chosen", "rejected", "subset", "polarity"}
 
 def finer_record(image: str, chosen: str = "No, but I can see a dog.", rejected: str = "Yes, I can see a cat.") -> dict:
     """One row of the FINER-Tuning release (LLaMA-Factory sharegpt DPO layout)."""
-    return {"conversations": [{"from": "human", "value": "<image>\nCan you see a cat in this image?"}],
-            "chosen": {"from": "gpt", "value": chosen}, "rejected": {"from": "gpt", "value": rejected},
-            "images": [image], "meta": {"shard": "train-00000", "row_idx": 3, "qa_type": "obj", "polarity": "neg"}}  # fmt: skip
+    return {
+        "conversations": [{"from": "human", "value": "<image>\nCan you see a cat in this image?"}],
+        "chosen": {"from": "gpt", "value": chosen},
+        "rejected": {"from": "gpt", "value": rejected},
+        "images": [image],
+        "meta": {"shard": "train-00000", "row_idx": 3, "qa_type": "obj", "polarity": "neg"},
+    }
 
 
 def rlaif_record(image: object, idx: str = "0") -> dict:
-    return {"ds_name": "RLAIF-V", "image": image, "question": "Describe the image.", "chosen": "A red square.",
-            "rejected": "A blue circle.", "origin_dataset": "COCO", "origin_split": "{}", "idx": idx, "image_path": None}  # fmt: skip
+    return {
+        "ds_name": "RLAIF-V",
+        "image": image,
+        "question": "Describe the image.",
+        "chosen": "A red square.",
+        "rejected": "A blue circle.",
+        "origin_dataset": "COCO",
+        "origin_split": "{}",
+        "idx": idx,
+        "image_path": None,
+    }
 
 
 def write_jsonl(path: Path, records: list[dict]) -> Path:
@@ -47,7 +60,11 @@ def image_dir(tmp_path: Path) -> Path:
 
 
 def test_veritune_directory_loads_with_images_first_in_the_user_turn(image_dir: Path, tmp_path: Path) -> None:
-    (tmp_path / "g.json").write_text(json.dumps([{**copy.deepcopy(GRAPH), "image": "a.jpg"}, {**copy.deepcopy(GRAPH), "image": "b.jpg", "example_id": "2"}]))
+    (tmp_path / "g.json").write_text(
+        json.dumps(
+            [{**copy.deepcopy(GRAPH), "image": "a.jpg"}, {**copy.deepcopy(GRAPH), "image": "b.jpg", "example_id": "2"}]
+        )
+    )
     build_finer_from_scene_graphs(tmp_path / "g.json", image_dir, tmp_path / "data", seed=0)
     train = load_preference_dataset(tmp_path / "data")
     validation = load_preference_dataset(tmp_path / "data", split="validation")
@@ -59,13 +76,20 @@ def test_veritune_directory_loads_with_images_first_in_the_user_turn(image_dir: 
 
 
 def test_finer_release_rows_become_conversational(image_dir: Path) -> None:
-    path = write_jsonl(image_dir.parent / "first6_pon.jsonl", [finer_record("images/a.jpg"), finer_record(str(image_dir / "b.jpg"))])
+    path = write_jsonl(
+        image_dir.parent / "first6_pon.jsonl", [finer_record("images/a.jpg"), finer_record(str(image_dir / "b.jpg"))]
+    )
     dataset = load_preference_dataset(path)
     assert len(dataset) == 2
     row = dataset[0]
     assert row["images"] == [str(image_dir / "a.jpg")]  # relative to the file's folder by default
     assert dataset[1]["images"] == [str(image_dir / "b.jpg")]  # absolute paths stay as they are
-    assert row["prompt"] == [{"role": "user", "content": [{"type": "image", "text": None}, {"type": "text", "text": "Can you see a cat in this image?"}]}]
+    assert row["prompt"] == [
+        {
+            "role": "user",
+            "content": [{"type": "image", "text": None}, {"type": "text", "text": "Can you see a cat in this image?"}],
+        }
+    ]
     assert row["chosen"] == [{"role": "assistant", "content": [{"type": "text", "text": "No, but I can see a dog."}]}]
     assert (row["subset"], row["polarity"]) == ("obj", "neg")
 
@@ -87,10 +111,15 @@ def test_prompt_fits_trls_multimodal_message_preparation(image_dir: Path) -> Non
 
 
 def test_rows_with_equal_answers_are_dropped_and_counted(image_dir: Path) -> None:
-    path = write_jsonl(image_dir.parent / "f.jsonl", [finer_record("images/a.jpg"), finer_record("images/b.jpg", chosen="Same.", rejected="Same.")])
+    path = write_jsonl(
+        image_dir.parent / "f.jsonl",
+        [finer_record("images/a.jpg"), finer_record("images/b.jpg", chosen="Same.", rejected="Same.")],
+    )
     report = PreferenceReport()
     dataset = load_preference_dataset(path, report=report)
-    assert len(dataset) == 1 and report.dropped == {"chosen_equals_rejected": 1} and (report.total, report.kept) == (2, 1)
+    assert (
+        len(dataset) == 1 and report.dropped == {"chosen_equals_rejected": 1} and (report.total, report.kept) == (2, 1)
+    )
 
 
 def test_rows_with_missing_images_are_listed_skipped_and_counted(image_dir: Path) -> None:
@@ -101,7 +130,10 @@ def test_rows_with_missing_images_are_listed_skipped_and_counted(image_dir: Path
 
 
 def test_rlaif_v_json_lines_with_image_paths(image_dir: Path) -> None:
-    path = write_jsonl(image_dir.parent / "rlaif.jsonl", [rlaif_record("images/a.jpg"), rlaif_record({"path": "images/b.jpg", "bytes": None})])
+    path = write_jsonl(
+        image_dir.parent / "rlaif.jsonl",
+        [rlaif_record("images/a.jpg"), rlaif_record({"path": "images/b.jpg", "bytes": None})],
+    )
     dataset = load_preference_dataset(path)
     assert dataset["images"] == [[str(image_dir / "a.jpg")], [str(image_dir / "b.jpg")]]
     assert dataset[0]["rejected"][0]["content"][0]["text"] == "A blue circle." and dataset[0]["subset"] == "COCO"
@@ -146,7 +178,9 @@ def test_malformed_record_is_an_error_naming_the_line(image_dir: Path) -> None:
 
 def test_no_usable_row_is_an_error_with_the_summary(image_dir: Path) -> None:
     path = write_jsonl(image_dir.parent / "f.jsonl", [finer_record("images/gone.jpg")])
-    with pytest.raises(UserError, match=r"no usable preference rows \(0/1 preference rows kept; dropped: \{'missing_image': 1\}\)"):
+    with pytest.raises(
+        UserError, match=r"no usable preference rows \(0/1 preference rows kept; dropped: \{'missing_image': 1\}\)"
+    ):
         load_preference_dataset(path)
 
 

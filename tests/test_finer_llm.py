@@ -35,7 +35,9 @@ WH_A = ("What is lying on a striped rug?", "a brown dog with a red collar")
 WH_B = ("What is the brown dog with a red collar lying on?", "a striped rug")
 WH_NEGATIVE = {
     WH_A[0]: "Q=What is lying on a plain rug? || A=The rug is not plain, but it is striped.",
-    WH_B[0]: "Q=What is the brown dog with a blue collar lying on? || A=The dog does not have a blue collar, but it has a red collar.",
+    WH_B[
+        0
+    ]: "Q=What is the brown dog with a blue collar lying on? || A=The dog does not have a blue collar, but it has a red collar.",
 }
 
 
@@ -84,14 +86,20 @@ def write_captions(root: Path) -> tuple[Path, Path]:
     images.mkdir(parents=True)
     for name in ("dog.jpg", "blur.jpg"):
         Image.new("RGB", (16, 16)).save(images / name)
-    lines = [{"image": "dog.jpg", "caption": CAPTION}, {"image": "blur.jpg", "caption": BLURRY}, {"image": "gone.jpg", "caption": CAPTION}]
+    lines = [
+        {"image": "dog.jpg", "caption": CAPTION},
+        {"image": "blur.jpg", "caption": BLURRY},
+        {"image": "gone.jpg", "caption": CAPTION},
+    ]
     path = root / "captions.jsonl"
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path, images
 
 
 def client(server: FakeChatServer, cache: Path) -> ChatClient:
-    return ChatClient(server.base_url, "phi-4", cache_path=cache, api_key_env="VERITUNE_TEST_NO_KEY", concurrency=4, max_retries=0)
+    return ChatClient(
+        server.base_url, "phi-4", cache_path=cache, api_key_env="VERITUNE_TEST_NO_KEY", concurrency=4, max_retries=0
+    )
 
 
 @pytest.fixture(scope="module")
@@ -99,14 +107,27 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     root = tmp_path_factory.mktemp("finer-llm")
     captions, images = write_captions(root)
     with FakeChatServer(responder) as server:
-        manifest = build_finer_from_captions(captions, images, root / "out", client(server, root / "cache.sqlite"), seed=0, validation_ratio=0)
+        manifest = build_finer_from_captions(
+            captions, images, root / "out", client(server, root / "cache.sqlite"), seed=0, validation_ratio=0
+        )
         requests = list(server.requests)
     rows = [json.loads(line) for line in (root / "out" / "train.jsonl").read_text().splitlines()]
-    return {"root": root, "captions": captions, "images": images, "manifest": manifest, "requests": requests, "rows": rows}
+    return {
+        "root": root,
+        "captions": captions,
+        "images": images,
+        "manifest": manifest,
+        "requests": requests,
+        "rows": rows,
+    }
 
 
 def _texts(row: dict[str, Any]) -> tuple[str, str, str]:
-    return row["prompt"][0]["content"][1]["text"], row["chosen"][0]["content"][0]["text"], row["rejected"][0]["content"][0]["text"]
+    return (
+        row["prompt"][0]["content"][1]["text"],
+        row["chosen"][0]["content"][0]["text"],
+        row["rejected"][0]["content"][0]["text"],
+    )
 
 
 def test_caption_yields_the_expected_eight_tuples(built: dict[str, Any]) -> None:
@@ -118,9 +139,11 @@ def test_caption_yields_the_expected_eight_tuples(built: dict[str, Any]) -> None
     expected_phrases = {
         "obj": ("a dog, a rug and a cat", ", ".join(negative_objects[:2]) + " and " + negative_objects[2]),
         "attr": ("a brown dog with a red collar", ATTR_UNITS[k_attr]),
-        "rel": ("the dog that is lying on a striped rug and is next to a small white cat",
-                "the dog that " + REL_NEGATIVES[k_rel].removeprefix("The dog ")),
-    }  # fmt: skip
+        "rel": (
+            "the dog that is lying on a striped rug and is next to a small white cat",
+            "the dog that " + REL_NEGATIVES[k_rel].removeprefix("The dog "),
+        ),
+    }
     rows = {(r["subset"], r["polarity"]): r for r in built["rows"] if r["images"] == ["dog.jpg"]}
     assert len(rows) == 8
     for subset, (psi_plus, psi_minus) in expected_phrases.items():
@@ -136,8 +159,11 @@ def test_caption_yields_the_expected_eight_tuples(built: dict[str, Any]) -> None
 
 def test_malformed_answers_are_rejected_and_sent_back(built: dict[str, Any]) -> None:
     rejected = built["manifest"]["llm"]["rejected_answers"]
-    assert rejected == {"attr_negative: the object changed from … to …": 1, "obj_extract: expected one line …": 1,
-                        "obj_negative: changed N objects, expected exactly one": 1}  # fmt: skip
+    assert rejected == {
+        "attr_negative: the object changed from … to …": 1,
+        "obj_extract: expected one line …": 1,
+        "obj_negative: changed N objects, expected exactly one": 1,
+    }
     retries = [r for r in built["requests"] if _last_user(r).startswith("That answer was rejected")]
     assert len(retries) == 3
     obj_retry = next(r for r in retries if r["messages"][0]["content"] == prompts.OBJ_EXTRACT.system)
@@ -150,9 +176,13 @@ def test_request_counts_and_skips_are_recorded(built: dict[str, Any]) -> None:
     # Round 1: 4 per usable caption + 1 retry; round 2: 4 + 2 retries; round 3: 1.
     assert len(built["requests"]) == manifest["llm"]["requests_sent"] == 16
     assert manifest["skipped"] == {
-        "attr_positive_nothing_to_extract": 1, "caption_without_usable_object": 1, "missing_image": 1,
-        "obj_positive_nothing_to_extract": 1, "rel_positive_nothing_to_extract": 1, "wh_sentence_nothing_to_extract": 1,
-    }  # fmt: skip
+        "attr_positive_nothing_to_extract": 1,
+        "caption_without_usable_object": 1,
+        "missing_image": 1,
+        "obj_positive_nothing_to_extract": 1,
+        "rel_positive_nothing_to_extract": 1,
+        "wh_sentence_nothing_to_extract": 1,
+    }
     assert manifest["missing_images"] == ["gone.jpg"] and manifest["images"] == {"records": 3, "used": 2}
     assert manifest["counts"]["by_subset"] == {"attr": 2, "obj": 2, "rel": 2, "wh": 2}
 
@@ -160,7 +190,9 @@ def test_request_counts_and_skips_are_recorded(built: dict[str, Any]) -> None:
 def test_rerun_sends_no_request_and_writes_the_same_data(built: dict[str, Any], tmp_path: Path) -> None:
     with FakeChatServer(responder) as server:
         again = client(server, built["root"] / "cache.sqlite")
-        build_finer_from_captions(built["captions"], built["images"], tmp_path / "out", again, seed=0, validation_ratio=0)
+        build_finer_from_captions(
+            built["captions"], built["images"], tmp_path / "out", again, seed=0, validation_ratio=0
+        )
         assert server.requests == [] and again.requests_sent == 0 and again.cache_hits == 16
     assert (tmp_path / "out" / "train.jsonl").read_text() == (built["root"] / "out" / "train.jsonl").read_text()
 
@@ -174,20 +206,40 @@ def test_unit_still_bad_after_all_attempts_is_skipped_and_counted(tmp_path: Path
     captions, images = write_captions(tmp_path)
     captions.write_text(json.dumps({"image": "dog.jpg", "caption": CAPTION}) + "\n")
     with FakeChatServer(stubborn) as server:
-        manifest = build_finer_from_captions(captions, images, tmp_path / "out", client(server, tmp_path / "c.sqlite"), attempts=2)
+        manifest = build_finer_from_captions(
+            captions, images, tmp_path / "out", client(server, tmp_path / "c.sqlite"), attempts=2
+        )
         rel_requests = [r for r in server.requests if r["messages"][0]["content"] == prompts.REL_EXTRACT.system]
     assert len(rel_requests) == 2
     assert manifest["skipped"] == {"rel_positive_rejected_after_retries": 1}
     assert manifest["counts"]["by_subset"] == {"attr": 2, "obj": 2, "wh": 2}
 
 
-def test_caption_line_that_is_not_json_is_an_error_with_its_line_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_caption_line_that_is_not_json_is_an_error_with_its_line_number(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     captions, images = write_captions(tmp_path)
     captions.write_text(captions.read_text() + "{not json\n")
     with FakeChatServer(responder) as server:
         with pytest.raises(SystemExit) as exit_info:
-            main(["build", "finer", "--captions", str(captions), "--image-root", str(images), "--out", str(tmp_path / "out"),
-                  "--llm-base-url", server.base_url, "--llm-model", "phi-4", "--llm-cache", str(tmp_path / "c.sqlite")])  # fmt: skip
+            main(
+                [
+                    "build",
+                    "finer",
+                    "--captions",
+                    str(captions),
+                    "--image-root",
+                    str(images),
+                    "--out",
+                    str(tmp_path / "out"),
+                    "--llm-base-url",
+                    server.base_url,
+                    "--llm-model",
+                    "phi-4",
+                    "--llm-cache",
+                    str(tmp_path / "c.sqlite"),
+                ]
+            )
         assert server.requests == []  # checked before any request is sent
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.startswith(f"error: {captions}, line 4: not valid JSON")
@@ -203,9 +255,26 @@ def test_caption_line_without_caption_key_is_an_error(tmp_path: Path) -> None:
 def test_cli_llm_path_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     captions, images = write_captions(tmp_path)
     with FakeChatServer(responder) as server:
-        code = main(["build", "finer", "--captions", str(captions), "--image-root", str(images), "--out", str(tmp_path / "out"),
-                     "--llm-base-url", server.base_url, "--llm-model", "phi-4", "--llm-cache", str(tmp_path / "c.sqlite"),
-                     "--llm-api-key-env", "VERITUNE_TEST_NO_KEY"])  # fmt: skip
+        code = main(
+            [
+                "build",
+                "finer",
+                "--captions",
+                str(captions),
+                "--image-root",
+                str(images),
+                "--out",
+                str(tmp_path / "out"),
+                "--llm-base-url",
+                server.base_url,
+                "--llm-model",
+                "phi-4",
+                "--llm-cache",
+                str(tmp_path / "c.sqlite"),
+                "--llm-api-key-env",
+                "VERITUNE_TEST_NO_KEY",
+            ]
+        )
     assert code == 0 and "7 train + 1 validation tuples" in capsys.readouterr().out
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["llm"]["model"] == "phi-4" and manifest["counts"]["written"] == 8
@@ -217,7 +286,11 @@ def test_cli_llm_path_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture[s
 
 def test_object_negative_must_replace_exactly_the_asked_object() -> None:
     positive = ["a dog", "a rug", "a cat"]
-    assert phrases.check_object_negative(positive, "a dog, a horse and a cat", 2, CAPTION) == ["a dog", "a horse", "a cat"]
+    assert phrases.check_object_negative(positive, "a dog, a horse and a cat", 2, CAPTION) == [
+        "a dog",
+        "a horse",
+        "a cat",
+    ]
     for phrase, reason in [
         ("a dog, a horse", "has 2 objects, expected 3"),
         ("a horse, a rug and a cat", "changed object 1, expected object 2"),
@@ -231,12 +304,22 @@ def test_object_negative_must_replace_exactly_the_asked_object() -> None:
 
 
 def test_attribute_units_are_the_adjective_group_and_each_clause() -> None:
-    parsed = phrases.parse_attribute_phrase("a fluffy white dog with a red collar, with floppy ears, and wearing a tiny hat")
-    assert (parsed.determiner, parsed.head, parsed.units) == ("a", "dog", ["fluffy white", "with a red collar", "with floppy ears", "wearing a tiny hat"])
-    edited = phrases.check_attribute_negative(parsed, "a fluffy white dog with a red collar, with pointed ears, and wearing a tiny hat", 3)
+    parsed = phrases.parse_attribute_phrase(
+        "a fluffy white dog with a red collar, with floppy ears, and wearing a tiny hat"
+    )
+    assert (parsed.determiner, parsed.head, parsed.units) == (
+        "a",
+        "dog",
+        ["fluffy white", "with a red collar", "with floppy ears", "wearing a tiny hat"],
+    )
+    edited = phrases.check_attribute_negative(
+        parsed, "a fluffy white dog with a red collar, with pointed ears, and wearing a tiny hat", 3
+    )
     assert edited.units[2] == "with pointed ears"
     with pytest.raises(Rejected, match="changed attribute 3, expected attribute 1"):
-        phrases.check_attribute_negative(parsed, "a fluffy white dog with a red collar, with pointed ears, and wearing a tiny hat", 1)
+        phrases.check_attribute_negative(
+            parsed, "a fluffy white dog with a red collar, with pointed ears, and wearing a tiny hat", 1
+        )
 
 
 def test_attribute_with_and_inside_a_clause_is_one_unit() -> None:
@@ -249,9 +332,13 @@ def test_relation_negative_keeps_the_head_and_does_not_just_insert_not() -> None
     assert positive.clauses == ("is lying on a rug", "is next to a cat", "is looking at the window")
     assert positive.noun_phrase() == "the dog that is lying on a rug, is next to a cat and is looking at the window"
     with pytest.raises(Rejected, match="the head changed"):
-        phrases.check_relation_negative(positive, "The puppy is lying on a rug, is next to a cat and is looking at the window", 1)
+        phrases.check_relation_negative(
+            positive, "The puppy is lying on a rug, is next to a cat and is looking at the window", 1
+        )
     with pytest.raises(Rejected, match="inserting 'not'"):
-        phrases.check_relation_negative(positive, "The dog is lying on a rug, is not next to a cat and is looking at the window", 2)
+        phrases.check_relation_negative(
+            positive, "The dog is lying on a rug, is not next to a cat and is looking at the window", 2
+        )
 
 
 def test_wh_answers_are_checked_against_the_sentence_and_the_question() -> None:

@@ -111,7 +111,10 @@ def test_gradient_accumulation_follows_the_process_count(monkeypatch: pytest.Mon
 
 
 def test_global_batch_not_divisible_names_the_numbers() -> None:
-    with pytest.raises(UserError, match=r"global_batch_size: 64 is not a positive multiple of per_device_train_batch_size \(3\) x processes \(1\)"):
+    with pytest.raises(
+        UserError,
+        match=r"global_batch_size: 64 is not a positive multiple of per_device_train_batch_size \(3\) x processes \(1\)",
+    ):
         parse("qwen25vl_7b_finer_lora", "--per_device_train_batch_size", "3")
 
 
@@ -133,6 +136,10 @@ def test_validation_ratio_out_of_range() -> None:
 def test_tiny_recipe_is_a_few_cpu_steps_of_lora_with_wandb() -> None:
     script_args, args, model_args = parse("tiny_finer_demo")
     assert args.use_cpu and args.max_steps == 8 and not args.bf16
-    assert model_args.use_peft and model_args.lora_target_modules == ["q_proj", "v_proj"] and model_args.lora_language_model_only
+    assert (
+        model_args.use_peft
+        and model_args.lora_target_modules == ["q_proj", "v_proj"]
+        and model_args.lora_language_model_only
+    )
     assert args.report_to == ["wandb"]
     assert (args.beta, args.loss_type) == (BETA, ["sigmoid"])

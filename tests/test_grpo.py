@@ -21,12 +21,16 @@ def grpo_args(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: st
     dataset, images = data
     return [
         RECIPE,
-        "--model_name_or_path", str(model),
-        "--dataset_path", str(dataset),
-        "--image_root", str(images),
-        "--output_dir", str(output_dir),
+        "--model_name_or_path",
+        str(model),
+        "--dataset_path",
+        str(dataset),
+        "--image_root",
+        str(images),
+        "--output_dir",
+        str(output_dir),
         *extra,
-    ]  # fmt: skip
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -95,9 +99,17 @@ def test_grpo_reward_rises_on_a_reachable_target(tiny_qwen3vl: Path, tmp_path: P
     result = run_entry(
         "grpo.py",
         *grpo_args(tiny_qwen3vl, data, tmp_path / "run", "--max_steps", "12", "--save_strategy", "no"),
-        "--reward_funcs", "learning_rewards.answers_no_reward", "--reward_weights", "1.0",
-        "--learning_rate", "5e-4", "--lr_scheduler_type", "constant", "--report_to", "none",
-    )  # fmt: skip
+        "--reward_funcs",
+        "learning_rewards.answers_no_reward",
+        "--reward_weights",
+        "1.0",
+        "--learning_rate",
+        "5e-4",
+        "--lr_scheduler_type",
+        "constant",
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     means = [row["rewards/answers_no_reward/mean"] for row in state["log_history"] if "loss" in row]
@@ -131,19 +143,44 @@ def test_grpo_runs_a_second_model_family(tiny_qwen25vl: Path, tmp_path: Path) ->
     assert "rewards/format_reward/mean" in state["log_history"][0]
 
 
-@pytest.mark.skipif(shutil.which("accelerate") is None and not (Path(sys.executable).parent / "accelerate").exists(), reason="accelerate CLI missing")
+@pytest.mark.skipif(
+    shutil.which("accelerate") is None and not (Path(sys.executable).parent / "accelerate").exists(),
+    reason="accelerate CLI missing",
+)
 def test_grpo_two_processes_with_accelerate(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     from conftest import write_oric_fixture
 
     data = write_oric_fixture(tmp_path / "data")
     launcher = Path(sys.executable).parent / "accelerate"
     command = [
-        str(launcher), "launch", "--num_processes", "2", "--num_machines", "1", "--mixed_precision", "no",
-        "--dynamo_backend", "no", "--cpu", "--main_process_port", "29517",
+        str(launcher),
+        "launch",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--cpu",
+        "--main_process_port",
+        "29517",
         str(REPO_ROOT / "finetune" / "grpo.py"),
-        *grpo_args(tiny_qwen3vl, data, tmp_path / "run", "--max_steps", "2", "--save_strategy", "no", "--report_to", "none",
-                   "--per_device_train_batch_size", "2"),
-    ]  # fmt: skip
+        *grpo_args(
+            tiny_qwen3vl,
+            data,
+            tmp_path / "run",
+            "--max_steps",
+            "2",
+            "--save_strategy",
+            "no",
+            "--report_to",
+            "none",
+            "--per_device_train_batch_size",
+            "2",
+        ),
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())

@@ -21,12 +21,29 @@ def batch_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     dataset, images = write_oric_fixture(root / "data")
     output_dir = root / "run"
     result = run_entry(
-        "grpo.py", RECIPE,
-        "--model_name_or_path", tiny_qwen3vl, "--dataset_path", dataset, "--image_root", images,
-        "--output_dir", output_dir, "--max_steps", "1", "--save_steps", "1",
-        "--global_batch_prompts", "2", "--gradient_accumulation_steps", "7",
-        "--log_completions", "true", "--num_completions_to_print", "2",
-    )  # fmt: skip
+        "grpo.py",
+        RECIPE,
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        dataset,
+        "--image_root",
+        images,
+        "--output_dir",
+        output_dir,
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--global_batch_prompts",
+        "2",
+        "--gradient_accumulation_steps",
+        "7",
+        "--log_completions",
+        "true",
+        "--num_completions_to_print",
+        "2",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "gradient_accumulation_steps 7 -> 2" in result.stderr
     return output_dir
@@ -66,9 +83,17 @@ def test_wandb_rollout_table_holds_text_prompts_and_reward_columns(batch_run: Pa
 def test_unreachable_global_batch_is_one_error_line(tiny_qwen3vl: Path) -> None:
     """3 prompts x G = 4 = 12 completions cannot be split into micro-steps of 8 on one process."""
     result = run_entry(
-        "grpo.py", RECIPE, "--model_name_or_path", tiny_qwen3vl, "--report_to", "none",
-        "--global_batch_prompts", "3", "--per_device_train_batch_size", "8",
-    )  # fmt: skip
+        "grpo.py",
+        RECIPE,
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--report_to",
+        "none",
+        "--global_batch_prompts",
+        "3",
+        "--per_device_train_batch_size",
+        "8",
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: global_batch_prompts: 3 prompts x num_generations (4) = 12 completions")
@@ -86,9 +111,23 @@ def test_three_process_launch_of_the_table_9_recipe_is_refused_before_loading() 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "recipes/accelerate/zero3.yaml",
-               "--num_processes", "3", "--mixed_precision", "no", "--main_process_port", str(port),
-               "finetune/grpo.py", "recipes/qwen3vl_oric.yaml", "--bf16", "false"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "recipes/accelerate/zero3.yaml",
+        "--num_processes",
+        "3",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(port),
+        "finetune/grpo.py",
+        "recipes/qwen3vl_oric.yaml",
+        "--bf16",
+        "false",
+    ]
     result = subprocess.run(command, cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]

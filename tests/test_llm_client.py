@@ -26,9 +26,12 @@ def test_request_payload_and_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         answer = client(server, tmp_path).complete("Is it?", system="Be brief.")
     assert answer == "answer to Is it?"
     assert server.requests == [
-        {"model": "judge-model", "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is it?"}],
-         "temperature": 0.0}
-    ]  # fmt: skip
+        {
+            "model": "judge-model",
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Is it?"}],
+            "temperature": 0.0,
+        }
+    ]
     assert server.headers[0]["Authorization"] == "Bearer sk-secret-123"
     assert b"sk-secret-123" not in (tmp_path / "cache.sqlite").read_bytes()
 
@@ -60,7 +63,9 @@ def test_malformed_body_is_retried(tmp_path: Path) -> None:
 
 
 def test_unreachable_endpoint_is_one_clear_error(tmp_path: Path) -> None:
-    chat = ChatClient("http://127.0.0.1:9/v1", "m", cache_path=tmp_path / "c.sqlite", max_retries=1, backoff=0.01, timeout=2)
+    chat = ChatClient(
+        "http://127.0.0.1:9/v1", "m", cache_path=tmp_path / "c.sqlite", max_retries=1, backoff=0.01, timeout=2
+    )
     with pytest.raises(UserError, match=r"unreachable after 2 attempts.*cached, rerun to resume"):
         chat.complete("x")
 
@@ -101,7 +106,10 @@ def test_retries_exhausted_error_keeps_earlier_answers(tmp_path: Path) -> None:
     with FakeChatServer(echo) as server:
         client(server, tmp_path).complete("first")
         server.fail_first = 10**6  # from now on every request fails
-        with pytest.raises(UserError, match=r"failed after 3 attempts: the server answered HTTP 500: '\{\}'; answers received so far are cached"):
+        with pytest.raises(
+            UserError,
+            match=r"failed after 3 attempts: the server answered HTTP 500: '\{\}'; answers received so far are cached",
+        ):
             client(server, tmp_path, max_retries=2).complete("second")
         sent = len(server.requests)
         assert client(server, tmp_path).complete("first") == "answer to first"

@@ -41,8 +41,14 @@ def _asked(prompt: str) -> str:
 def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> None:
     """Answers are never flipped: captions list exactly an image's classes, yes questions ask about one of
     them and no questions about another class; both answer styles, one image per example."""
-    examples = conventional_examples(world["train_annotations"], world["train_images"], questions_per_image=2, captions=True,
-                                     styles=["plain", "r1"], seed=0)  # fmt: skip
+    examples = conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=2,
+        captions=True,
+        styles=["plain", "r1"],
+        seed=0,
+    )
     groups: dict[int, list[dict]] = {}
     for example in examples:  # the examples of one image share its (decoded once) image object
         assert len(example["images"]) == 1
@@ -73,18 +79,35 @@ def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> Non
 
 def test_no_questions_are_drawn_uniformly_from_absent_classes(world: dict[str, Path]) -> None:
     """POPE-random-style negatives: over many draws every absent class is asked about, in-context or not."""
-    examples = conventional_examples(world["train_annotations"], world["train_images"], questions_per_image=2, captions=False,
-                                     styles=["plain"], seed=1)  # fmt: skip
+    examples = conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=2,
+        captions=False,
+        styles=["plain"],
+        seed=1,
+    )
     asked_no = {_asked(e["prompt"][0]["content"]) for e in examples if e["completion"][0]["content"] == "No."}
     assert len(asked_no) >= 8  # most of the 12 classes appear as negatives somewhere
 
 
 def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
     result = run_entry(
-        "sft.py", "recipes/tiny_sft_warmstart.yaml", "--model_name_or_path", tiny_qwen3vl,
-        "--dataset_path", world["train_annotations"], "--image_root", world["train_images"],
-        "--output_dir", tmp_path / "sft", "--max_steps", "2", "--per_device_train_batch_size", "4",
-    )  # fmt: skip
+        "sft.py",
+        "recipes/tiny_sft_warmstart.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        world["train_annotations"],
+        "--image_root",
+        world["train_images"],
+        "--output_dir",
+        tmp_path / "sft",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "sft" / "model.safetensors").is_file()
     state = json.loads((tmp_path / "sft" / "trainer_state.json").read_text())
@@ -94,8 +117,18 @@ def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: 
 def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     bad = tmp_path / "instances.json"
     bad.write_text(json.dumps({"images": []}))
-    result = run_entry("sft.py", "recipes/tiny_sft_warmstart.yaml", "--model_name_or_path", tiny_qwen3vl,
-                       "--dataset_path", bad, "--image_root", tmp_path, "--output_dir", tmp_path / "out")  # fmt: skip
+    result = run_entry(
+        "sft.py",
+        "recipes/tiny_sft_warmstart.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        bad,
+        "--image_root",
+        tmp_path,
+        "--output_dir",
+        tmp_path / "out",
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: {bad}: expected a COCO instances file" in result.stderr
 
@@ -115,12 +148,37 @@ def test_step0_baseline_and_before_after_report(world: dict[str, Path], tiny_qwe
 
     val = world["val_annotations"].parent
     result = run_entry(
-        "grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", tiny_qwen3vl,
-        "--dataset_path", _oric_file(world, tmp_path), "--image_root", world["train_images"], "--output_dir", tmp_path / "run",
-        "--max_steps", "1", "--save_steps", "1", "--report_to", "none", "--max_completion_length", "8",
-        "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", "pope", "--eval_limit", "6",
-        "--eval_data", f"pope={world['val_pope_random']}", "--eval_image_root", val / "images",
-    )  # fmt: skip
+        "grpo.py",
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        _oric_file(world, tmp_path),
+        "--image_root",
+        world["train_images"],
+        "--output_dir",
+        tmp_path / "run",
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--max_completion_length",
+        "8",
+        "--eval_on_save",
+        "true",
+        "--eval_at_start",
+        "true",
+        "--eval_benchmarks",
+        "pope",
+        "--eval_limit",
+        "6",
+        "--eval_data",
+        f"pope={world['val_pope_random']}",
+        "--eval_image_root",
+        val / "images",
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     first, last = (
         json.loads((tmp_path / "run" / "eval" / f"checkpoint-{s}" / "pope" / "metrics.json").read_text())
@@ -139,8 +197,15 @@ def _oric_file(world: dict[str, Path], tmp_path: Path) -> Path:
     items = []
     for number, (file_name, names) in enumerate(sorted(present.items())[:8], start=1):
         name = sorted(names)[0]
-        items.append({"id": number, "image": file_name, "target_object": name, "problem": f"Is there a {name} in the image?",
-                      "solution": "<SOLUTION>yes</SOLUTION>"})  # fmt: skip
+        items.append(
+            {
+                "id": number,
+                "image": file_name,
+                "target_object": name,
+                "problem": f"Is there a {name} in the image?",
+                "solution": "<SOLUTION>yes</SOLUTION>",
+            }
+        )
     path = tmp_path / "oric_train.json"
     path.write_text(json.dumps(items))
     return path

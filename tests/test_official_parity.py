@@ -105,8 +105,17 @@ def test_orbit_extraction_is_clean_answer_improved(text: str, expected: tuple[in
 
 
 def test_orbit_eleven_is_invalid_and_eleven_for_ten_is_off_by_one(tmp_path: Path) -> None:
-    images = [{"image_id": "image01", "image_type": "REAL", "path": "a.jpg",
-               "questions": [{"id": "Q1", "question": "How many?", "answer": "10"}, {"id": "Q2", "question": "How many?", "answer": "0"}]}]  # fmt: skip
+    images = [
+        {
+            "image_id": "image01",
+            "image_type": "REAL",
+            "path": "a.jpg",
+            "questions": [
+                {"id": "Q1", "question": "How many?", "answer": "10"},
+                {"id": "Q2", "question": "How many?", "answer": "0"},
+            ],
+        }
+    ]
     (tmp_path / "a.jpg").write_bytes(b"x")
     (tmp_path / "benchmark.json").write_text(json.dumps({"benchmark": {"images": images}}))
     bench = get_benchmark("orbit")
@@ -152,8 +161,19 @@ def test_duplicate_ids_are_refused_for_every_benchmark(tmp_path: Path, capsys: p
     data.parent.mkdir()
     data.write_text(json.dumps([record, record]))
     # eval run refuses before any model loads (the model path does not exist)
-    err = refused(capsys, "eval", "run", "--model", str(tmp_path / "no-model"), "--benchmarks", "oric_bench", "--data-root", str(tmp_path),
-                  "--out", str(tmp_path / "out"))  # fmt: skip
+    err = refused(
+        capsys,
+        "eval",
+        "run",
+        "--model",
+        str(tmp_path / "no-model"),
+        "--benchmarks",
+        "oric_bench",
+        "--data-root",
+        str(tmp_path),
+        "--out",
+        str(tmp_path / "out"),
+    )
     assert "oric_bench:" in err and "'7/p0' occurs more than once" in err
 
 
@@ -231,8 +251,22 @@ def test_amber_attribute_group_sums_the_three_attribute_counters(tmp_path: Path)
 def test_strict_official_refuses_a_judge(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = amber_files(tmp_path, [("discriminative-hallucination", "yes")])
     write_jsonl(tmp_path / "p.jsonl", {"2": "Yes"})
-    err = refused(capsys, "eval", "score", "--benchmarks", "amber_discriminative", "--data", "amber_discriminative" + "=" + str(data), "--predictions", str(tmp_path / "p.jsonl"),
-                  "--strict-official", "--judge-base-url", "http://127.0.0.1:9/v1", "--judge-model", "m")  # fmt: skip
+    err = refused(
+        capsys,
+        "eval",
+        "score",
+        "--benchmarks",
+        "amber_discriminative",
+        "--data",
+        "amber_discriminative" + "=" + str(data),
+        "--predictions",
+        str(tmp_path / "p.jsonl"),
+        "--strict-official",
+        "--judge-base-url",
+        "http://127.0.0.1:9/v1",
+        "--judge-model",
+        "m",
+    )
     assert "--strict-official" in err
 
 

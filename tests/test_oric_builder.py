@@ -29,9 +29,18 @@ def coco(tmp_path: Path, boxes: list[tuple[int, str, list[float], int]], name: s
     """A COCO instances file from ``(image_id, class, bbox, iscrowd)`` rows."""
     classes = sorted({b[1] for b in boxes})
     data = {
-        "images": [{"id": i, "file_name": f"{i}.jpg", "width": 100, "height": 100} for i in sorted({b[0] for b in boxes})],
+        "images": [
+            {"id": i, "file_name": f"{i}.jpg", "width": 100, "height": 100} for i in sorted({b[0] for b in boxes})
+        ],
         "annotations": [
-            {"id": n, "image_id": img, "category_id": classes.index(cls) + 1, "bbox": bbox, "area": bbox[2] * bbox[3], "iscrowd": crowd}
+            {
+                "id": n,
+                "image_id": img,
+                "category_id": classes.index(cls) + 1,
+                "bbox": bbox,
+                "area": bbox[2] * bbox[3],
+                "iscrowd": crowd,
+            }
             for n, (img, cls, bbox, crowd) in enumerate(boxes, start=1)
         ],
         "categories": [{"id": i + 1, "name": c} for i, c in enumerate(classes)],
@@ -74,8 +83,15 @@ def test_roi_split_at_the_median(areas: dict[str, float], expected: tuple[list[s
 
 def test_roi_split_uses_the_union_not_the_sum(tmp_path: Path) -> None:
     # cup: two overlapping 10x10 boxes, union 175 (sum 200); bowl: 180; oven: 300. Median 180.
-    path = coco(tmp_path, [(1, "cup", [0, 0, 10, 10], 0), (1, "cup", [5, 5, 10, 10], 0), (1, "bowl", [50, 50, 18, 10], 0),
-                           (1, "oven", [20, 60, 30, 10], 0)])  # fmt: skip
+    path = coco(
+        tmp_path,
+        [
+            (1, "cup", [0, 0, 10, 10], 0),
+            (1, "cup", [5, 5, 10, 10], 0),
+            (1, "bowl", [50, 50, 18, 10], 0),
+            (1, "oven", [20, 60, 30, 10], 0),
+        ],
+    )
     record = load_instances(path)[0][0]
     assert describe(record) == {"cup": 175.0, "bowl": 180.0, "oven": 300.0}
     assert roi_split(describe(record)) == (["cup"], ["oven", "bowl"])
@@ -199,7 +215,12 @@ def test_openai_judge_needs_endpoint_and_model() -> None:
 
 def test_articles_follow_the_first_letter() -> None:
     assert [with_article(n) for n in ("umbrella", "apple", "elephant", "cup", "traffic light")] == [
-        "an umbrella", "an apple", "an elephant", "a cup", "a traffic light"]  # fmt: skip
+        "an umbrella",
+        "an apple",
+        "an elephant",
+        "a cup",
+        "a traffic light",
+    ]
 
 
 @needs_official
@@ -247,7 +268,9 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from veritune.tiny.clip import build_tiny_clip
 
     root = tmp_path_factory.mktemp("oric-world")
-    paths = build_synthetic_world(root / "world", num_train_images=120, num_val_images=120)  # enough incongruous objects
+    paths = build_synthetic_world(
+        root / "world", num_train_images=120, num_val_images=120
+    )  # enough incongruous objects
     paths["clip"] = build_tiny_clip(root / "clip")
     return paths
 
@@ -286,18 +309,50 @@ def test_unreadable_images_are_reported_not_embedded(world: dict[str, Path], tmp
     assert np.allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-5)
 
 
-def build(world: dict[str, Path], out: Path, kind: str = "oric", split: str = "train", *extra: str, per_image: str = "1") -> list[dict]:
-    code = main([
-        "build", kind, "--annotations", str(world[f"{split}_annotations"]), "--image-root", str(world[f"{split}_images"]),
-        "--out", str(out), "--num-yes", "10", "--num-no", "10", "--yes-per-image", per_image, "--no-per-image", per_image,
-        "--context-judge-threshold", "0.5", "--clip-model", str(world["clip"]), "--clip-cache", str(out.parent / "clip"), *extra,
-    ])  # fmt: skip
+def build(
+    world: dict[str, Path], out: Path, kind: str = "oric", split: str = "train", *extra: str, per_image: str = "1"
+) -> list[dict]:
+    code = main(
+        [
+            "build",
+            kind,
+            "--annotations",
+            str(world[f"{split}_annotations"]),
+            "--image-root",
+            str(world[f"{split}_images"]),
+            "--out",
+            str(out),
+            "--num-yes",
+            "10",
+            "--num-no",
+            "10",
+            "--yes-per-image",
+            per_image,
+            "--no-per-image",
+            per_image,
+            "--context-judge-threshold",
+            "0.5",
+            "--clip-model",
+            str(world["clip"]),
+            "--clip-cache",
+            str(out.parent / "clip"),
+            *extra,
+        ]
+    )
     assert code == 0
     return json.loads(out.read_text())
 
 
-PROVENANCE = ["label", "source_image_id", "similar_image_id", "roi_area", "object_size", "judge_verdict", "clip_score",
-              "image_similarity"]  # fmt: skip
+PROVENANCE = [
+    "label",
+    "source_image_id",
+    "similar_image_id",
+    "roi_area",
+    "object_size",
+    "judge_verdict",
+    "clip_score",
+    "image_similarity",
+]
 
 
 @needs_official
@@ -392,19 +447,34 @@ def test_seed_changes_the_sample(world: dict[str, Path], tmp_path: Path) -> None
 def test_leakage_check_passes_disjoint_files(world: dict[str, Path], tmp_path: Path, capsys) -> None:
     build(world, tmp_path / "t" / "oric_train.json")
     build(world, tmp_path / "b" / "oric_bench.json", "oric-bench", "val")
-    assert main(["build", "check-leakage", str(tmp_path / "t" / "oric_train.json"), str(tmp_path / "b" / "oric_bench.json")]) == 0
+    assert (
+        main(
+            ["build", "check-leakage", str(tmp_path / "t" / "oric_train.json"), str(tmp_path / "b" / "oric_bench.json")]
+        )
+        == 0
+    )
     assert "no shared images" in capsys.readouterr().out
 
 
 def test_leakage_check_refuses_shared_images(world: dict[str, Path], tmp_path: Path, capsys) -> None:
     build(world, tmp_path / "t" / "oric_train.json")
-    code, err = run_cli(["build", "check-leakage", str(tmp_path / "t" / "oric_train.json"), str(tmp_path / "t" / "oric_train.json")], capsys)
+    code, err = run_cli(
+        ["build", "check-leakage", str(tmp_path / "t" / "oric_train.json"), str(tmp_path / "t" / "oric_train.json")],
+        capsys,
+    )
     assert code == 2 and "appear in both" in err
 
 
 def test_exclude_images_from_keeps_files_disjoint(world: dict[str, Path], tmp_path: Path) -> None:
     first = build(world, tmp_path / "a" / "oric_train.json")
-    second = build(world, tmp_path / "b" / "oric_train.json", "oric", "train", "--exclude-images-from", str(tmp_path / "a" / "oric_train.json"))
+    second = build(
+        world,
+        tmp_path / "b" / "oric_train.json",
+        "oric",
+        "train",
+        "--exclude-images-from",
+        str(tmp_path / "a" / "oric_train.json"),
+    )
     assert second and not {i["image"] for i in first} & {i["image"] for i in second}
     manifest = json.loads((tmp_path / "b" / "oric_train.manifest.json").read_text())
     assert manifest["skipped"]["excluded_image"] == len({i["image"] for i in first})
@@ -443,35 +513,51 @@ def run_cli(args: list[str], capsys) -> tuple[int, str]:
         ('{"images": {}, "annotations": [], "categories": []}', "'images' must be a list of objects"),
         ('{"images": [{"id": 1}], "annotations": [], "categories": []}', "images[0] has no 'file_name'"),
         ('{"images": [], "annotations": [], "categories": [{"id": 1}]}', "categories[0] has no 'name'"),
-        ('{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 0, 5]}], "categories": []}',
-         "annotation 0 (id 7): box with zero or negative size"),
-        ('{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, -1]}], "categories": []}',
-         "annotation 0 (id 7): box with zero or negative size"),
-        ('{"images": [], "annotations": [{"id": 8, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5]}], "categories": []}',
-         "annotation 0 (id 8): bbox must be [x, y, width, height]"),
+        (
+            '{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 0, 5]}], "categories": []}',
+            "annotation 0 (id 7): box with zero or negative size",
+        ),
+        (
+            '{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, -1]}], "categories": []}',
+            "annotation 0 (id 7): box with zero or negative size",
+        ),
+        (
+            '{"images": [], "annotations": [{"id": 8, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5]}], "categories": []}',
+            "annotation 0 (id 8): bbox must be [x, y, width, height]",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_annotation_files(tmp_path: Path, capsys, content: str | None, message: str) -> None:
     path = tmp_path / "instances.json"
     if content is not None:
         path.write_text(content)
-    code, err = run_cli(["build", "oric", "--annotations", str(path), "--image-root", str(tmp_path), "--out", str(tmp_path / "o.json")], capsys)
+    code, err = run_cli(
+        ["build", "oric", "--annotations", str(path), "--image-root", str(tmp_path), "--out", str(tmp_path / "o.json")],
+        capsys,
+    )
     assert code == 2 and message in err and "Traceback" not in err
     assert not (tmp_path / "o.json").exists()
 
 
 @pytest.mark.parametrize(("flag", "value"), [("--yes-per-image", "0"), ("--num-no", "-1"), ("--min-classes", "1")])
 def test_bad_numbers_are_one_line_errors(tmp_path: Path, capsys, flag: str, value: str) -> None:
-    code, err = run_cli(["build", "oric", "--annotations", "x.json", "--image-root", str(tmp_path), "--out", "o.json", flag, value], capsys)
+    code, err = run_cli(
+        ["build", "oric", "--annotations", "x.json", "--image-root", str(tmp_path), "--out", "o.json", flag, value],
+        capsys,
+    )
     assert code == 2 and err.startswith(f"error: {flag} must be at least")
 
 
 def test_missing_image_root_is_an_error(tmp_path: Path, capsys) -> None:
-    code, err = run_cli(["build", "oric", "--annotations", "x.json", "--image-root", str(tmp_path / "nope"), "--out", "o.json"], capsys)
+    code, err = run_cli(
+        ["build", "oric", "--annotations", "x.json", "--image-root", str(tmp_path / "nope"), "--out", "o.json"], capsys
+    )
     assert code == 2 and "--image-root: not a directory" in err
 
 
-def test_missing_and_unreadable_images_are_listed_skipped_counted(world: dict[str, Path], tmp_path: Path, capsys) -> None:
+def test_missing_and_unreadable_images_are_listed_skipped_counted(
+    world: dict[str, Path], tmp_path: Path, capsys
+) -> None:
     images = tmp_path / "images"
     images.mkdir()
     files = sorted(world["train_images"].iterdir())
@@ -480,9 +566,15 @@ def test_missing_and_unreadable_images_are_listed_skipped_counted(world: dict[st
     (images / files[2].name).write_bytes(b"\xff\xd8 truncated")
     build(dict(world, train_images=images), tmp_path / "m" / "oric_train.json")
     manifest = json.loads((tmp_path / "m" / "oric_train.manifest.json").read_text())
-    assert manifest["skipped"]["missing_image_file"] == 2 and manifest["missing_images"] == [files[0].name, files[1].name]
+    assert manifest["skipped"]["missing_image_file"] == 2 and manifest["missing_images"] == [
+        files[0].name,
+        files[1].name,
+    ]
     assert manifest["skipped"]["unreadable_image_file"] == 1 and manifest["unreadable_images"] == [files[2].name]
-    assert f"missing image files (2, all listed in the manifest): {files[0].name}, {files[1].name}" in capsys.readouterr().err
+    assert (
+        f"missing image files (2, all listed in the manifest): {files[0].name}, {files[1].name}"
+        in capsys.readouterr().err
+    )
 
 
 def test_single_class_images_are_skipped_and_counted(world: dict[str, Path], tmp_path: Path) -> None:
@@ -491,7 +583,9 @@ def test_single_class_images_are_skipped_and_counted(world: dict[str, Path], tmp
     first_class = {}
     for annotation in data["annotations"]:
         first_class.setdefault(annotation["image_id"], annotation["category_id"])
-    data["annotations"] = [a for a in data["annotations"] if a["image_id"] not in single or a["category_id"] == first_class[a["image_id"]]]
+    data["annotations"] = [
+        a for a in data["annotations"] if a["image_id"] not in single or a["category_id"] == first_class[a["image_id"]]
+    ]
     edited = tmp_path / "instances.json"
     edited.write_text(json.dumps(data))
     items = build(dict(world, train_annotations=edited), tmp_path / "s" / "oric_train.json")
@@ -510,23 +604,70 @@ def test_shortfall_is_counted_and_warned(world: dict[str, Path], tmp_path: Path,
 
 
 def test_unreachable_judge_endpoint_is_a_clear_error(world: dict[str, Path], tmp_path: Path, capsys) -> None:
-    code, err = run_cli([
-        "build", "oric", "--annotations", str(world["train_annotations"]), "--image-root", str(world["train_images"]),
-        "--out", str(tmp_path / "o.json"), "--context-judge", "openai", "--llm-base-url", "http://127.0.0.1:9/v1",
-        "--llm-model", "m", "--llm-cache", str(tmp_path / "c.sqlite"), "--llm-max-retries", "1", "--clip-model", str(world["clip"]),
-        "--clip-cache", str(tmp_path / "clip"),
-    ], capsys)  # fmt: skip
+    code, err = run_cli(
+        [
+            "build",
+            "oric",
+            "--annotations",
+            str(world["train_annotations"]),
+            "--image-root",
+            str(world["train_images"]),
+            "--out",
+            str(tmp_path / "o.json"),
+            "--context-judge",
+            "openai",
+            "--llm-base-url",
+            "http://127.0.0.1:9/v1",
+            "--llm-model",
+            "m",
+            "--llm-cache",
+            str(tmp_path / "c.sqlite"),
+            "--llm-max-retries",
+            "1",
+            "--clip-model",
+            str(world["clip"]),
+            "--clip-cache",
+            str(tmp_path / "clip"),
+        ],
+        capsys,
+    )
     assert code == 2 and "unreachable" in err and "Traceback" not in err
     assert not (tmp_path / "o.json").exists()
 
 
 def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_path: Path, capsys) -> None:
     args = [
-        "build", "oric", "--annotations", str(world["train_annotations"]), "--image-root", str(world["train_images"]),
-        "--out", str(tmp_path / "o.json"), "--num-yes", "6", "--num-no", "6", "--yes-per-image", "1", "--no-per-image", "1",
-        "--context-judge", "openai", "--llm-model", "judge", "--llm-cache", str(tmp_path / "c.sqlite"), "--llm-max-retries", "0",
-        "--llm-concurrency", "1", "--clip-model", str(world["clip"]), "--clip-cache", str(tmp_path / "clip"),
-    ]  # fmt: skip
+        "build",
+        "oric",
+        "--annotations",
+        str(world["train_annotations"]),
+        "--image-root",
+        str(world["train_images"]),
+        "--out",
+        str(tmp_path / "o.json"),
+        "--num-yes",
+        "6",
+        "--num-no",
+        "6",
+        "--yes-per-image",
+        "1",
+        "--no-per-image",
+        "1",
+        "--context-judge",
+        "openai",
+        "--llm-model",
+        "judge",
+        "--llm-cache",
+        str(tmp_path / "c.sqlite"),
+        "--llm-max-retries",
+        "0",
+        "--llm-concurrency",
+        "1",
+        "--clip-model",
+        str(world["clip"]),
+        "--clip-cache",
+        str(tmp_path / "clip"),
+    ]
     answered: list[dict] = []
 
     def flaky(request: dict) -> str | tuple[int, str]:  # five answers, then an outage

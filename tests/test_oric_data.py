@@ -96,7 +96,9 @@ def test_missing_and_unreadable_images_are_listed(oric_fixture: tuple[Path, Path
     names = sorted(images.iterdir())
     names[1].unlink()
     names[5].write_bytes(b"not an image")
-    with pytest.raises(UserError, match=r"2 example\(s\) with missing or unreadable images, first: row 1 .*missing; row 5 .*unreadable"):
+    with pytest.raises(
+        UserError, match=r"2 example\(s\) with missing or unreadable images, first: row 1 .*missing; row 5 .*unreadable"
+    ):
         get_oric_dataset(path, images)
     dataset, report = get_oric_dataset(path, images, skip_bad_examples=True)
     assert len(dataset) == 6 and len(report.dropped_bad_image) == 2
@@ -115,9 +117,19 @@ def test_entry_point_reports_bad_data_in_one_line(
     path, images = oric_fixture
     rewrite(path, mutate)
     result = run_entry(
-        "grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", path,
-        "--image_root", images, "--output_dir", tmp_path / "run", "--report_to", "none",
-    )  # fmt: skip
+        "grpo.py",
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        path,
+        "--image_root",
+        images,
+        "--output_dir",
+        tmp_path / "run",
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr

@@ -39,7 +39,9 @@ def test_grpo_recipe_loads(recipe: Path) -> None:
 
 def test_every_recipe_is_covered_by_a_loader_test() -> None:
     recipes = {p.name for p in (REPO_ROOT / "recipes").glob("*.yaml")}
-    assert all("oric" in name or "finer" in name or "sft" in name for name in recipes), recipes  # sft: tests/test_miniature.py
+    assert all("oric" in name or "finer" in name or "sft" in name for name in recipes), (
+        recipes
+    )  # sft: tests/test_miniature.py
 
 
 def test_qwen3vl_oric_recipe_equals_table_9() -> None:
@@ -153,7 +155,8 @@ def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
         pytest.skip(f"{package} is installed here")
     with pytest.raises(UserError, match=rf"{flag[2:]}: .* need the {package} package, not installed here"):
         parse_recipe(
-            ["recipes/tiny_oric_demo.yaml", flag, "true"], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+            ["recipes/tiny_oric_demo.yaml", flag, "true"],
+            (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig),
         )
 
 

@@ -14,19 +14,40 @@ from veritune.report import write_report
 
 
 def test_report_plots_training_and_eval(tmp_path: Path) -> None:
-    history = [{"step": s, "loss": 0.1 * s, "reward": 0.5 + 0.1 * s, "rewards/accuracy_reward/mean": 0.2 * s} for s in (1, 2, 3)]
+    history = [
+        {"step": s, "loss": 0.1 * s, "reward": 0.5 + 0.1 * s, "rewards/accuracy_reward/mean": 0.2 * s}
+        for s in (1, 2, 3)
+    ]
     (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": history}))
     for step, f1 in ((1, 40.0), (3, 60.0)):
         folder = tmp_path / "eval" / f"checkpoint-{step}" / "oric_bench"
         folder.mkdir(parents=True)
-        metrics = {"macro/f1": f1, "yes/f1": f1, "no/f1": f1 - 5, "yes/precision": 50.0, "yes/recall": 70.0,
-                   "no/precision": 45.0, "no/recall": 30.0, "yes_proportion": 55.0}  # fmt: skip
-        (folder / "metrics.json").write_text(json.dumps({"metrics": metrics, "tables": {"confusion": [{"true": "yes", "pred_yes": 3}]}, "counts": {}}))
+        metrics = {
+            "macro/f1": f1,
+            "yes/f1": f1,
+            "no/f1": f1 - 5,
+            "yes/precision": 50.0,
+            "yes/recall": 70.0,
+            "no/precision": 45.0,
+            "no/recall": 30.0,
+            "yes_proportion": 55.0,
+        }
+        (folder / "metrics.json").write_text(
+            json.dumps({"metrics": metrics, "tables": {"confusion": [{"true": "yes", "pred_yes": 3}]}, "counts": {}})
+        )
     assert main(["report", str(tmp_path)]) == 0
     page = (tmp_path / "report.html").read_text()
     plots = re.findall(r'<svg[^>]*aria-label="([^"]*)"', page)
-    assert plots == ["rewards", "loss", "oric_bench: yes-proportion", "oric_bench: macro", "oric_bench: yes", "oric_bench: no",
-                     "confusion, step 1", "confusion, step 3"]  # fmt: skip
+    assert plots == [
+        "rewards",
+        "loss",
+        "oric_bench: yes-proportion",
+        "oric_bench: macro",
+        "oric_bench: yes",
+        "oric_bench: no",
+        "confusion, step 1",
+        "confusion, step 3",
+    ]
     assert "macro/f1" in page and "Confusion matrices" in page
     assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 

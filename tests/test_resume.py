@@ -26,10 +26,26 @@ STEPS = 4
 def grpo_command(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str) -> list[str]:
     return [
         "recipes/tiny_oric_demo.yaml",
-        "--model_name_or_path", str(model), "--dataset_path", str(data[0]), "--image_root", str(data[1]),
-        "--output_dir", str(output_dir), "--max_steps", str(STEPS), "--save_steps", "1", "--report_to", "none",
-        "--resume_from_checkpoint", "auto", "--data_seed", "0", *extra,
-    ]  # fmt: skip
+        "--model_name_or_path",
+        str(model),
+        "--dataset_path",
+        str(data[0]),
+        "--image_root",
+        str(data[1]),
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        str(STEPS),
+        "--save_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--resume_from_checkpoint",
+        "auto",
+        "--data_seed",
+        "0",
+        *extra,
+    ]
 
 
 def kill_after_checkpoint(args: list[str], output_dir: Path, step: int) -> None:

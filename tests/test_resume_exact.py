@@ -17,10 +17,27 @@ STEPS = 2  # fewer than the steps of one epoch: the Trainer only checks max_step
 def command(model: Path, data: tuple[Path, Path], output_dir: Path) -> list[str]:
     return [
         "recipes/tiny_oric_demo.yaml",
-        "--model_name_or_path", str(model), "--dataset_path", str(data[0]), "--image_root", str(data[1]),
-        "--output_dir", str(output_dir), "--max_steps", str(STEPS), "--save_steps", "1", "--report_to", "none",
-        "--resume_from_checkpoint", "auto", "--data_seed", "0", "--lr_scheduler_type", "constant",
-    ]  # fmt: skip
+        "--model_name_or_path",
+        str(model),
+        "--dataset_path",
+        str(data[0]),
+        "--image_root",
+        str(data[1]),
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        str(STEPS),
+        "--save_steps",
+        "1",
+        "--report_to",
+        "none",
+        "--resume_from_checkpoint",
+        "auto",
+        "--data_seed",
+        "0",
+        "--lr_scheduler_type",
+        "constant",
+    ]
 
 
 def steps_logged(output_dir: Path) -> list[int]:

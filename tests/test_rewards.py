@@ -166,7 +166,21 @@ def test_megabyte_completion_scores_zero() -> None:
 
 def test_randomised_completions_never_raise() -> None:
     rng = random.Random(1234)
-    pieces = ["<REASONING>", "</REASONING>", "<SOLUTION>", "</SOLUTION>", "yes", "no", " ", ".", "\n", "Yes", "é", "<", ">"]
+    pieces = [
+        "<REASONING>",
+        "</REASONING>",
+        "<SOLUTION>",
+        "</SOLUTION>",
+        "yes",
+        "no",
+        " ",
+        ".",
+        "\n",
+        "Yes",
+        "é",
+        "<",
+        ">",
+    ]
     for _ in range(2000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randrange(0, 12)))
         completion = conversational(text) if rng.random() < 0.5 else text

@@ -23,7 +23,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 def sbatch(env: dict[str, str], *args: str | Path, wait: bool = True) -> tuple[str, subprocess.CompletedProcess[str]]:
     command = ["sbatch", "--parsable", *(["--wait"] if wait else []), *map(str, args)]
-    result = subprocess.run(command, cwd=REPO_ROOT, env={**entry_env(), **env}, capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        command, cwd=REPO_ROOT, env={**entry_env(), **env}, capture_output=True, text=True, timeout=900
+    )
     return result.stdout.strip().split(";")[0], result
 
 
@@ -34,14 +36,43 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
     bench = tmp_path / "bench" / "oric_bench.json"
     bench.parent.mkdir()
     records = json.loads(data.read_text())
-    bench.write_text(json.dumps([{**r, "problem": [r["problem"].split("?")[0] + "?"] * 4, "solution": r["solution"][10:-11]} for r in records]))
+    bench.write_text(
+        json.dumps(
+            [
+                {**r, "problem": [r["problem"].split("?")[0] + "?"] * 4, "solution": r["solution"][10:-11]}
+                for r in records
+            ]
+        )
+    )
     logs = tmp_path / "logs"
     logs.mkdir()
-    env = dict(cluster, VERITUNE_RUN_ROOT=str(tmp_path / "runs"), VERITUNE_PYTHON=str(Path(REPO_ROOT / ".venv/bin/python")),
-               VERITUNE_BIN=str(REPO_ROOT / ".venv/bin/veritune"))  # fmt: skip
-    job, result = sbatch(env, f"--output={logs}/%j.out", "--job-name=tiny-grpo", "slurm/train.sbatch", "grpo", "recipes/tiny_oric_demo.yaml", "--",
-                         "--model_name_or_path", tiny_qwen3vl, "--dataset_path", data, "--image_root", images, "--max_steps", "2",
-                         "--save_steps", "1", "--report_to", "none")  # fmt: skip
+    env = dict(
+        cluster,
+        VERITUNE_RUN_ROOT=str(tmp_path / "runs"),
+        VERITUNE_PYTHON=str(Path(REPO_ROOT / ".venv/bin/python")),
+        VERITUNE_BIN=str(REPO_ROOT / ".venv/bin/veritune"),
+    )
+    job, result = sbatch(
+        env,
+        f"--output={logs}/%j.out",
+        "--job-name=tiny-grpo",
+        "slurm/train.sbatch",
+        "grpo",
+        "recipes/tiny_oric_demo.yaml",
+        "--",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        data,
+        "--image_root",
+        images,
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "1",
+        "--report_to",
+        "none",
+    )
     log = (logs / f"{job}.out").read_text() if job else result.stderr
     assert result.returncode == 0, log[-3000:]
     assert job_state(job, cluster) == "COMPLETED"
@@ -50,13 +81,47 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
     assert "rewards/accuracy_reward/mean" in json.loads((run_dir / "trainer_state.json").read_text())["log_history"][0]
 
     # An eval job that waits on a training job (afterok).
-    train_job, _ = sbatch(env, f"--output={logs}/%j.out", "--job-name=tiny-grpo2", "slurm/train.sbatch", "grpo", "recipes/tiny_oric_demo.yaml",
-                          "--", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", data, "--image_root", images, "--max_steps", "1",
-                          "--save_strategy", "no", "--report_to", "none", wait=False)  # fmt: skip
+    train_job, _ = sbatch(
+        env,
+        f"--output={logs}/%j.out",
+        "--job-name=tiny-grpo2",
+        "slurm/train.sbatch",
+        "grpo",
+        "recipes/tiny_oric_demo.yaml",
+        "--",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        data,
+        "--image_root",
+        images,
+        "--max_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "none",
+        wait=False,
+    )
     run_dir2 = tmp_path / "runs" / f"tiny-grpo2-{train_job}"
-    eval_job, result = sbatch(env, f"--output={logs}/%j.out", f"--dependency=afterok:{train_job}", "slurm/eval.sbatch", "run", run_dir2,
-                              "oric_bench", tmp_path, tmp_path / "eval", "--", "--data", f"oric_bench={bench}", "--image-root", images,
-                              "--max-new-tokens", "32")  # fmt: skip
+    eval_job, result = sbatch(
+        env,
+        f"--output={logs}/%j.out",
+        f"--dependency=afterok:{train_job}",
+        "slurm/eval.sbatch",
+        "run",
+        run_dir2,
+        "oric_bench",
+        tmp_path,
+        tmp_path / "eval",
+        "--",
+        "--data",
+        f"oric_bench={bench}",
+        "--image-root",
+        images,
+        "--max-new-tokens",
+        "32",
+    )
     assert result.returncode == 0, (logs / f"{eval_job}.out").read_text()[-3000:]
     assert job_state(train_job, cluster) == job_state(eval_job, cluster) == "COMPLETED"
     assert json.loads((tmp_path / "eval" / "oric_bench" / "metrics.json").read_text())["counts"]["items"] == 32
@@ -65,9 +130,25 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
 def test_dpo_job(cluster, tiny_qwen3vl: Path, tmp_path: Path) -> None:
     write_finer_fixture(tmp_path / "finer")
     env = dict(cluster, VERITUNE_RUN_ROOT=str(tmp_path / "runs"), VERITUNE_PYTHON=str(REPO_ROOT / ".venv/bin/python"))
-    job, result = sbatch(env, f"--output={tmp_path}/%j.out", "--job-name=tiny-dpo", "slurm/train.sbatch", "dpo", "recipes/tiny_finer_demo.yaml",
-                         "--", "--model_name_or_path", tiny_qwen3vl, "--dataset_path", tmp_path / "finer", "--max_steps", "2",
-                         "--save_steps", "2", "--report_to", "none")  # fmt: skip
+    job, result = sbatch(
+        env,
+        f"--output={tmp_path}/%j.out",
+        "--job-name=tiny-dpo",
+        "slurm/train.sbatch",
+        "dpo",
+        "recipes/tiny_finer_demo.yaml",
+        "--",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        tmp_path / "finer",
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--report_to",
+        "none",
+    )
     assert result.returncode == 0, (tmp_path / f"{job}.out").read_text()[-3000:]
     assert job_state(job, cluster) == "COMPLETED"
     run_dir = tmp_path / "runs" / f"tiny-dpo-{job}"
@@ -83,14 +164,36 @@ def test_bad_accelerate_config_and_unwritable_run_dir(cluster, tmp_path: Path) -
     blocker = tmp_path / "file"
     blocker.write_text("x")
     env = dict(cluster, VERITUNE_RUN_DIR=str(blocker / "run"))
-    job, result = sbatch(env, f"--output={tmp_path}/%j.out", "slurm/train.sbatch", "grpo", "recipes/tiny_oric_demo.yaml")
+    job, result = sbatch(
+        env, f"--output={tmp_path}/%j.out", "slurm/train.sbatch", "grpo", "recipes/tiny_oric_demo.yaml"
+    )
     assert result.returncode != 0
     assert f"error: run directory not writable: {blocker}/run" in (tmp_path / f"{job}.out").read_text()
 
 
 def test_submit_chains_jobs_with_afterok(cluster, tmp_path: Path, capsys) -> None:
-    assert main(["slurm", "submit", "--entry", "grpo", "--recipe", "recipes/qwen3vl_oric.yaml", "--build", "synthetic-world --out x",
-                 "--eval-benchmarks", "pope", "--eval-data-root", "d", "--dry-run", "--run-dir", "outputs/r"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "slurm",
+                "submit",
+                "--entry",
+                "grpo",
+                "--recipe",
+                "recipes/qwen3vl_oric.yaml",
+                "--build",
+                "synthetic-world --out x",
+                "--eval-benchmarks",
+                "pope",
+                "--eval-data-root",
+                "d",
+                "--dry-run",
+                "--run-dir",
+                "outputs/r",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "--dependency=afterok:BUILD_JOB" in out and "--dependency=afterok:TRAIN_JOB" in out
     assert "VERITUNE_RUN_DIR=outputs/r" in out

@@ -62,8 +62,14 @@ def test_readme_sbatch_lines_log_into_logs_from_a_fresh_clone(tmp_path: Path) ->
     assert (clone / "logs").is_dir()  # tracked (logs/.gitkeep): Slurm can open its output file
     with local_cluster(tmp_path / "slurm") as cluster:
         for words in readme_sbatch_lines():
-            result = subprocess.run(["sbatch", "--parsable", "--wait", *words], cwd=clone, env={**entry_env(), **cluster},
-                                    capture_output=True, text=True, timeout=900)  # fmt: skip
+            result = subprocess.run(
+                ["sbatch", "--parsable", "--wait", *words],
+                cwd=clone,
+                env={**entry_env(), **cluster},
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             job = result.stdout.strip().split(";")[0]
             assert job, result.stderr
             script = next(word for word in words if word.startswith("slurm/"))

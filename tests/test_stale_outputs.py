@@ -144,9 +144,31 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def oric_args(world: dict[str, Path], kind: str, split: str, out: Path, *extra: str) -> list[str]:
-    return ["build", kind, "--annotations", str(world[f"{split}_annotations"]), "--image-root", str(world[f"{split}_images"]),
-            "--out", str(out), "--num-yes", "4", "--num-no", "4", "--yes-per-image", "1", "--no-per-image", "1",
-            "--judge-threshold", "0.5", "--clip-model", str(world["clip"]), "--clip-cache", str(out.parent / "clip"), *extra]  # fmt: skip
+    return [
+        "build",
+        kind,
+        "--annotations",
+        str(world[f"{split}_annotations"]),
+        "--image-root",
+        str(world[f"{split}_images"]),
+        "--out",
+        str(out),
+        "--num-yes",
+        "4",
+        "--num-no",
+        "4",
+        "--yes-per-image",
+        "1",
+        "--no-per-image",
+        "1",
+        "--judge-threshold",
+        "0.5",
+        "--clip-model",
+        str(world["clip"]),
+        "--clip-cache",
+        str(out.parent / "clip"),
+        *extra,
+    ]
 
 
 def test_oric_builds_share_a_folder_and_refuse_to_overwrite_another_build(
@@ -191,8 +213,20 @@ def test_eval_run_refuses_predictions_of_another_model(
     tiny_qwen3vl: Path, tiny_qwen25vl: Path, tmp_path: Path, capsys
 ) -> None:
     bench, images = write_oric_bench(tmp_path / "data", questions=2)
-    common = ["eval", "run", "--benchmarks", "oric_bench", "--data", f"oric_bench={bench}", "--image-root", str(images),
-              "--max-new-tokens", "2", "--out", str(tmp_path / "eval")]  # fmt: skip
+    common = [
+        "eval",
+        "run",
+        "--benchmarks",
+        "oric_bench",
+        "--data",
+        f"oric_bench={bench}",
+        "--image-root",
+        str(images),
+        "--max-new-tokens",
+        "2",
+        "--out",
+        str(tmp_path / "eval"),
+    ]
     assert run_cli([*common, "--model", str(tiny_qwen3vl)], capsys)[0] == 0
     predictions = tmp_path / "eval" / "oric_bench" / "predictions.jsonl"
     header = json.loads(predictions.read_text().splitlines()[0])["veritune_predictions"]
@@ -222,8 +256,23 @@ def test_predictions_without_a_header_are_not_taken_for_this_models(tiny_qwen3vl
     stale = tmp_path / "eval" / "oric_bench" / "predictions.jsonl"
     stale.parent.mkdir(parents=True)
     stale.write_text(json.dumps({"id": "1/p0", "prediction": "yes"}) + "\n")
-    code, _, err = run_cli(["eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", "oric_bench", "--data", f"oric_bench={bench}",
-                            "--image-root", str(images), "--out", str(tmp_path / "eval")], capsys)  # fmt: skip
+    code, _, err = run_cli(
+        [
+            "eval",
+            "run",
+            "--model",
+            str(tiny_qwen3vl),
+            "--benchmarks",
+            "oric_bench",
+            "--data",
+            f"oric_bench={bench}",
+            "--image-root",
+            str(images),
+            "--out",
+            str(tmp_path / "eval"),
+        ],
+        capsys,
+    )
     assert code == 2 and "it has no veritune header" in err
 
 

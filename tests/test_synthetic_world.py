@@ -53,20 +53,28 @@ def test_world_is_valid_coco(world: dict[str, Path]) -> None:
 
 def test_file_names_are_coco_like(world: dict[str, Path]) -> None:
     data = json.loads(world["val_annotations"].read_text())
-    assert [i["file_name"] for i in data["images"][:2]] == ["SYN_val2014_000000000001.jpg", "SYN_val2014_000000000002.jpg"]
+    assert [i["file_name"] for i in data["images"][:2]] == [
+        "SYN_val2014_000000000001.jpg",
+        "SYN_val2014_000000000002.jpg",
+    ]
     assert sorted(p.name for p in world["val_images"].iterdir()) == sorted(i["file_name"] for i in data["images"])
 
 
 def test_two_to_seven_objects_and_at_least_two_classes_per_image(world: dict[str, Path]) -> None:
     _, by_image = annotations_by_image(world["train_annotations"])
     assert len(by_image) == 60
-    assert {len(anns) for anns in by_image.values()} <= set(range(2, 8)) and len({len(a) for a in by_image.values()}) >= 4
+    assert {len(anns) for anns in by_image.values()} <= set(range(2, 8)) and len(
+        {len(a) for a in by_image.values()}
+    ) >= 4
     assert min(len({a["category_id"] for a in anns}) for anns in by_image.values()) == 2
 
 
 def test_some_boxes_overlap_and_a_few_are_crowd(world: dict[str, Path]) -> None:
     data, by_image = annotations_by_image(world["train_annotations"])
-    overlapping = sum(any(overlaps(a["bbox"], b["bbox"]) for i, a in enumerate(anns) for b in anns[i + 1 :]) for anns in by_image.values())
+    overlapping = sum(
+        any(overlaps(a["bbox"], b["bbox"]) for i, a in enumerate(anns) for b in anns[i + 1 :])
+        for anns in by_image.values()
+    )
     crowd = sum(a["iscrowd"] for a in data["annotations"])
     assert overlapping > 10 and 0 < crowd < len(data["annotations"]) * 0.15
 
@@ -128,7 +136,9 @@ def test_measured_priors_are_strong_and_incongruity_rare(big_world: dict[str, Pa
     images_per_scene = Counter(scene_of.values())
     for scene, (_, typical) in SCENES.items():
         for name in names.values():
-            share = sum((image, name) in present for image, s in scene_of.items() if s == scene) / images_per_scene[scene]
+            share = (
+                sum((image, name) in present for image, s in scene_of.items() if s == scene) / images_per_scene[scene]
+            )
             if name in typical:
                 assert 0.7 <= share <= 0.95, (scene, name, share)
             else:

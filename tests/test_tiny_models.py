@@ -59,7 +59,9 @@ def test_tiny_model_answers_in_r1_format(tiny_qwen3vl: Path) -> None:
     model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl)
     processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
     content = [{"type": "image"}, {"type": "text", "text": f"Is there a dog in the image? {ORIC_R1_INSTRUCTION}"}]
-    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
     inputs = processor(text=[text], images=[Image.new("RGB", (64, 64), "blue")], return_tensors="pt")
     output = model.generate(**inputs, max_new_tokens=32, do_sample=False)
     answer = processor.batch_decode(output[:, inputs["input_ids"].shape[1] :], skip_special_tokens=True)[0]

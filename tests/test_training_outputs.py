@@ -36,12 +36,44 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
     )
     record = root / "hub.json"
     output_dir = root / "run"
-    command = [sys.executable, str(REPO_ROOT / "tests" / "hub_stub.py"), str(record), "finetune/grpo.py",
-               "--config", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(tiny_qwen3vl), "--dataset_path", str(data),
-               "--image_root", str(images), "--output_dir", str(output_dir), "--max_steps", "2", "--save_steps", "2",
-               "--logging_steps", "1", "--push_to_hub", "true", "--hub_model_id", "someone/tiny-veritune", "--hub_strategy", "end",
-               "--eval_on_save", "true", "--eval_benchmarks", "oric_bench", "--eval_data", f"oric_bench={bench}",
-               "--eval_image_root", str(images), "--eval_limit", "4"]  # fmt: skip
+    command = [
+        sys.executable,
+        str(REPO_ROOT / "tests" / "hub_stub.py"),
+        str(record),
+        "finetune/grpo.py",
+        "--config",
+        "recipes/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        str(tiny_qwen3vl),
+        "--dataset_path",
+        str(data),
+        "--image_root",
+        str(images),
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "2",
+        "--save_steps",
+        "2",
+        "--logging_steps",
+        "1",
+        "--push_to_hub",
+        "true",
+        "--hub_model_id",
+        "someone/tiny-veritune",
+        "--hub_strategy",
+        "end",
+        "--eval_on_save",
+        "true",
+        "--eval_benchmarks",
+        "oric_bench",
+        "--eval_data",
+        f"oric_bench={bench}",
+        "--eval_image_root",
+        str(images),
+        "--eval_limit",
+        "4",
+    ]
     env = entry_env()
     env.pop("WANDB_PROJECT", None)
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
@@ -119,7 +151,10 @@ def test_compact_line_for_dpo_logs() -> None:
     )
     assert line == "step 3/10 | loss 0.693 | pref_acc 0.5 | margin 0.01 | lr 5e-07"
     assert compact_log_line({"eval_oric_bench/accuracy": 50.0}, 3, 10) is None
-    assert compact_log_line({"eval_loss": 0.69, "eval_rewards/accuracies": 0.25, "eval_runtime": 1.0}, 3, 10) == "eval step 3/10 | loss 0.69 | pref_acc 0.25"
+    assert (
+        compact_log_line({"eval_loss": 0.69, "eval_rewards/accuracies": 0.25, "eval_runtime": 1.0}, 3, 10)
+        == "eval step 3/10 | loss 0.69 | pref_acc 0.25"
+    )
 
 
 # ---- `veritune eval run --report-to wandb`
@@ -145,8 +180,29 @@ def test_eval_run_reports_to_wandb(
         shutil.copytree(tiny_qwen3vl, model)
         (model.parent / "wandb_run.json").write_text(json.dumps({"id": "trainrun123", "project": "veritune-test"}))
     out = tmp_path / "eval"
-    assert main(["eval", "run", "--model", str(model), "--benchmarks", "oric_bench", "--data-root", str(tmp_path / "benchmarks"),
-                 "--out", str(out), "--limit", "1", "--max-new-tokens", "4", "--report-to", "wandb"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "eval",
+                "run",
+                "--model",
+                str(model),
+                "--benchmarks",
+                "oric_bench",
+                "--data-root",
+                str(tmp_path / "benchmarks"),
+                "--out",
+                str(out),
+                "--limit",
+                "1",
+                "--max-new-tokens",
+                "4",
+                "--report-to",
+                "wandb",
+            ]
+        )
+        == 0
+    )
     wandb_root = (model.parent if into_training_run else out) / "wandb"
     runs = list(wandb_root.glob("offline-run-*"))
     assert len(runs) == 1

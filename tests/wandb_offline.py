@@ -53,7 +53,9 @@ def offline_history(run_dir: str | Path) -> list[dict[str, Any]]:
         record = wandb_internal_pb2.Record()
         record.ParseFromString(chunk)
         if record.WhichOneof("record_type") == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
     return rows
 
 

@@ -30,22 +30,64 @@ class Command:
 
 
 COMMANDS: list[Command] = [
-    Command(None, "demo", "veritune.demo:register", "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after"),
-    Command(None, "tiny-model", "veritune.tiny.cli:register_tiny_model", "build a tiny random-initialised VLM checkpoint offline"),
+    Command(
+        None,
+        "demo",
+        "veritune.demo:register",
+        "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after",
+    ),
+    Command(
+        None,
+        "tiny-model",
+        "veritune.tiny.cli:register_tiny_model",
+        "build a tiny random-initialised VLM checkpoint offline",
+    ),
     Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
-    Command(None, "launch", "veritune.launch:register", "`accelerate launch` that exits with the worker's status, without the launcher's traceback"),
-    Command("build", "synthetic-world", "data_builders.cli:register", "draw a synthetic COCO-format image world (offline demo data)"),
-    Command("build", "scene-graphs", "data_builders.cli:register", "FINER-layout scene graphs of a synthetic world (input of `build finer`)"),
-    Command("build", "oric", "data_builders.oric.cli:register", "ORIC-style GRPO training questions (paper: 300 yes + 300 no)"),
+    Command(
+        None,
+        "launch",
+        "veritune.launch:register",
+        "`accelerate launch` that exits with the worker's status, without the launcher's traceback",
+    ),
+    Command(
+        "build",
+        "synthetic-world",
+        "data_builders.cli:register",
+        "draw a synthetic COCO-format image world (offline demo data)",
+    ),
+    Command(
+        "build",
+        "scene-graphs",
+        "data_builders.cli:register",
+        "FINER-layout scene graphs of a synthetic world (input of `build finer`)",
+    ),
+    Command(
+        "build",
+        "oric",
+        "data_builders.oric.cli:register",
+        "ORIC-style GRPO training questions (paper: 300 yes + 300 no)",
+    ),
     Command("build", "oric-bench", "data_builders.oric.cli:register", "ORIC-Bench (paper: 1,000 yes + 1,000 no)"),
     Command("build", "check-leakage", "data_builders.oric.cli:register", "fail when two ORIC files share an image"),
-    Command("build", "finer", "data_builders.finer.cli:register", "FINER-Tuning DPO preference tuples (scene graphs or captions + LLM)"),
-    Command("build", "finer-bench", "data_builders.finer.cli:register", "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) from scene graphs"),
+    Command(
+        "build",
+        "finer",
+        "data_builders.finer.cli:register",
+        "FINER-Tuning DPO preference tuples (scene graphs or captions + LLM)",
+    ),
+    Command(
+        "build",
+        "finer-bench",
+        "data_builders.finer.cli:register",
+        "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) from scene graphs",
+    ),
     Command("eval", "run", "eval_hooks.cli:register", "generate answers with a model and score them"),
     Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),
     Command("eval", "score", "eval_hooks.cli:register", "score a predictions file (no model is loaded)"),
-    Command(None, "report", "eval_hooks.cli:register_report", "write a static HTML report of a training run (opens offline)"),
-]  # fmt: skip
+    Command(
+        None, "report", "eval_hooks.cli:register_report", "write a static HTML report of a training run (opens offline)"
+    ),
+]
 
 GROUP_HELP = {
     "build": "build training data and benchmarks (ORIC, FINER, synthetic worlds)",

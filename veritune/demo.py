@@ -136,17 +136,33 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     lap("tiny models")
 
     _step("3/7 base model: supervised warm-start on conventional data (captions, POPE-random-style questions)")
-    key = warmstart_key(REPO_ROOT / SFT_RECIPE, REPO_ROOT / "finetune" / "sft.py", world / "train" / "instances.json",
-                        paths["model"] / "model.safetensors")  # fmt: skip
+    key = warmstart_key(
+        REPO_ROOT / SFT_RECIPE,
+        REPO_ROOT / "finetune" / "sft.py",
+        world / "train" / "instances.json",
+        paths["model"] / "model.safetensors",
+    )
     cached = CACHE / "warmstart" / key
     if not (paths["base"] / "model.safetensors").is_file():
         if use_cache and (cached / "model.safetensors").is_file():
             print(f"reusing the cached warm-start {cached}")
         else:
-            _launch("finetune/sft.py", SFT_RECIPE, [
-                "--model_name_or_path", str(paths["model"]), "--dataset_path", str(world / "train" / "instances.json"),
-                "--image_root", str(world / "train" / "images"), "--output_dir", str(out / "sft"), "--seed", str(seed),
-            ])  # fmt: skip
+            _launch(
+                "finetune/sft.py",
+                SFT_RECIPE,
+                [
+                    "--model_name_or_path",
+                    str(paths["model"]),
+                    "--dataset_path",
+                    str(world / "train" / "instances.json"),
+                    "--image_root",
+                    str(world / "train" / "images"),
+                    "--output_dir",
+                    str(out / "sft"),
+                    "--seed",
+                    str(seed),
+                ],
+            )
             if use_cache:
                 shutil.copytree(out / "sft", cached.with_suffix(".tmp"), dirs_exist_ok=True)
                 cached.with_suffix(".tmp").replace(cached)
@@ -156,31 +172,87 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     _step(
         "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives"
     )
-    common = ["--context-judge", "cooccurrence", "--context-judge-threshold", "0.5", "--clip-model", str(paths["clip"]),
-              "--clip-cache", str(out / "cache" / "clip"), "--yes-per-image", "1", "--no-per-image", "1", "--seed", str(seed)]  # fmt: skip
+    common = [
+        "--context-judge",
+        "cooccurrence",
+        "--context-judge-threshold",
+        "0.5",
+        "--clip-model",
+        str(paths["clip"]),
+        "--clip-cache",
+        str(out / "cache" / "clip"),
+        "--yes-per-image",
+        "1",
+        "--no-per-image",
+        "1",
+        "--seed",
+        str(seed),
+    ]
     if not paths["oric_train"].is_file():
-        _veritune("build", "oric", "--annotations", str(world / "train" / "instances.json"), "--image-root",
-                  str(world / "train" / "images"), "--out", str(paths["oric_train"]), "--num-yes", "64", "--num-no", "64",
-                  "--review-html", str(out / "oric" / "review.html"), *common)  # fmt: skip
+        _veritune(
+            "build",
+            "oric",
+            "--annotations",
+            str(world / "train" / "instances.json"),
+            "--image-root",
+            str(world / "train" / "images"),
+            "--out",
+            str(paths["oric_train"]),
+            "--num-yes",
+            "64",
+            "--num-no",
+            "64",
+            "--review-html",
+            str(out / "oric" / "review.html"),
+            *common,
+        )
     if not paths["oric_bench"].is_file():
-        _veritune("build", "oric-bench", "--annotations", str(world / "val" / "instances.json"), "--image-root",
-                  str(world / "val" / "images"), "--out", str(paths["oric_bench"]), "--num-yes", "30", "--num-no", "30", *common)  # fmt: skip
+        _veritune(
+            "build",
+            "oric-bench",
+            "--annotations",
+            str(world / "val" / "instances.json"),
+            "--image-root",
+            str(world / "val" / "images"),
+            "--out",
+            str(paths["oric_bench"]),
+            "--num-yes",
+            "30",
+            "--num-no",
+            "30",
+            *common,
+        )
     _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
     lap("ORIC build")
 
     _step("5/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     overrides = [
-        "--model_name_or_path", str(paths["base"]),
-        "--dataset_path", str(paths["oric_train"]),
-        "--image_root", str(world / "train" / "images"),
-        "--output_dir", str(paths["run"]),
-        "--resume_from_checkpoint", "auto",
-        "--seed", str(seed),
+        "--model_name_or_path",
+        str(paths["base"]),
+        "--dataset_path",
+        str(paths["oric_train"]),
+        "--image_root",
+        str(world / "train" / "images"),
+        "--output_dir",
+        str(paths["run"]),
+        "--resume_from_checkpoint",
+        "auto",
+        "--seed",
+        str(seed),
         # the eval hook: the base model before the first step (step 0) and every save, on the same items
-        "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", "oric_bench_r1", f"pope:{POPE_QUESTIONS}",
-        "--eval_data", f"oric_bench_r1={paths['oric_bench']}", f"pope={world / 'val' / 'coco_pope_random.json'}",
-        "--eval_image_root", str(world / "val" / "images"),
-    ]  # fmt: skip
+        "--eval_on_save",
+        "true",
+        "--eval_at_start",
+        "true",
+        "--eval_benchmarks",
+        "oric_bench_r1",
+        f"pope:{POPE_QUESTIONS}",
+        "--eval_data",
+        f"oric_bench_r1={paths['oric_bench']}",
+        f"pope={world / 'val' / 'coco_pope_random.json'}",
+        "--eval_image_root",
+        str(world / "val" / "images"),
+    ]
     if steps is not None:
         overrides += ["--max_steps", str(steps), "--save_steps", str(steps)]
     if not (paths["run"] / "trainer_state.json").is_file():
@@ -189,19 +261,64 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
 
     _step("6/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
     if not (paths["finer"] / "train.jsonl").is_file():
-        _veritune("build", "finer", "--scene-graphs", str(world / "train" / "scene_graphs.json"), "--image-root",
-                  str(world / "train" / "images"), "--out", str(paths["finer"]), "--seed", str(seed))  # fmt: skip
+        _veritune(
+            "build",
+            "finer",
+            "--scene-graphs",
+            str(world / "train" / "scene_graphs.json"),
+            "--image-root",
+            str(world / "train" / "images"),
+            "--out",
+            str(paths["finer"]),
+            "--seed",
+            str(seed),
+        )
     if not paths["finer_bench"].is_file():
-        _veritune("build", "finer-bench", "--scene-graphs", str(world / "val" / "scene_graphs.json"), "--image-root",
-                  str(world / "val" / "images"), "--out", str(paths["finer_bench"]), "--seed", str(seed))  # fmt: skip
+        _veritune(
+            "build",
+            "finer-bench",
+            "--scene-graphs",
+            str(world / "val" / "scene_graphs.json"),
+            "--image-root",
+            str(world / "val" / "images"),
+            "--out",
+            str(paths["finer_bench"]),
+            "--seed",
+            str(seed),
+        )
     if not (paths["dpo"] / "trainer_state.json").is_file():
-        _launch("finetune/dpo.py", DPO_RECIPE, [
-            "--model_name_or_path", str(paths["base"]), "--dataset_path", str(paths["finer"]),
-            "--image_root", str(world / "train" / "images"), "--output_dir", str(paths["dpo"]), "--seed", str(seed),
-            "--report_to", "none", "--eval_on_save", "true", "--eval_at_start", "true", "--eval_benchmarks", f"finer:{FINER_QUESTIONS}",
-            "--eval_data", f"finer={paths['finer_bench']}", "--eval_image_root", str(world / "val" / "images"),
-            "--max_steps", str(DPO_STEPS), "--save_steps", str(DPO_STEPS),
-        ])  # fmt: skip
+        _launch(
+            "finetune/dpo.py",
+            DPO_RECIPE,
+            [
+                "--model_name_or_path",
+                str(paths["base"]),
+                "--dataset_path",
+                str(paths["finer"]),
+                "--image_root",
+                str(world / "train" / "images"),
+                "--output_dir",
+                str(paths["dpo"]),
+                "--seed",
+                str(seed),
+                "--report_to",
+                "none",
+                "--eval_on_save",
+                "true",
+                "--eval_at_start",
+                "true",
+                "--eval_benchmarks",
+                f"finer:{FINER_QUESTIONS}",
+                "--eval_data",
+                f"finer={paths['finer_bench']}",
+                "--eval_image_root",
+                str(world / "val" / "images"),
+                "--max_steps",
+                str(DPO_STEPS),
+                "--save_steps",
+                str(DPO_STEPS),
+            ],
+        )
     lap("FINER build + DPO")
 
     _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
@@ -238,8 +355,7 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
             benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
         )
         base, after = (
-            read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE)
-            for step in (0, last)
+            read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE) for step in (0, last)
         )
         row = metric_difference_interval(benchmark, prepared.items, base, after, metric, seed=seed)
         scale = 100.0 if benchmark == "pope" else 1.0  # POPE's scorer reports fractions, the others percent
@@ -263,8 +379,10 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
     print(f"stage times (s):   {json.dumps(timings)}")
     if rewards:
         head, tail = rewards[: max(1, len(rewards) // 4)], rewards[-max(1, len(rewards) // 4) :]
-        print(f"GRPO reward:       {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last "
-              f"(mean reward std within groups {sum(stds) / max(len(stds), 1):.2f})")  # fmt: skip
+        print(
+            f"GRPO reward:       {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last "
+            f"(mean reward std within groups {sum(stds) / max(len(stds), 1):.2f})"
+        )
     print(
         f"reports:           {paths['run'] / 'report.html'}, {paths['dpo'] / 'report.html'} (step-0 baseline and every checkpoint)"
     )

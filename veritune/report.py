@@ -69,7 +69,14 @@ def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.2e}"
 
 
-def svg_line_plot(title: str, series: dict[str, list[tuple[float, float]]], *, x_label: str = "step", width: int = 560, height: int = 250) -> str:
+def svg_line_plot(
+    title: str,
+    series: dict[str, list[tuple[float, float]]],
+    *,
+    x_label: str = "step",
+    width: int = 560,
+    height: int = 250,
+) -> str:
     """A line plot of one or more ``(x, y)`` series as an inline SVG element ("" when there is no point)."""
     series = {name: sorted(points) for name, points in series.items() if points}
     points = [p for values in series.values() for p in values]
@@ -88,26 +95,40 @@ def svg_line_plot(title: str, series: dict[str, list[tuple[float, float]]], *, x
     def sy(y: float) -> float:
         return top + plot_h - (y - y0) / (y1 - y0) * plot_h
 
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="{html.escape(title)}" font-family="sans-serif">',
-             f'<text x="{left}" y="17" font-size="13" font-weight="bold">{html.escape(title)}</text>']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{html.escape(title)}" font-family="sans-serif">',
+        f'<text x="{left}" y="17" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+    ]
     for y in y_ticks:
         parts.append(f'<line x1="{left}" y1="{sy(y):.1f}" x2="{left + plot_w}" y2="{sy(y):.1f}" stroke="#eee"/>')
-        parts.append(f'<text x="{left - 5}" y="{sy(y) + 3.5:.1f}" font-size="10" text-anchor="end" fill="#555">{_fmt(y)}</text>')
+        parts.append(
+            f'<text x="{left - 5}" y="{sy(y) + 3.5:.1f}" font-size="10" text-anchor="end" fill="#555">{_fmt(y)}</text>'
+        )
     for x in x_ticks:
-        parts.append(f'<line x1="{sx(x):.1f}" y1="{top + plot_h}" x2="{sx(x):.1f}" y2="{top + plot_h + 4}" stroke="#888"/>')
-        parts.append(f'<text x="{sx(x):.1f}" y="{top + plot_h + 15}" font-size="10" text-anchor="middle" fill="#555">{_fmt(x)}</text>')
+        parts.append(
+            f'<line x1="{sx(x):.1f}" y1="{top + plot_h}" x2="{sx(x):.1f}" y2="{top + plot_h + 4}" stroke="#888"/>'
+        )
+        parts.append(
+            f'<text x="{sx(x):.1f}" y="{top + plot_h + 15}" font-size="10" text-anchor="middle" fill="#555">{_fmt(x)}</text>'
+        )
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>')
-    parts.append(f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#333">{html.escape(x_label)}</text>')
+    parts.append(
+        f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#333">{html.escape(x_label)}</text>'
+    )
     for index, (name, values) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
         if len(values) > 1:
             path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
         for x, y in values:
-            parts.append(f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"><title>{html.escape(name)} at {x_label} {_fmt(x)}: {y:.4g}</title></circle>')
+            parts.append(
+                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"><title>{html.escape(name)} at {x_label} {_fmt(x)}: {y:.4g}</title></circle>'
+            )
         ly = top + 10 + 15 * index
-        parts.append(f'<line x1="{width - legend_width}" y1="{ly - 4}" x2="{width - legend_width + 14}" y2="{ly - 4}" stroke="{colour}" stroke-width="3"/>')
+        parts.append(
+            f'<line x1="{width - legend_width}" y1="{ly - 4}" x2="{width - legend_width + 14}" y2="{ly - 4}" stroke="{colour}" stroke-width="3"/>'
+        )
         parts.append(f'<text x="{width - legend_width + 18}" y="{ly}" font-size="11">{html.escape(name)}</text>')
     parts.append("</svg>")
     return "".join(parts)
@@ -116,22 +137,30 @@ def svg_line_plot(title: str, series: dict[str, list[tuple[float, float]]], *, x
 def svg_confusion(title: str, rows: list[dict[str, Any]]) -> str:
     """A confusion matrix (rows: true label, columns: predicted) as an SVG heatmap with counts."""
     labels = [str(row.get("true", "")) for row in rows]
-    columns = list(dict.fromkeys(key for row in rows for key in row if key != "true" and isinstance(row[key], (int, float))))
+    columns = list(
+        dict.fromkeys(key for row in rows for key in row if key != "true" and isinstance(row[key], (int, float)))
+    )
     if not rows or not columns:
         return ""
     cell_w, cell_h, left, top = 86, 34, 86, 48
     width, height = left + cell_w * len(columns) + 10, top + cell_h * len(rows) + 30
     peak = max((float(row.get(c, 0) or 0) for row in rows for c in columns), default=0.0) or 1.0
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="{html.escape(title)}" font-family="sans-serif">',
-             f'<text x="6" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
-             f'<text x="{left + cell_w * len(columns) / 2:.0f}" y="{top - 22}" font-size="11" text-anchor="middle">predicted</text>',
-             f'<text x="6" y="{top - 6}" font-size="11">true</text>']  # fmt: skip
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'aria-label="{html.escape(title)}" font-family="sans-serif">',
+        f'<text x="6" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+        f'<text x="{left + cell_w * len(columns) / 2:.0f}" y="{top - 22}" font-size="11" text-anchor="middle">predicted</text>',
+        f'<text x="6" y="{top - 6}" font-size="11">true</text>',
+    ]
     for j, column in enumerate(columns):
-        parts.append(f'<text x="{left + cell_w * (j + 0.5):.0f}" y="{top - 6}" font-size="11" text-anchor="middle">{html.escape(column.removeprefix("pred_"))}</text>')
+        parts.append(
+            f'<text x="{left + cell_w * (j + 0.5):.0f}" y="{top - 6}" font-size="11" text-anchor="middle">{html.escape(column.removeprefix("pred_"))}</text>'
+        )
     for i, (label, row) in enumerate(zip(labels, rows)):
         y = top + cell_h * i
-        parts.append(f'<text x="{left - 6}" y="{y + cell_h / 2 + 4:.0f}" font-size="11" text-anchor="end">{html.escape(label)}</text>')
+        parts.append(
+            f'<text x="{left - 6}" y="{y + cell_h / 2 + 4:.0f}" font-size="11" text-anchor="end">{html.escape(label)}</text>'
+        )
         for j, column in enumerate(columns):
             value = float(row.get(column, 0) or 0)
             shade = value / peak
@@ -139,7 +168,9 @@ def svg_confusion(title: str, rows: list[dict[str, Any]]) -> str:
             text_colour = "#fff" if shade > 0.6 else "#111"
             x = left + cell_w * j
             parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{fill}"/>')
-            parts.append(f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + cell_h / 2 + 4:.0f}" font-size="12" text-anchor="middle" fill="{text_colour}">{value:g}</text>')
+            parts.append(
+                f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + cell_h / 2 + 4:.0f}" font-size="12" text-anchor="middle" fill="{text_colour}">{value:g}</text>'
+            )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -194,7 +225,11 @@ def training_history(run_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
 
 
 def _curve(history: list[dict[str, Any]], key: str) -> list[tuple[float, float]]:
-    return [(row["step"], float(row[key])) for row in history if "step" in row and isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)]
+    return [
+        (row["step"], float(row[key]))
+        for row in history
+        if "step" in row and isinstance(row.get(key), (int, float)) and not isinstance(row.get(key), bool)
+    ]
 
 
 def metric_groups(metrics: list[str]) -> dict[str, list[str]]:
@@ -234,19 +269,29 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     generation = newest.get("generation", {})
     data = newest.get("data", {})
     if generation or data:
-        parts.append(f"<p class='muted'>data: {html.escape(str(data.get('path', '?')))}; limit: {html.escape(str(data.get('limit')))}; "
-                     f"max new tokens: {html.escape(str(generation.get('max_new_tokens', '?')))}</p>")  # fmt: skip
+        parts.append(
+            f"<p class='muted'>data: {html.escape(str(data.get('path', '?')))}; limit: {html.escape(str(data.get('limit')))}; "
+            f"max new tokens: {html.escape(str(generation.get('max_new_tokens', '?')))}</p>"
+        )
     table = []
     for step, result in by_step.items():
         counts = result.get("counts", {})
         lower = set(result.get("lower_is_better", []))  # e.g. AMBER's CHAIR, Hal and Cog, ORBIT's RMSE
-        row: dict[str, Any] = {"step": step, **{f"{k} (lower is better)" if k in lower else k: result["metrics"].get(k, "") for k in headline}}
+        row: dict[str, Any] = {
+            "step": step,
+            **{f"{k} (lower is better)" if k in lower else k: result["metrics"].get(k, "") for k in headline},
+        }
         row.update({f"n {k}": counts[k] for k in ("items", "unresolved", "missing_images") if k in counts})
         table.append(row)
     parts.append("<h3>Headline metrics by checkpoint</h3>" + html_table(table))
     parts.append("<h3>Metrics against training step</h3><div class='grid'>")
     for group, keys in metric_groups(metric_names).items():
-        series = {k: [(s, float(r["metrics"][k])) for s, r in by_step.items() if isinstance(r["metrics"].get(k), (int, float))] for k in keys}
+        series = {
+            k: [
+                (s, float(r["metrics"][k])) for s, r in by_step.items() if isinstance(r["metrics"].get(k), (int, float))
+            ]
+            for k in keys
+        }
         parts.append(svg_line_plot(f"{name}: {group}", series))
     parts.append("</div>")
     confusions = [t for t in newest.get("tables", {}) if "confusion" in t]
@@ -262,7 +307,10 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
             parts.append(f"<h3>{html.escape(table_name)} at step {newest_step}</h3>" + html_table(rows))
     samples = [{**row, "prediction": str(row.get("prediction", ""))[:400]} for row in newest.get("samples", [])]
     if samples:
-        parts.append(f"<h3>Sample predictions at step {newest_step}</h3>" + html_table(samples, text_columns=("prompt", "prediction", "id")))
+        parts.append(
+            f"<h3>Sample predictions at step {newest_step}</h3>"
+            + html_table(samples, text_columns=("prompt", "prediction", "id"))
+        )
     return parts
 
 
@@ -302,25 +350,45 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     last = steps[-1]
     data = by_step[last].get("data", {})
     try:
-        prepared = prepare_benchmark(name, data={name: Path(data["path"])}, image_root=Path(data["image_root"]) if data.get("image_root") else None,
-                                     limit=data.get("limit"))  # fmt: skip
-        predictions = {step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps}
+        prepared = prepare_benchmark(
+            name,
+            data={name: Path(data["path"])},
+            image_root=Path(data["image_root"]) if data.get("image_root") else None,
+            limit=data.get("limit"),
+        )
+        predictions = {
+            step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps
+        }
     except (UserError, KeyError, OSError) as err:
         return [f"<h3>Before / after</h3><p class='muted'>not available: {html.escape(str(err))}</p>"]
     rows = []
     metrics = [m for m in BEFORE_AFTER_METRICS if m in by_step[last]["metrics"]] or list(by_step[last]["metrics"])[:3]
     for metric in metrics:
         row = metric_difference_interval(name, prepared.items, predictions[0], predictions[last], metric, resamples=500)
-        rows.append({"metric": metric, "step 0": row["base"], f"step {last}": row["trained"], "difference": row["difference"],
-                     "95% interval": f"[{row['low']:.4g}, {row['high']:.4g}]", "questions": row["questions"]})  # fmt: skip
+        rows.append(
+            {
+                "metric": metric,
+                "step 0": row["base"],
+                f"step {last}": row["trained"],
+                "difference": row["difference"],
+                "95% interval": f"[{row['low']:.4g}, {row['high']:.4g}]",
+                "questions": row["questions"],
+            }
+        )
     parts = [f"<h3>Before / after: step 0 against step {last}</h3>" + html_table(rows)]
     samples = []
     for item in prepared.items[:THUMBNAIL_ROWS]:
         reference = next((item.meta[k] for k in ("label", "answer", "gt_answer", "gt_index") if k in item.meta), "")
-        cells = [_thumbnail(item.images[0]) if item.images else "", html.escape(item.prompt[:200]), html.escape(str(reference))]
+        cells = [
+            _thumbnail(item.images[0]) if item.images else "",
+            html.escape(item.prompt[:200]),
+            html.escape(str(reference)),
+        ]
         cells += [html.escape(str(predictions[step].get(item.id, ""))[:200]) for step in steps]
         samples.append("<tr>" + "".join(f"<td class='text'>{cell}</td>" for cell in cells) + "</tr>")
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in ["image", "prompt", "reference", *(f"step {s}" for s in steps)])
+    head = "".join(
+        f"<th>{html.escape(c)}</th>" for c in ["image", "prompt", "reference", *(f"step {s}" for s in steps)]
+    )
     parts.append(f"<h3>Samples per checkpoint</h3><table><tr>{head}</tr>{''.join(samples)}</table>")
     return parts
 
@@ -334,13 +402,17 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
     results = collect_eval(run_dir)
     if not results and state_file is None:
         raise UserError(f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report")
-    sections = [f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
-                f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; benchmarks: {html.escape(', '.join(results) or 'none evaluated')}</p>"]  # fmt: skip
+    sections = [
+        f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
+        f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; benchmarks: {html.escape(', '.join(results) or 'none evaluated')}</p>",
+    ]
     if state_file is not None and history:
         sections += training_section(history, state_file)
     for name, by_step in results.items():
         sections += benchmark_section(name, by_step)
         sections += before_after_section(name, by_step, run_dir)
-    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
-            f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n")  # fmt: skip
+    page = (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
+        f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
+    )
     return atomic_write_text(out or run_dir / "report.html", page)

@@ -30,7 +30,9 @@ def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
     except FileNotFoundError:
         raise UserError("sbatch not found: run this on a Slurm login node (or use --dry-run)") from None
     if result.returncode != 0:
-        raise UserError(f"sbatch failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
+        raise UserError(
+            f"sbatch failed: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}"
+        )
     return result.stdout.strip().split(";")[0]
 
 
@@ -68,7 +70,9 @@ def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: in
     other = "dpo" if entry == "grpo" else "grpo"
     keys = {str(key) for key in read_yaml(recipe, what="recipe file")}
     if not keys <= valid_keys(types) and keys <= valid_keys(_entry_types(other)):
-        raise UserError(f"--entry {entry}: {recipe} is a {other} recipe (it sets {', '.join(sorted(keys - valid_keys(types))[:3])}); use --entry {other}")
+        raise UserError(
+            f"--entry {entry}: {recipe} is a {other} recipe (it sets {', '.join(sorted(keys - valid_keys(types))[:3])}); use --entry {other}"
+        )
     load_recipe(recipe, types)
     _check_override_keys(overrides, valid_keys(types))
     config_type = types[1]
@@ -101,14 +105,16 @@ def _check_override_keys(overrides: list[str], keys: set[str]) -> None:
         suggestion = key if key in keys else closest_key(key, keys)
         unknown = "" if key in keys else f"unknown key '{key}'; "
         example = f"--{suggestion} VALUE" if suggestion else "--learning_rate 1e-6"
-        raise UserError(f"--override {overrides[0]!r}: {unknown}overrides are --key value pairs (e.g. \"{example}\")")
+        raise UserError(f'--override {overrides[0]!r}: {unknown}overrides are --key value pairs (e.g. "{example}")')
     for token in overrides:
         if not token.startswith("--"):
             continue
         key = token[2:].split("=", 1)[0].replace("-", "_")
         if key not in keys and not (key.startswith("no_") and key[3:] in keys):
             suggestion = closest_key(key, keys)
-            raise UserError(f"--override: unknown key '{key}'" + (f" (did you mean '{suggestion}'?)" if suggestion else ""))
+            raise UserError(
+                f"--override: unknown key '{key}'" + (f" (did you mean '{suggestion}'?)" if suggestion else "")
+            )
 
 
 def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
@@ -145,7 +151,9 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
     jobs: dict[str, str] = {}
     dependency: list[str] = []
     if args.build:
-        jobs["build"] = _sbatch(["sbatch", "--parsable", *common, "slurm/build.sbatch", *build], args.dry_run, "BUILD_JOB")
+        jobs["build"] = _sbatch(
+            ["sbatch", "--parsable", *common, "slurm/build.sbatch", *build], args.dry_run, "BUILD_JOB"
+        )
         dependency = [f"--dependency=afterok:{jobs['build']}"]
     resources = [f"--nodes={args.nodes}"] + ([f"--gpus-per-node={args.gpus_per_node}"] if args.gpus_per_node else [])
     train = ["sbatch", "--parsable", *common, *dependency, *resources, "slurm/train.sbatch", args.entry, args.recipe]
@@ -155,8 +163,18 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
         train += ["--", *overrides]
     jobs["train"] = _sbatch(train, args.dry_run, "TRAIN_JOB")
     if args.eval_benchmarks:
-        evaluation = ["sbatch", "--parsable", *common, f"--dependency=afterok:{jobs['train']}", "slurm/eval.sbatch", "run",
-                      run_dir, args.eval_benchmarks, args.eval_data_root, f"{run_dir}/eval/final"]  # fmt: skip
+        evaluation = [
+            "sbatch",
+            "--parsable",
+            *common,
+            f"--dependency=afterok:{jobs['train']}",
+            "slurm/eval.sbatch",
+            "run",
+            run_dir,
+            args.eval_benchmarks,
+            args.eval_data_root,
+            f"{run_dir}/eval/final",
+        ]
         jobs["eval"] = _sbatch(evaluation, args.dry_run, "EVAL_JOB")
     print(f"run directory: {run_dir}")
     print("jobs: " + ", ".join(f"{stage} {job}" for stage, job in jobs.items()))
@@ -170,7 +188,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     slurm = subparsers.add_parser("slurm", help=command_help(None, "slurm"))
     commands = slurm.add_subparsers(dest="slurm_command", metavar="COMMAND")
     parser = commands.add_parser("submit", help="chain build -> train -> eval jobs with afterok dependencies")
-    parser.add_argument("--entry", choices=["grpo", "dpo"], required=True, help="training entry point (finetune/ENTRY.py)")
+    parser.add_argument(
+        "--entry", choices=["grpo", "dpo"], required=True, help="training entry point (finetune/ENTRY.py)"
+    )
     parser.add_argument("--recipe", required=True, help="the recipe YAML")
     parser.add_argument("--accelerate-config", help="default: the recipe's accelerate_config")
     parser.add_argument("--nodes", type=int, default=1)
@@ -181,7 +201,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--eval-data-root", help="benchmark files for --eval-benchmarks (layout: docs/EVALUATION.md)")
     parser.add_argument("--run-root", default="outputs")
     parser.add_argument("--run-dir", help="explicit run directory (default: RUN_ROOT/<recipe>-<time>)")
-    parser.add_argument("--sbatch-arg", action="append", default=[], help="extra sbatch flag for every job (repeatable)")
+    parser.add_argument(
+        "--sbatch-arg", action="append", default=[], help="extra sbatch flag for every job (repeatable)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the sbatch commands without submitting")
     parser.set_defaults(handler=lambda a: submit(a) and 0)
     slurm.set_defaults(handler=lambda a: slurm.print_help() or 2)

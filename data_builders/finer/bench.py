@@ -99,7 +99,14 @@ def existence_pair(
     if len({positive, *corrupted}) != 1 + NUM_NEGATIVES:
         return None
     yes_pos = YES.format(y=positive)
-    pos = _row(image, f"{setting}_pos", QUESTION.format(x=positive), [yes_pos, *(NO_BUT.format(z=z) for z in corrupted)], yes_pos, rng)  # fmt: skip
+    pos = _row(
+        image,
+        f"{setting}_pos",
+        QUESTION.format(x=positive),
+        [yes_pos, *(NO_BUT.format(z=z) for z in corrupted)],
+        yes_pos,
+        rng,
+    )
     c = rng.randrange(NUM_NEGATIVES)  # each corrupted phrase is equally likely to become the query
     query = corrupted[c]
     correct = NO_BUT.format(z=positive)
@@ -155,7 +162,12 @@ def multi_rel_pairs(graph: SceneGraph, k: int, rng: random.Random) -> list[dict[
     negatives = _negatives(rng, obj.relations[target].negatives, {r.rel.lower() for r in obj.relations})
 
     def phrase(value: str | None) -> str:
-        clauses = [relation_text(value if (i == target and value) else obj.relations[i].rel, graph.object(obj.relations[i].object).name) for i in keep]  # fmt: skip
+        clauses = [
+            relation_text(
+                value if (i == target and value) else obj.relations[i].rel, graph.object(obj.relations[i].object).name
+            )
+            for i in keep
+        ]
         return f"the {obj.name} that {join_oxford(clauses)}"
 
     return existence_pair(graph.image, "multi_rel", phrase(None), [phrase(n) for n in negatives or []], rng)
@@ -181,18 +193,27 @@ def wh_pairs(graph: SceneGraph, rng: random.Random, stats: BenchStats) -> list[d
         modes = []
         if editable_attributes(obj) and len(usable_negatives(subject.negatives, graph.names)) >= 3:
             modes.append(("a", subject, obj))
-        if editable_attributes(subject) and len(usable_negatives(obj.negatives, graph.names)) >= 3 and rel.rel.startswith(("is ", "are ")):
+        if (
+            editable_attributes(subject)
+            and len(usable_negatives(obj.negatives, graph.names)) >= 3
+            and rel.rel.startswith(("is ", "are "))
+        ):
             modes.append(("b", obj, subject))
         if not modes:
             stats.skipped["wh_triplet_without_described_context_or_target_negatives"] += 1
             continue
         mode, target, context = rng.choice(modes)
         k = rng.choice(editable_attributes(context))
-        keep = sample_in_order(rng, list(range(len(context.attributes))), min(MAX_CONTEXT_ATTRIBUTES, len(context.attributes)), k)
+        keep = sample_in_order(
+            rng, list(range(len(context.attributes))), min(MAX_CONTEXT_ATTRIBUTES, len(context.attributes)), k
+        )
         right = context.attributes[k]
         wrong = rng.choice(usable_negatives(context.attribute_negatives[k], {a.lower() for a in context.attributes}))
 
-        objects = [_object_option(n, target) for n in [target.name, *rng.sample(usable_negatives(target.negatives, graph.names), 3)]]
+        objects = [
+            _object_option(n, target)
+            for n in [target.name, *rng.sample(usable_negatives(target.negatives, graph.names), 3)]
+        ]
         correct_object = objects[0]
         correction_pos = f"The {context.name} is not {right}, but is {wrong}."
         correction_neg = f"The {context.name} is not {wrong}, but is {right}."
@@ -209,7 +230,11 @@ def wh_pairs(graph: SceneGraph, rng: random.Random, stats: BenchStats) -> list[d
 def build_mcqs(graphs: list[SceneGraph], settings: BenchSettings, stats: BenchStats) -> list[dict[str, Any]]:
     """All MCQ rows, grouped by setting, each positive row followed by its negative row."""
     by_setting: dict[str, list[dict[str, Any]]] = {s: [] for s in settings.settings}
-    limits = {"multi_obj": settings.max_objects, "multi_attr": settings.max_attributes, "multi_rel": settings.max_relations}
+    limits = {
+        "multi_obj": settings.max_objects,
+        "multi_attr": settings.max_attributes,
+        "multi_rel": settings.max_relations,
+    }
     builders = {"multi_obj": multi_obj_pairs, "multi_attr": multi_attr_pairs, "multi_rel": multi_rel_pairs}
     for graph in tqdm(graphs, desc="FINER MCQs", unit="image", disable=len(graphs) < 500):
         rng = random.Random(f"{settings.seed}:{graph.example_id}:{graph.image}")
@@ -266,10 +291,24 @@ def build_finer_bench(
         if image_root is None:
             raise UserError("--filter-model: needs --image-root (the discriminator looks at the images)")
         thresholds = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-        result = filter_negatives(graphs, image_root, discriminator, thresholds=thresholds, client=client, attempts=attempts,
-                                  rounds=filter_rounds, seed=settings.seed, log_path=out.with_name(out.stem + ".filter_log.jsonl"))  # fmt: skip
-        filter_summary = {"model": discriminator.name, "thresholds": thresholds, "rounds": filter_rounds,
-                          "regenerate_with_llm": client is not None, "levels": result.summary()}  # fmt: skip
+        result = filter_negatives(
+            graphs,
+            image_root,
+            discriminator,
+            thresholds=thresholds,
+            client=client,
+            attempts=attempts,
+            rounds=filter_rounds,
+            seed=settings.seed,
+            log_path=out.with_name(out.stem + ".filter_log.jsonl"),
+        )
+        filter_summary = {
+            "model": discriminator.name,
+            "thresholds": thresholds,
+            "rounds": filter_rounds,
+            "regenerate_with_llm": client is not None,
+            "levels": result.summary(),
+        }
     rows = build_mcqs(graphs, settings, stats)
     if not rows:
         raise UserError(f"{scene_graphs}: no MCQ could be built (skipped: {dict(stats.skipped)})")
@@ -280,10 +319,18 @@ def build_finer_bench(
         "source": str(scene_graphs),
         "source_sha256": sha256_file(scene_graphs),
         "image_root": str(image_root.resolve()) if image_root else None,
-        "settings": {"max_objects": settings.max_objects, "max_attributes": settings.max_attributes,
-                     "max_relations": settings.max_relations, "settings": list(settings.settings)},  # fmt: skip
+        "settings": {
+            "max_objects": settings.max_objects,
+            "max_attributes": settings.max_attributes,
+            "max_relations": settings.max_relations,
+            "settings": list(settings.settings),
+        },
         "seed": settings.seed,
-        "counts": {"rows": len(rows), "pairs": len(rows) // 2, "pairs_by_setting_and_k": dict(sorted(stats.pairs.items()))},
+        "counts": {
+            "rows": len(rows),
+            "pairs": len(rows) // 2,
+            "pairs_by_setting_and_k": dict(sorted(stats.pairs.items())),
+        },
         "skipped": dict(sorted(stats.skipped.items())),
         "missing_images": stats.missing_images,
         "filter": filter_summary,

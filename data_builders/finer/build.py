@@ -75,7 +75,9 @@ class Reservoir:
                 self.items[slot] = row
 
 
-def _add_tuples(reservoir: Reservoir, image: str, source_id: str, tuples: list[PreferenceTuple], skipped: Counter[str]) -> int:
+def _add_tuples(
+    reservoir: Reservoir, image: str, source_id: str, tuples: list[PreferenceTuple], skipped: Counter[str]
+) -> int:
     added = 0
     for item in tuples:
         if item.chosen.strip() == item.rejected.strip():
@@ -108,22 +110,29 @@ def write_preference_dataset(
         atomic_write_text(out_dir / name, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in part))
     if missing_images:
         atomic_write_text(out_dir / "missing_images.txt", "".join(f"{name}\n" for name in missing_images))
-    manifest.update({
-        "counts": {
-            "tuples_built": reservoir.seen, "built_by_subset": dict(sorted(reservoir.built.items())),
-            "written": len(rows), "train": len(train), "validation": len(validation),
-            "by_subset": dict(sorted(Counter(r["subset"] for r in rows).items())),
-            "by_polarity": dict(sorted(Counter(r["polarity"] for r in rows).items())),
-        },
-        "skipped": dict(sorted(skipped.items())),
-        "missing_images": missing_images[:MAX_LISTED_MISSING],
-        "versions": package_versions(MANIFEST_PACKAGES),
-    })  # fmt: skip
+    manifest.update(
+        {
+            "counts": {
+                "tuples_built": reservoir.seen,
+                "built_by_subset": dict(sorted(reservoir.built.items())),
+                "written": len(rows),
+                "train": len(train),
+                "validation": len(validation),
+                "by_subset": dict(sorted(Counter(r["subset"] for r in rows).items())),
+                "by_polarity": dict(sorted(Counter(r["polarity"] for r in rows).items())),
+            },
+            "skipped": dict(sorted(skipped.items())),
+            "missing_images": missing_images[:MAX_LISTED_MISSING],
+            "versions": package_versions(MANIFEST_PACKAGES),
+        }
+    )
     atomic_write_json(out_dir / "manifest.json", manifest)
     return manifest
 
 
-def _base_manifest(kind: str, source: Path, image_root: Path, *, seed: int, max_tuples: int, validation_ratio: float) -> dict[str, Any]:
+def _base_manifest(
+    kind: str, source: Path, image_root: Path, *, seed: int, max_tuples: int, validation_ratio: float
+) -> dict[str, Any]:
     return {
         "format": MANIFEST_FORMAT,
         "input": {"kind": kind, "path": str(source), "sha256": sha256_file(source)},
@@ -143,7 +152,9 @@ def _check_settings(image_root: Path, max_tuples: int, validation_ratio: float) 
         raise UserError(f"--validation-ratio {validation_ratio}: must be in [0, 0.5)")
 
 
-def split_missing(graphs: list[SceneGraph], image_root: Path, skipped: Counter[str]) -> tuple[list[SceneGraph], list[str]]:
+def split_missing(
+    graphs: list[SceneGraph], image_root: Path, skipped: Counter[str]
+) -> tuple[list[SceneGraph], list[str]]:
     present, missing = [], []
     for graph in graphs:
         if (image_root / graph.image).is_file():
@@ -175,16 +186,32 @@ def build_finer_from_scene_graphs(
     """
     _check_settings(image_root, max_tuples, validation_ratio)
     graphs = load_scene_graphs(scene_graphs)
-    manifest = _base_manifest("scene-graphs", scene_graphs, image_root, seed=seed, max_tuples=max_tuples, validation_ratio=validation_ratio)
+    manifest = _base_manifest(
+        "scene-graphs", scene_graphs, image_root, seed=seed, max_tuples=max_tuples, validation_ratio=validation_ratio
+    )
     skipped: Counter[str] = Counter()
     graphs, missing = split_missing(graphs, image_root, skipped)
     manifest["filter"] = None
     if discriminator is not None:
-        stats = filter_negatives(graphs, image_root, discriminator, thresholds=thresholds, client=client, attempts=attempts,
-                                 rounds=filter_rounds, seed=seed, log_path=out_dir / "filter_log.jsonl")  # fmt: skip
+        stats = filter_negatives(
+            graphs,
+            image_root,
+            discriminator,
+            thresholds=thresholds,
+            client=client,
+            attempts=attempts,
+            rounds=filter_rounds,
+            seed=seed,
+            log_path=out_dir / "filter_log.jsonl",
+        )
         atomic_write_json(out_dir / "scene_graphs.filtered.json", [g.to_json() for g in graphs], indent=None)
-        manifest["filter"] = {"model": discriminator.name, "thresholds": {**DEFAULT_THRESHOLDS, **(thresholds or {})}, "rounds": filter_rounds,
-                              "regenerate_with_llm": client is not None, "levels": stats.summary()}  # fmt: skip
+        manifest["filter"] = {
+            "model": discriminator.name,
+            "thresholds": {**DEFAULT_THRESHOLDS, **(thresholds or {})},
+            "rounds": filter_rounds,
+            "regenerate_with_llm": client is not None,
+            "levels": stats.summary(),
+        }
     rng = random.Random(seed)
     reservoir = Reservoir(max_tuples, rng)
     for graph in tqdm(graphs, desc="FINER tuples", unit="image", disable=len(graphs) < 500):
@@ -192,8 +219,15 @@ def build_finer_from_scene_graphs(
         if not _add_tuples(reservoir, graph.image, graph.example_id, tuples, skipped):
             skipped["image_without_usable_units"] += 1
     manifest["images"] = {"records": len(graphs) + len(missing), "used": len(graphs)}
-    return write_preference_dataset(reservoir, out_dir, validation_ratio=validation_ratio, rng=rng, manifest=manifest,
-                                    skipped=skipped, missing_images=missing)  # fmt: skip
+    return write_preference_dataset(
+        reservoir,
+        out_dir,
+        validation_ratio=validation_ratio,
+        rng=rng,
+        manifest=manifest,
+        skipped=skipped,
+        missing_images=missing,
+    )
 
 
 def build_finer_from_captions(
@@ -217,7 +251,9 @@ def build_finer_from_captions(
     if attempts < 1:
         raise UserError(f"--llm-attempts {attempts}: must be at least 1")
     total = sum(1 for _ in read_captions(captions))
-    manifest = _base_manifest("captions", captions, image_root, seed=seed, max_tuples=max_tuples, validation_ratio=validation_ratio)
+    manifest = _base_manifest(
+        "captions", captions, image_root, seed=seed, max_tuples=max_tuples, validation_ratio=validation_ratio
+    )
     skipped: Counter[str] = Counter()
     stats = LLMStats(skipped=skipped)
     missing: list[str] = []
@@ -252,10 +288,21 @@ def build_finer_from_captions(
         progress.update(lines)
     manifest["images"] = {"records": total, "used": used}
     manifest["llm"] = {
-        "base_url": client.url.removesuffix("/chat/completions"), "model": client.model,
-        "temperature": client.temperature, "max_tokens": client.max_tokens, "attempts": attempts,
-        "requests_sent": client.requests_sent, "cache_hits": client.cache_hits,
+        "base_url": client.url.removesuffix("/chat/completions"),
+        "model": client.model,
+        "temperature": client.temperature,
+        "max_tokens": client.max_tokens,
+        "attempts": attempts,
+        "requests_sent": client.requests_sent,
+        "cache_hits": client.cache_hits,
         "rejected_answers": dict(sorted(stats.rejected_answers.items())),
-    }  # fmt: skip
-    return write_preference_dataset(reservoir, out_dir, validation_ratio=validation_ratio, rng=rng, manifest=manifest,
-                                    skipped=skipped, missing_images=missing)  # fmt: skip
+    }
+    return write_preference_dataset(
+        reservoir,
+        out_dir,
+        validation_ratio=validation_ratio,
+        rng=rng,
+        manifest=manifest,
+        skipped=skipped,
+        missing_images=missing,
+    )

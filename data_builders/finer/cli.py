@@ -30,18 +30,31 @@ from veritune.core.io import build_identity, claim_output_dir, claim_output_file
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
     group = add_llm_arguments(parser, purpose, model_help="model name sent to the endpoint (the paper used Phi-4-14B)")
-    group.add_argument("--llm-attempts", type=int, default=DEFAULT_ATTEMPTS, help="answers per request before a unit is skipped (bad answers are sent back with the reason)")  # fmt: skip
+    group.add_argument(
+        "--llm-attempts",
+        type=int,
+        default=DEFAULT_ATTEMPTS,
+        help="answers per request before a unit is skipped (bad answers are sent back with the reason)",
+    )
 
 
 def _add_filter(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("negative filtering (FINER App. B.3; optional)")
-    group.add_argument("--filter-model", help="VLM directory or hub id (AutoModelForImageTextToText) used as discriminator")
+    group.add_argument(
+        "--filter-model", help="VLM directory or hub id (AutoModelForImageTextToText) used as discriminator"
+    )
     group.add_argument("--filter-device", help="cuda, cpu, ... (default: cuda when available)")
-    group.add_argument("--filter-max-pixels", type=int, default=448 * 448, help="images are scaled down to this many pixels")
+    group.add_argument(
+        "--filter-max-pixels", type=int, default=448 * 448, help="images are scaled down to this many pixels"
+    )
     group.add_argument("--filter-rounds", type=int, default=3, help="rounds of regenerate-and-check")
     for level, name in (("obj", "objects"), ("attr", "attributes"), ("rel", "relations")):
-        group.add_argument(f"--theta-{level}", type=float, default=DEFAULT_THRESHOLDS[level],
-                           help=f"entropy threshold for {name} (Table 7, FINER-CompreCap: {DEFAULT_THRESHOLDS[level]})")  # fmt: skip
+        group.add_argument(
+            f"--theta-{level}",
+            type=float,
+            default=DEFAULT_THRESHOLDS[level],
+            help=f"entropy threshold for {name} (Table 7, FINER-CompreCap: {DEFAULT_THRESHOLDS[level]})",
+        )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,9 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     finer = subparsers.add_parser("finer", help=command_help("build", "finer"))
     source = finer.add_mutually_exclusive_group(required=True)
     source.add_argument("--scene-graphs", type=Path, help="scene graphs in the FINER layout (offline, no LLM)")
-    source.add_argument("--captions", type=Path, help="JSON lines {image, caption} (needs --llm-base-url and --llm-model)")
+    source.add_argument(
+        "--captions", type=Path, help="JSON lines {image, caption} (needs --llm-base-url and --llm-model)"
+    )
     finer.add_argument("--image-root", type=Path, required=True, help="directory the image paths are relative to")
-    finer.add_argument("--out", type=Path, required=True, help="output directory (train.jsonl, validation.jsonl, manifest.json)")
+    finer.add_argument(
+        "--out", type=Path, required=True, help="output directory (train.jsonl, validation.jsonl, manifest.json)"
+    )
     finer.add_argument("--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help="seeded uniform subsample")
     finer.add_argument("--validation-ratio", type=float, default=VALIDATION_RATIO)
     finer.add_argument("--seed", type=int, default=0)
@@ -62,7 +79,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     bench = subparsers.add_parser("finer-bench", help=command_help("build", "finer-bench"))
     bench.add_argument("--scene-graphs", type=Path, required=True, help="scene graphs in the FINER layout")
-    bench.add_argument("--out", type=Path, required=True, help="output CSV (a <name>.manifest.json is written beside it)")
+    bench.add_argument(
+        "--out", type=Path, required=True, help="output CSV (a <name>.manifest.json is written beside it)"
+    )
     bench.add_argument("--image-root", type=Path, help="skip (and list) records whose image is missing here")
     bench.add_argument("--max-objects", type=int, default=6, help="largest k for Multi-obj (FINER-CompreCap: 6)")
     bench.add_argument("--max-attributes", type=int, default=3, help="largest k for Multi-attr (FINER-CompreCap: 3)")
@@ -96,13 +115,32 @@ def _thresholds(args: argparse.Namespace) -> dict[str, float]:
 
 
 # Flags that change how a build runs, not what it writes: a rerun with other values is the same build.
-_OPERATIONAL = {"out", "force", "handler", "command", "build_command", "scene_graphs", "captions", "image_root", "llm_cache",
-                "llm_concurrency", "llm_max_retries", "llm_timeout", "llm_api_key_env", "llm_base_url", "filter_device"}  # fmt: skip
+_OPERATIONAL = {
+    "out",
+    "force",
+    "handler",
+    "command",
+    "build_command",
+    "scene_graphs",
+    "captions",
+    "image_root",
+    "llm_cache",
+    "llm_concurrency",
+    "llm_max_retries",
+    "llm_timeout",
+    "llm_api_key_env",
+    "llm_base_url",
+    "filter_device",
+}
 
 
 def _identity(args: argparse.Namespace, command: str) -> dict[str, Any]:
     settings = {key: value for key, value in vars(args).items() if key not in _OPERATIONAL}
-    inputs = {"scene_graphs": args.scene_graphs, "captions": getattr(args, "captions", None), "image_root": args.image_root}
+    inputs = {
+        "scene_graphs": args.scene_graphs,
+        "captions": getattr(args, "captions", None),
+        "image_root": args.image_root,
+    }
     return build_identity(command, settings, inputs)
 
 
@@ -115,20 +153,38 @@ def _build_finer(args: argparse.Namespace) -> int:
         print(f"{args.out} holds this same build: resuming it", flush=True)
     if args.captions:
         if args.filter_model:
-            raise UserError("--filter-model: negative filtering needs four negatives per entity, which scene graphs have; use it with --scene-graphs")
+            raise UserError(
+                "--filter-model: negative filtering needs four negatives per entity, which scene graphs have; use it with --scene-graphs"
+            )
         manifest = build_finer_from_captions(
-            args.captions, args.image_root, args.out, _client(args, required="--captions"), max_tuples=args.max_tuples,
-            seed=args.seed, validation_ratio=args.validation_ratio, attempts=args.llm_attempts,
-        )  # fmt: skip
+            args.captions,
+            args.image_root,
+            args.out,
+            _client(args, required="--captions"),
+            max_tuples=args.max_tuples,
+            seed=args.seed,
+            validation_ratio=args.validation_ratio,
+            attempts=args.llm_attempts,
+        )
     else:
         manifest = build_finer_from_scene_graphs(
-            args.scene_graphs, args.image_root, args.out, max_tuples=args.max_tuples, seed=args.seed,
-            validation_ratio=args.validation_ratio, discriminator=_discriminator(args), thresholds=_thresholds(args),
-            client=_client(args), attempts=args.llm_attempts, filter_rounds=args.filter_rounds,
-        )  # fmt: skip
+            args.scene_graphs,
+            args.image_root,
+            args.out,
+            max_tuples=args.max_tuples,
+            seed=args.seed,
+            validation_ratio=args.validation_ratio,
+            discriminator=_discriminator(args),
+            thresholds=_thresholds(args),
+            client=_client(args),
+            attempts=args.llm_attempts,
+            filter_rounds=args.filter_rounds,
+        )
     counts = manifest["counts"]
-    print(f"wrote {args.out}: {counts['train']} train + {counts['validation']} validation tuples "
-          f"({json.dumps(counts['by_subset'])}) of {counts['tuples_built']} built; skipped {json.dumps(manifest['skipped'])}")  # fmt: skip
+    print(
+        f"wrote {args.out}: {counts['train']} train + {counts['validation']} validation tuples "
+        f"({json.dumps(counts['by_subset'])}) of {counts['tuples_built']} built; skipped {json.dumps(manifest['skipped'])}"
+    )
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
     return 0
@@ -139,15 +195,29 @@ def _build_bench(args: argparse.Namespace) -> int:
         raise UserError(f"--scene-graphs {args.scene_graphs}: not found (or not a file)")
     identity = _identity(args, "build finer-bench")
     claim_output_file(args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl"))
-    settings = BenchSettings(args.max_objects, args.max_attributes, args.max_relations,
-                             tuple(s.strip() for s in args.settings.split(",") if s.strip()), args.seed)  # fmt: skip
+    settings = BenchSettings(
+        args.max_objects,
+        args.max_attributes,
+        args.max_relations,
+        tuple(s.strip() for s in args.settings.split(",") if s.strip()),
+        args.seed,
+    )
     manifest = build_finer_bench(
-        args.scene_graphs, args.out, settings, image_root=args.image_root, discriminator=_discriminator(args),
-        thresholds=_thresholds(args), client=_client(args), attempts=args.llm_attempts, filter_rounds=args.filter_rounds,
+        args.scene_graphs,
+        args.out,
+        settings,
+        image_root=args.image_root,
+        discriminator=_discriminator(args),
+        thresholds=_thresholds(args),
+        client=_client(args),
+        attempts=args.llm_attempts,
+        filter_rounds=args.filter_rounds,
         build=identity,
-    )  # fmt: skip
-    print(f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs ({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
-          f"skipped {json.dumps(manifest['skipped'])}")  # fmt: skip
+    )
+    print(
+        f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs ({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
+        f"skipped {json.dumps(manifest['skipped'])}"
+    )
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
     return 0

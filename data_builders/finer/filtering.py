@@ -72,7 +72,9 @@ class ChoiceDiscriminator:
             self.processor = AutoProcessor.from_pretrained(model)
             self.model = AutoModelForImageTextToText.from_pretrained(model, dtype=dtype).to(self.device).eval()
         except (OSError, ValueError) as err:
-            raise UserError(f"--filter-model {model}: cannot load a vision-language model ({str(err).splitlines()[0]})") from None
+            raise UserError(
+                f"--filter-model {model}: cannot load a vision-language model ({str(err).splitlines()[0]})"
+            ) from None
         tokenizer = self.processor.tokenizer
         ids = [tokenizer.encode(letter, add_special_tokens=False) for letter in LETTERS]
         if any(len(i) != 1 for i in ids) or len({i[0] for i in ids}) != NUM_OPTIONS:
@@ -87,7 +89,9 @@ class ChoiceDiscriminator:
         from veritune.core.images import load_image
 
         image = load_image(image_path, self.max_pixels)
-        messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": mcq_prompt(question, options)}]}]
+        messages = [
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": mcq_prompt(question, options)}]}
+        ]
         text = self.processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         inputs = self.processor(text=[text], images=[image], return_tensors="pt").to(self.device)
         with torch.inference_mode():
@@ -114,14 +118,34 @@ def entities_of(graph: SceneGraph) -> list[Entity]:
     """Every object, attribute and relation of a graph that can be asked as a five-way MCQ."""
     out = []
     for obj in graph.objects:
-        out.append(Entity("obj", graph, obj.name, obj.negatives, "Which of these objects can be seen in this image?", lambda x: x))
+        out.append(
+            Entity(
+                "obj", graph, obj.name, obj.negatives, "Which of these objects can be seen in this image?", lambda x: x
+            )
+        )
         for i, attribute in enumerate(obj.attributes):
-            out.append(Entity("attr", graph, attribute, obj.attribute_negatives[i], f"Which description of the {obj.name} matches this image?",
-                              lambda x, n=obj.name: f"the {n} {x}"))  # fmt: skip
+            out.append(
+                Entity(
+                    "attr",
+                    graph,
+                    attribute,
+                    obj.attribute_negatives[i],
+                    f"Which description of the {obj.name} matches this image?",
+                    lambda x, n=obj.name: f"the {n} {x}",
+                )
+            )
         for rel in obj.relations:
             other = graph.object(rel.object).name
-            out.append(Entity("rel", graph, rel.rel, rel.negatives, f"How is the {obj.name} related to the {other} in this image?",
-                              lambda x, a=obj.name, b=other: f"the {a} {relation_text(x, b)}"))  # fmt: skip
+            out.append(
+                Entity(
+                    "rel",
+                    graph,
+                    rel.rel,
+                    rel.negatives,
+                    f"How is the {obj.name} related to the {other} in this image?",
+                    lambda x, a=obj.name, b=other: f"the {a} {relation_text(x, b)}",
+                )
+            )
     return out
 
 
@@ -138,13 +162,18 @@ class FilterStats:
     def summary(self) -> dict[str, Any]:
         return {
             level: {
-                "checked": self.checked[level], "misclassified": self.misclassified[level],
-                "flagged_low_entropy": self.flagged[level], "regenerated": self.regenerated[level],
-                "dropped": self.dropped[level], "not_checked_fewer_than_4_negatives": self.not_checked[level],
-                "mean_entropy": round(self.entropy_sum[level] / self.checked[level], 4) if self.checked[level] else None,
+                "checked": self.checked[level],
+                "misclassified": self.misclassified[level],
+                "flagged_low_entropy": self.flagged[level],
+                "regenerated": self.regenerated[level],
+                "dropped": self.dropped[level],
+                "not_checked_fewer_than_4_negatives": self.not_checked[level],
+                "mean_entropy": round(self.entropy_sum[level] / self.checked[level], 4)
+                if self.checked[level]
+                else None,
             }
             for level in LEVELS
-        }  # fmt: skip
+        }
 
 
 class _Cache:
@@ -203,7 +232,9 @@ def filter_negatives(
                 stats.not_checked[entity.level] += 1
     for round_number in range(1, rounds + 1):
         flagged: list[tuple[Entity, str]] = []
-        for entity in tqdm(to_check, desc=f"FINER negative filter (round {round_number})", unit="mcq", disable=len(to_check) < 50):
+        for entity in tqdm(
+            to_check, desc=f"FINER negative filter (round {round_number})", unit="mcq", disable=len(to_check) < 50
+        ):
             bad = _classify(entity, image_root, discriminator, thresholds[entity.level], cache, stats, seed)
             if bad is not None:
                 flagged.append((entity, bad))
@@ -214,7 +245,10 @@ def filter_negatives(
                 entity.negatives.remove(bad)
                 stats.dropped[entity.level] += 1
             break
-        asks = [Ask(NEGATIVE_PROPOSAL, _proposal_request(entity, bad), _proposal_check(entity, bad)) for entity, bad in flagged]
+        asks = [
+            Ask(NEGATIVE_PROPOSAL, _proposal_request(entity, bad), _proposal_check(entity, bad))
+            for entity, bad in flagged
+        ]
         outcomes = ask_all(client, asks, attempts=attempts, desc="FINER: regenerate negatives", stats=llm_stats)
         to_check = []
         for (entity, bad), outcome in zip(flagged, outcomes):
@@ -237,7 +271,9 @@ def _classify(
     order = list(range(len(candidates)))
     random.Random(f"{seed}\0{entity.key()}\0{candidates}").shuffle(order)
     options = [entity.render(candidates[i]) for i in order]
-    key = hashlib.sha256(json.dumps([discriminator.name, entity.graph.image, entity.question, options]).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps([discriminator.name, entity.graph.image, entity.question, options]).encode()
+    ).hexdigest()
     shown = cache.get(key)
     if shown is None:
         shown = discriminator.probabilities(image_root / entity.graph.image, entity.question, options)
@@ -248,9 +284,20 @@ def _classify(
     predicted = max(range(len(p)), key=p.__getitem__)
     is_flagged = predicted != 0 and entropy < theta
     if cache.get(key) is None:
-        cache.add(key, shown, {"image": entity.graph.image, "level": entity.level, "positive": entity.positive,
-                               "candidates": candidates, "p_candidates": [round(x, 6) for x in p], "entropy": round(entropy, 6),
-                               "predicted": candidates[predicted], "misclassified": predicted != 0})  # fmt: skip
+        cache.add(
+            key,
+            shown,
+            {
+                "image": entity.graph.image,
+                "level": entity.level,
+                "positive": entity.positive,
+                "candidates": candidates,
+                "p_candidates": [round(x, 6) for x in p],
+                "entropy": round(entropy, 6),
+                "predicted": candidates[predicted],
+                "misclassified": predicted != 0,
+            },
+        )
     stats.checked[entity.level] += 1
     stats.entropy_sum[entity.level] += entropy
     if predicted != 0:

@@ -174,10 +174,14 @@ def tuples_from_captions(
     positives = []
     for i in range(len(captions)):
         obj, attr, rel, sentence = results[4 * i : 4 * i + 4]
-        positives.append({
-            "obj": _value(obj, "obj", stats, "positive"), "attr": _value(attr, "attr", stats, "positive"),
-            "rel": _value(rel, "rel", stats, "positive"), "wh": _value(sentence, "wh", stats, "sentence"),
-        })  # fmt: skip
+        positives.append(
+            {
+                "obj": _value(obj, "obj", stats, "positive"),
+                "attr": _value(attr, "attr", stats, "positive"),
+                "rel": _value(rel, "rel", stats, "positive"),
+                "wh": _value(sentence, "wh", stats, "sentence"),
+            }
+        )
 
     # 2. Negatives (Figs. 20-22) and the positive WH pair (Fig. 19). The unit to replace is drawn in code.
     second: list[Ask] = []
@@ -187,23 +191,45 @@ def tuples_from_captions(
             units: list[str] = pos["obj"]
             k = rng.randint(1, len(units))
             user = f"Caption:\n{c.caption}\nPHRASE={join_and(units)}\nREPLACE_INDEX={k}"
-            second.append(Ask(OBJ_NEGATIVE, user, _check_tagged("PHRASE", lambda v, u=units, k=k, c=c: phrases.check_object_negative(u, v, k, c.caption))))  # fmt: skip
+            second.append(
+                Ask(
+                    OBJ_NEGATIVE,
+                    user,
+                    _check_tagged(
+                        "PHRASE", lambda v, u=units, k=k, c=c: phrases.check_object_negative(u, v, k, c.caption)
+                    ),
+                )
+            )
             owners.append((i, "obj", k))
         if pos["attr"]:
             attr: AttributePhrase = pos["attr"]
             k = rng.randint(1, len(attr.units))
             user = f"ATTRIBUTE PHRASE={attr.text}\nATTRIBUTE_INDEX={k}"
-            second.append(Ask(ATTR_NEGATIVE, user, _check_tagged("PHRASE", lambda v, a=attr, k=k: phrases.check_attribute_negative(a, v, k))))  # fmt: skip
+            second.append(
+                Ask(
+                    ATTR_NEGATIVE,
+                    user,
+                    _check_tagged("PHRASE", lambda v, a=attr, k=k: phrases.check_attribute_negative(a, v, k)),
+                )
+            )
             owners.append((i, "attr", k))
         if pos["rel"]:
             rel: RelationPhrase = pos["rel"]
             k = rng.randint(1, len(rel.clauses))
             user = f"CLAUSE_INDEX={k}\nPHRASE={rel.head} {rel.rest}"
-            second.append(Ask(REL_NEGATIVE, user, _check_tagged("PHRASE", lambda v, r=rel, k=k: phrases.check_relation_negative(r, v, k))))  # fmt: skip
+            second.append(
+                Ask(
+                    REL_NEGATIVE,
+                    user,
+                    _check_tagged("PHRASE", lambda v, r=rel, k=k: phrases.check_relation_negative(r, v, k)),
+                )
+            )
             owners.append((i, "rel", k))
         if pos["wh"]:
             task = rng.choice((WH_QA_A, WH_QA_B))
-            second.append(Ask(task, f"Sentence:\n{pos['wh']}", _check_pair(lambda p, s=pos["wh"]: phrases.check_wh_answer(p, s))))
+            second.append(
+                Ask(task, f"Sentence:\n{pos['wh']}", _check_pair(lambda p, s=pos["wh"]: phrases.check_wh_answer(p, s)))
+            )
             owners.append((i, "wh", None))
     results = ask_all(client, second, attempts=attempts, desc="FINER: generate negatives", stats=stats)
     negatives: list[dict[str, Any]] = [{} for _ in captions]
@@ -215,7 +241,13 @@ def tuples_from_captions(
     for i, neg in enumerate(negatives):
         if neg.get("wh"):
             question_pos = neg["wh"][0]
-            third.append(Ask(WH_NEGATIVE, f"Question:\n{question_pos}", _check_pair(lambda p, q=question_pos: phrases.check_wh_negative(p, q))))  # fmt: skip
+            third.append(
+                Ask(
+                    WH_NEGATIVE,
+                    f"Question:\n{question_pos}",
+                    _check_pair(lambda p, q=question_pos: phrases.check_wh_negative(p, q)),
+                )
+            )
             wh_owners.append(i)
     results = ask_all(client, third, attempts=attempts, desc="FINER: WH negatives", stats=stats)
     wh_negatives = {i: _value(outcome, "wh", stats, "negative_pair") for i, outcome in zip(wh_owners, results)}

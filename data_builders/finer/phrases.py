@@ -91,9 +91,19 @@ def words(text: str) -> list[str]:
 
 # Irregular plurals of nouns that scene captions name often; the regular ones are handled by rule.
 _IRREGULAR_PLURALS = {
-    "men": "man", "women": "woman", "children": "child", "people": "person", "feet": "foot", "teeth": "tooth",
-    "mice": "mouse", "geese": "goose", "oxen": "ox", "dice": "die", "sheep": "sheep", "fish": "fish",
-}  # fmt: skip
+    "men": "man",
+    "women": "woman",
+    "children": "child",
+    "people": "person",
+    "feet": "foot",
+    "teeth": "tooth",
+    "mice": "mouse",
+    "geese": "goose",
+    "oxen": "ox",
+    "dice": "die",
+    "sheep": "sheep",
+    "fish": "fish",
+}
 
 
 def word_forms(word: str) -> set[str]:
@@ -214,13 +224,17 @@ def parse_attribute_phrase(phrase: str) -> AttributePhrase:
         raise Rejected("empty attribute phrase")
     first = segments[0]
     marker = _FIRST_MARKER.search(first)
-    noun, clauses = (first[: marker.start()], [first[marker.end() :], *segments[1:]]) if marker else (first, segments[1:])
+    noun, clauses = (
+        (first[: marker.start()], [first[marker.end() :], *segments[1:]]) if marker else (first, segments[1:])
+    )
     noun_words = noun.split()
     determiner = noun_words[0] if noun_words and noun_words[0].lower() in DETERMINERS else ""
     noun_words = noun_words[1:] if determiner else noun_words
     if not noun_words:
         raise Rejected("cannot find the object noun of the attribute phrase")
-    return AttributePhrase(determiner, " ".join(noun_words[:-1]), noun_words[-1], tuple(c.strip() for c in clauses), phrase)
+    return AttributePhrase(
+        determiner, " ".join(noun_words[:-1]), noun_words[-1], tuple(c.strip() for c in clauses), phrase
+    )
 
 
 def check_attributes(phrase: str, caption: str) -> AttributePhrase:

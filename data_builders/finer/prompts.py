@@ -72,9 +72,7 @@ ATTR_EXTRACT = Task(
     "You extract information from an image caption.\n"
     "Choose ONE main object of the caption that has at least one described attribute. Take only attribute phrases "
     "that the caption states explicitly about that object (never infer or guess), and combine them into ONE noun "
-    "phrase describing the object.\n"
-    + _ATTRIBUTE_TYPES
-    + "Constraints:\n"
+    "phrase describing the object.\n" + _ATTRIBUTE_TYPES + "Constraints:\n"
     "- Leave out spatial relations to other main objects (e.g. 'to the left of the bus').\n"
     "- Leave out actions that involve other main objects (e.g. 'holding a cup').\n"
     "- Every attribute must clearly describe the chosen object; never take attributes of the other objects.\n"

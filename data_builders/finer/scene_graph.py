@@ -90,14 +90,19 @@ class SceneGraph:
             "image": self.image,
             "objects": [
                 {
-                    "object": o.name, "object_index": o.index, "neg_object": o.negatives,
-                    "attribute": o.attributes, "neg_attribute": o.attribute_negatives,
-                    "parsed_relation": [{"object_a": r.subject, "rel": r.rel, "object_b": r.object} for r in o.relations],
+                    "object": o.name,
+                    "object_index": o.index,
+                    "neg_object": o.negatives,
+                    "attribute": o.attributes,
+                    "neg_attribute": o.attribute_negatives,
+                    "parsed_relation": [
+                        {"object_a": r.subject, "rel": r.rel, "object_b": r.object} for r in o.relations
+                    ],
                     "neg_relation": [r.negatives for r in o.relations],
                 }
                 for o in self.objects
             ],
-        }  # fmt: skip
+        }
 
 
 # ---- reading and checking
@@ -147,20 +152,32 @@ def parse_scene_graph(record: Any, where: str) -> SceneGraph:
         for number, rel in enumerate(relations_raw):
             if not isinstance(rel, dict) or not isinstance(rel.get("rel"), str) or not rel["rel"].strip():
                 raise UserError(f"{at}: parsed_relation[{number}] needs object_a, rel and object_b")
-            relations.append(Relation(rel.get("object_a", index), rel["rel"].strip(), rel.get("object_b"), rel_negatives[number]))  # fmt: skip
-        objects.append(SceneObject(
-            index=index, name=raw["object"].strip(), negatives=_strings(raw.get("neg_object"), at, "neg_object"),
-            attributes=attributes,
-            attribute_negatives=_negative_lists(raw.get("neg_attribute"), len(attributes), at, "neg_attribute", "attribute"),
-            relations=relations,
-        ))  # fmt: skip
+            relations.append(
+                Relation(rel.get("object_a", index), rel["rel"].strip(), rel.get("object_b"), rel_negatives[number])
+            )
+        objects.append(
+            SceneObject(
+                index=index,
+                name=raw["object"].strip(),
+                negatives=_strings(raw.get("neg_object"), at, "neg_object"),
+                attributes=attributes,
+                attribute_negatives=_negative_lists(
+                    raw.get("neg_attribute"), len(attributes), at, "neg_attribute", "attribute"
+                ),
+                relations=relations,
+            )
+        )
     indices = Counter(o.index for o in objects)
     duplicated = sorted(i for i, n in indices.items() if n > 1)
     if duplicated:
         raise UserError(f"{where}: object_index {duplicated[0]} is used by more than one object")
     for obj in objects:
         for number, rel in enumerate(obj.relations):
-            missing = [f"{end} {value!r}" for end, value in (("object_a", rel.subject), ("object_b", rel.object)) if value not in indices]
+            missing = [
+                f"{end} {value!r}"
+                for end, value in (("object_a", rel.subject), ("object_b", rel.object))
+                if value not in indices
+            ]
             if missing:
                 raise UserError(
                     f"{where}: object {obj.name!r} (object_index {obj.index}): relation {number} {rel.rel!r} points to "
@@ -289,7 +306,12 @@ def tuples_for_image(graph: SceneGraph, rng: random.Random, skipped: Counter[str
         k = rng.choice(editable)
         keep = sample_in_order(rng, list(range(len(obj.attributes))), min(MAX_UNITS, len(obj.attributes)), k)
         values = [obj.attributes[i] for i in keep]
-        edited = [rng.choice(usable_negatives(obj.attribute_negatives[i], {a.lower() for a in obj.attributes})) if i == k else obj.attributes[i] for i in keep]  # fmt: skip
+        edited = [
+            rng.choice(usable_negatives(obj.attribute_negatives[i], {a.lower() for a in obj.attributes}))
+            if i == k
+            else obj.attributes[i]
+            for i in keep
+        ]
         head = with_article(obj.name)
         out += compose("attr", f"{head} {join_oxford(values)}", f"{head} {join_oxford(edited)}", rng)
     else:
@@ -307,8 +329,12 @@ def tuples_for_image(graph: SceneGraph, rng: random.Random, skipped: Counter[str
             rel = obj.relations[i]
             other = graph.object(rel.object).name
             clauses.append(relation_text(rel.rel, other))
-            edited.append(relation_text(rng.choice(usable_negatives(rel.negatives, forbidden)), other) if i == k else clauses[-1])
-        out += compose("rel", f"the {obj.name} that {join_oxford(clauses)}", f"the {obj.name} that {join_oxford(edited)}", rng)
+            edited.append(
+                relation_text(rng.choice(usable_negatives(rel.negatives, forbidden)), other) if i == k else clauses[-1]
+            )
+        out += compose(
+            "rel", f"the {obj.name} that {join_oxford(clauses)}", f"the {obj.name} that {join_oxford(edited)}", rng
+        )
     else:
         skipped["rel_no_relation_with_negatives"] += 1
 
@@ -348,8 +374,12 @@ def wh_tuples(graph: SceneGraph, rng: random.Random) -> list[PreferenceTuple]:
     def context_phrase(value: str) -> str:
         return f"{context.name} {join_oxford([value if i == k else context.attributes[i] for i in keep])}"
 
-    question_pos = wh_question(mode, rel.rel, context_phrase(right)) or ""  # mode "b" is only offered for is/are relations
+    question_pos = (
+        wh_question(mode, rel.rel, context_phrase(right)) or ""
+    )  # mode "b" is only offered for is/are relations
     question_neg = wh_question(mode, rel.rel, context_phrase(wrong)) or ""
     target_attrs = target.attributes[:MAX_UNITS]
-    answer_pos = capitalize_first(with_article(target.name) + (f" {join_oxford(target_attrs)}" if target_attrs else "")) + "."
+    answer_pos = (
+        capitalize_first(with_article(target.name) + (f" {join_oxford(target_attrs)}" if target_attrs else "")) + "."
+    )
     return compose_wh(question_pos, answer_pos, question_neg, correction_sentence(context.name, wrong, right))

@@ -18,8 +18,16 @@ from data_builders.synthetic_world import CATEGORIES, RELATIONS, spatial_relatio
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, read_json
 
-COLOURS = {"red": (220, 40, 40), "yellow": (240, 200, 60), "grey": (120, 120, 120), "blue": (30, 90, 220),
-           "green": (20, 160, 60), "purple": (150, 40, 180), "brown": (140, 90, 40), "orange": (255, 140, 0)}  # fmt: skip
+COLOURS = {
+    "red": (220, 40, 40),
+    "yellow": (240, 200, 60),
+    "grey": (120, 120, 120),
+    "blue": (30, 90, 220),
+    "green": (20, 160, 60),
+    "purple": (150, 40, 180),
+    "brown": (140, 90, 40),
+    "orange": (255, 140, 0),
+}
 SHAPES = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
 OTHER_SHAPES = ("star", "heart")
 EXTRA_RELATION = "is inside the"
@@ -54,14 +62,20 @@ def scene_graphs_from_coco(annotations: Path, out: Path) -> Path:
                 continue
             shape, rgb = style.get(name, ("rectangle", (128, 128, 128)))
             colour, form = colour_word(rgb), SHAPES[shape]
-            objects.append({
-                "object": name, "object_index": len(objects),
-                "neg_object": [n for n in all_names if n not in present][:4],
-                "attribute": [f"with a {colour} color", f"with a {form} shape"],
-                "neg_attribute": [[f"with a {c} color" for c in COLOURS if c != colour][:4],
-                                  [f"with a {s} shape" for s in (*SHAPES.values(), *OTHER_SHAPES) if s != form][:4]],
-                "parsed_relation": [], "neg_relation": [],
-            })  # fmt: skip
+            objects.append(
+                {
+                    "object": name,
+                    "object_index": len(objects),
+                    "neg_object": [n for n in all_names if n not in present][:4],
+                    "attribute": [f"with a {colour} color", f"with a {form} shape"],
+                    "neg_attribute": [
+                        [f"with a {c} color" for c in COLOURS if c != colour][:4],
+                        [f"with a {s} shape" for s in (*SHAPES.values(), *OTHER_SHAPES) if s != form][:4],
+                    ],
+                    "parsed_relation": [],
+                    "neg_relation": [],
+                }
+            )
             boxes.append(ann["bbox"])
         for index in range(len(objects) - 1):
             rel = spatial_relation(boxes[index], boxes[index + 1])

@@ -42,7 +42,11 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
             raise UserError(f"{path}: missing '{key}' (a COCO instances file has images, annotations and categories)")
         if not isinstance(data[key], list) or not all(isinstance(entry, dict) for entry in data[key]):
             raise UserError(f"{path}: '{key}' must be a list of objects")
-    for key, fields in (("images", ("id", "file_name")), ("categories", ("id", "name")), ("annotations", ("image_id", "category_id"))):
+    for key, fields in (
+        ("images", ("id", "file_name")),
+        ("categories", ("id", "name")),
+        ("annotations", ("image_id", "category_id")),
+    ):
         for index, entry in enumerate(data[key]):
             for field in fields:
                 if field not in entry:
@@ -50,7 +54,9 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
     for index, annotation in enumerate(data["annotations"]):
         bbox = annotation.get("bbox")
         if not (isinstance(bbox, list) and len(bbox) == 4 and all(isinstance(v, (int, float)) for v in bbox)):
-            raise UserError(f"{path}: annotation {index} (id {annotation.get('id')}): bbox must be [x, y, width, height]")
+            raise UserError(
+                f"{path}: annotation {index} (id {annotation.get('id')}): bbox must be [x, y, width, height]"
+            )
         if bbox[2] <= 0 or bbox[3] <= 0:
             raise UserError(
                 f"{path}: annotation {index} (id {annotation.get('id')}): box with zero or negative size {bbox}"
@@ -68,7 +74,9 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
         boxes: dict[str, list[list[float]]] = {}
         for annotation in coco.imgToAnns.get(image_id, []):
             if annotation["category_id"] not in names:
-                raise UserError(f"{path}: annotation id {annotation.get('id')}: unknown category_id {annotation['category_id']}")
+                raise UserError(
+                    f"{path}: annotation id {annotation.get('id')}: unknown category_id {annotation['category_id']}"
+                )
             boxes.setdefault(names[annotation["category_id"]], []).append(annotation["bbox"])
         images.append(ImageRecord(image_id, info["file_name"], info.get("width", 0), info.get("height", 0), boxes))
     return images, [cat["name"] for cat in data["categories"]]

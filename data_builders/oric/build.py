@@ -139,9 +139,30 @@ def build_items(
             seen_pairs.add(pair)
             clip_of = dict(ranked)
             for image, name in positives:
-                items.append(oric_item(settings.kind, image, similar, name, "yes", roi_area=areas[name], verdict="no", similarity=similarity))
+                items.append(
+                    oric_item(
+                        settings.kind,
+                        image,
+                        similar,
+                        name,
+                        "yes",
+                        roi_area=areas[name],
+                        verdict="no",
+                        similarity=similarity,
+                    )
+                )
             for image, name in negatives:
-                items.append(oric_item(settings.kind, image, query, name, "no", clip_score=round(clip_of[name], 4), similarity=similarity))
+                items.append(
+                    oric_item(
+                        settings.kind,
+                        image,
+                        query,
+                        name,
+                        "no",
+                        clip_score=round(clip_of[name], 4),
+                        similarity=similarity,
+                    )
+                )
             for label, group in (("yes", positives), ("no", negatives)):
                 seen_questions.update((image.file_name, name) for image, name in group)
                 counts[label] += len(group)
@@ -155,7 +176,9 @@ def build_items(
     return items
 
 
-def judge_roi_objects(records: list[ImageRecord], judge: Judge, stats: BuildStats) -> dict[int, tuple[list[str], dict[str, float]]]:
+def judge_roi_objects(
+    records: list[ImageRecord], judge: Judge, stats: BuildStats
+) -> dict[int, tuple[list[str], dict[str, float]]]:
     """ROI split (Alg. 1) of each image and one judge query per ROI object, asked with the non-ROI classes.
 
     Returns, per image id, the ROI objects judged unpredictable (answer "no") and the union area per class.
@@ -177,7 +200,9 @@ def judge_roi_objects(records: list[ImageRecord], judge: Judge, stats: BuildStat
     return result
 
 
-def oric_item(kind: str, image: ImageRecord, other: ImageRecord, name: str, label: str, **provenance: Any) -> dict[str, Any]:
+def oric_item(
+    kind: str, image: ImageRecord, other: ImageRecord, name: str, label: str, **provenance: Any
+) -> dict[str, Any]:
     """One question in the official layout (``kind`` "train": R1 prompt and ``<SOLUTION>`` answer; "bench": the
     four paraphrases and a bare yes/no), followed by the provenance fields. ``other`` is the pair's other image.
     """
@@ -231,7 +256,12 @@ def write_outputs(
         "clip_model": clip_model,
         "clip_text_template": TEXT_TEMPLATE,
         "settings": vars(settings),
-        "counts": {"questions": len(items), "yes": counts["yes"], "no": counts["no"], "images": len({i["image"] for i in items})},
+        "counts": {
+            "questions": len(items),
+            "yes": counts["yes"],
+            "no": counts["no"],
+            "images": len({i["image"] for i in items}),
+        },
         "skipped": dict(stats.skipped),
         "missing_images": stats.missing_images,
         "unreadable_images": stats.unreadable_images,
@@ -271,20 +301,37 @@ def build_oric_file(
     clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
     items = build_items(images, image_root, class_names, judge, clip, settings, stats)
     check_usable(items, settings, stats)
-    return write_outputs(items, out, annotations=annotations, image_root=image_root, settings=settings, stats=stats,
-                         judge=judge, clip_model=clip_model, build=build), stats  # fmt: skip
+    return write_outputs(
+        items,
+        out,
+        annotations=annotations,
+        image_root=image_root,
+        settings=settings,
+        stats=stats,
+        judge=judge,
+        clip_model=clip_model,
+        build=build,
+    ), stats
 
 
 def check_usable(items: list[dict[str, Any]], settings: BuildSettings, stats: BuildStats) -> None:
     """Refuse to write a file with no question of a label that was asked for (e.g. a judge that found every
     object predictable leaves no "yes" question), naming why the candidates were skipped."""
     counts = Counter(item["label"] for item in items)
-    empty = [label for label, wanted in (("yes", settings.num_yes), ("no", settings.num_no)) if wanted > 0 and not counts[label]]
+    empty = [
+        label
+        for label, wanted in (("yes", settings.num_yes), ("no", settings.num_no))
+        if wanted > 0 and not counts[label]
+    ]
     if not empty:
         return
     skipped = {key: value for key, value in stats.skipped.items() if not key.startswith("shortfall_")}
     judge = f"; judge answers {dict(stats.judge_answers)}" if stats.judge_answers else ""
-    hint = " (the judge found every object predictable from its context)" if stats.judge_answers and not stats.judge_answers.get("no") else ""
+    hint = (
+        " (the judge found every object predictable from its context)"
+        if stats.judge_answers and not stats.judge_answers.get("no")
+        else ""
+    )
     what = "no question" if len(empty) == 2 else f"no '{empty[0]}' question"
     raise UserError(f"nothing usable was built: {what}{hint}; skipped {skipped}{judge}; nothing was written")
 

@@ -71,7 +71,9 @@ class ClipScorer:
         if cache_dir is not None:
             Path(cache_dir).mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(Path(cache_dir) / "clip_embeddings.sqlite")
-            self._db.execute("CREATE TABLE IF NOT EXISTS emb (model TEXT, image TEXT, vector BLOB, PRIMARY KEY (model, image))")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS emb (model TEXT, image TEXT, vector BLOB, PRIMARY KEY (model, image))"
+            )
         self.model_key = _model_key(model_name)
 
     @torch.no_grad()
@@ -122,7 +124,11 @@ class ClipScorer:
         loaded = _load_images(batch)
         good = [path for path, image in loaded if image is not None]
         bad = [path for path, image in loaded if image is None]
-        inputs = self.processor(images=[image for _, image in loaded if image is not None], return_tensors="pt") if good else None
+        inputs = (
+            self.processor(images=[image for _, image in loaded if image is not None], return_tensors="pt")
+            if good
+            else None
+        )
         return good, bad, inputs
 
     @torch.no_grad()

@@ -28,7 +28,7 @@ Query = tuple[Sequence[str], str, int]
 JUDGE_PROMPT = (
     "The background of an image contains these objects: {background}. Without using textual priors, "
     "common-sense knowledge or general assumptions about which objects tend to appear together, can you "
-    "determine whether the object \"{target}\" is present in the image? Answer yes or no."
+    'determine whether the object "{target}" is present in the image? Answer yes or no.'
 )
 
 
@@ -78,7 +78,10 @@ class CooccurrenceJudge:
         return total / len(context) if context else 0.0
 
     def __call__(self, queries: list[Query]) -> list[str | None]:
-        return ["yes" if self.probability(ctx, target, image_id) >= self.threshold else "no" for ctx, target, image_id in queries]
+        return [
+            "yes" if self.probability(ctx, target, image_id) >= self.threshold else "no"
+            for ctx, target, image_id in queries
+        ]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold}
@@ -125,9 +128,16 @@ def _openai_judge(
     if not base_url or not model:
         raise UserError("--context-judge openai needs --llm-base-url and --llm-model")
     client = ChatClient(
-        base_url, model, cache_path=cache_path, api_key_env=api_key_env, concurrency=concurrency, max_retries=max_retries,
-        timeout=timeout, temperature=temperature, max_tokens=max_tokens,
-    )  # fmt: skip
+        base_url,
+        model,
+        cache_path=cache_path,
+        api_key_env=api_key_env,
+        concurrency=concurrency,
+        max_retries=max_retries,
+        timeout=timeout,
+        temperature=temperature,
+        max_tokens=max_tokens,
+    )
     return OpenAIJudge(client)
 
 
@@ -148,5 +158,7 @@ def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
         except (ImportError, AttributeError):
             factory = None
     if factory is None:
-        raise UserError(f"--context-judge: unknown judge {name!r}; known: {', '.join(JUDGES)}, or a dotted path to a factory")
+        raise UserError(
+            f"--context-judge: unknown judge {name!r}; known: {', '.join(JUDGES)}, or a dotted path to a factory"
+        )
     return factory(images, **options)

@@ -13,7 +13,6 @@ PARAPHRASES = (
 )
 
 
-
 def with_article(name: str) -> str:
     """``a cup``, ``an umbrella``.
 

@@ -81,5 +81,5 @@ def _card(item: dict[str, Any], record: Any, image_root: Path) -> str:
     question = item["problem"][0] if isinstance(item["problem"], list) else item["problem"].split("?")[0] + "?"
     return (
         f'<div class="card {html.escape(item["label"])}">{thumbnail}<p>{html.escape(question)}</p>'
-        f'<p><b>{html.escape(item["label"])}</b> · {html.escape(item["image"])} · id {item["id"]}</p></div>'
+        f"<p><b>{html.escape(item['label'])}</b> · {html.escape(item['image'])} · id {item['id']}</p></div>"
     )

@@ -113,9 +113,16 @@ class AmberDiscriminative(Benchmark):
             if not isinstance(truth, dict) or "truth" not in truth:
                 raise UserError(f"{data_path}: row {row}: id {query['id']} has no discriminative annotation")
             image = root / query["image"]
-            items.append(EvalItem(id=str(query["id"]), prompt=query["query"], images=[image], max_new_tokens=self.default_max_new_tokens,
-                                  meta={"truth": truth["truth"], "type": TYPES.get(truth["type"], "relation")},
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=str(query["id"]),
+                    prompt=query["query"],
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={"truth": truth["truth"], "type": TYPES.get(truth["type"], "relation")},
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         if not items:
             raise UserError(f"{data_path}: expected a JSON list of AMBER queries (id, image, query)")
         return items
@@ -144,10 +151,18 @@ class AmberDiscriminative(Benchmark):
                 table.append({"type": group, "questions": sizes[group], **values})
                 metrics.update({f"{group}/{k}": v for k, v in values.items()})
         total = len(items) or 1
-        normalisation = {"mode": "strict_official" if strict else "veritune_yes_no",
-                         "rule": "raw responses, only exact 'Yes'/'No' count (inference.py)" if strict
-                         else "exact 'Yes'/'No' kept; other responses read by rewards.graders.extract_yes_no -> 'Yes'/'No'",
-                         **steps, **{f"{k}_share": 100 * v / total for k, v in steps.items()}}  # fmt: skip
+        normalisation = {
+            "mode": "strict_official" if strict else "veritune_yes_no",
+            "rule": "raw responses, only exact 'Yes'/'No' count (inference.py)"
+            if strict
+            else "exact 'Yes'/'No' kept; other responses read by rewards.graders.extract_yes_no -> 'Yes'/'No'",
+            **steps,
+            **{f"{k}_share": 100 * v / total for k, v in steps.items()},
+        }
         metrics.update({f"normalisation/{k}_share": 100 * v / total for k, v in steps.items()})
-        return {"metrics": metrics, "tables": {"by_type": table}, "answer_normalisation": normalisation,
-                "counts": {"items": len(items), "missing_images": sum(bool(i.missing_images) for i in items)}}  # fmt: skip
+        return {
+            "metrics": metrics,
+            "tables": {"by_type": table},
+            "answer_normalisation": normalisation,
+            "counts": {"items": len(items), "missing_images": sum(bool(i.missing_images) for i in items)},
+        }

@@ -35,8 +35,18 @@ from veritune.core.io import read_json
 
 SIMILARITY = 0.8  # the official --similarity_score
 _WORD = re.compile(r"[a-z]+")
-_PLURALS = (("ies", "y"), ("ves", "f"), ("ves", "fe"), ("ches", "ch"), ("shes", "sh"), ("sses", "ss"), ("xes", "x"), ("zes", "z"),
-            ("men", "man"), ("s", ""))  # fmt: skip
+_PLURALS = (
+    ("ies", "y"),
+    ("ves", "f"),
+    ("ves", "fe"),
+    ("ches", "ch"),
+    ("shes", "sh"),
+    ("sses", "ss"),
+    ("xes", "x"),
+    ("zes", "z"),
+    ("men", "man"),
+    ("s", ""),
+)
 
 
 class _RuleNouns:
@@ -96,11 +106,21 @@ def noun_extractor(vocabulary: set[str]) -> _RuleNouns | _OfficialNouns:
         return _RuleNouns(vocabulary)
 
 
-def score_response(nouns: list[str], truth: list[str], hallu: list[str], association: dict[str, list[str]],
-                   safe: set[str], similar: Any) -> tuple[int, int, set[int], set[int]]:  # fmt: skip
+def score_response(
+    nouns: list[str],
+    truth: list[str],
+    hallu: list[str],
+    association: dict[str, list[str]],
+    safe: set[str],
+    similar: Any,
+) -> tuple[int, int, set[int], set[int]]:
     """One response: (hallucinated nouns, kept nouns, covered truth indices, covered hallu indices)."""
-    truth_words = [(word, i) for i, obj in enumerate(truth) for word in association.get(obj, [])] + [(obj, i) for i, obj in enumerate(truth)]
-    hallu_words = [(word, i) for i, obj in enumerate(hallu) for word in association.get(obj, [])] + [(obj, i) for i, obj in enumerate(hallu)]
+    truth_words = [(word, i) for i, obj in enumerate(truth) for word in association.get(obj, [])] + [
+        (obj, i) for i, obj in enumerate(truth)
+    ]
+    hallu_words = [(word, i) for i, obj in enumerate(hallu) for word in association.get(obj, [])] + [
+        (obj, i) for i, obj in enumerate(hallu)
+    ]
     covered_truth: set[int] = set()
     covered_hallu: set[int] = set()
     hallucinated = 0
@@ -148,12 +168,29 @@ class AmberGenerative(Benchmark):
             if not isinstance(query, dict) or not {"id", "image", "query"} <= query.keys():
                 raise UserError(f"{data_path}: row {row}: expected AMBER fields id, image, query")
             truth = annotations[query["id"] - 1] if 0 < query["id"] <= len(annotations) else None
-            if not isinstance(truth, dict) or truth.get("type") != "generative" or not {"truth", "hallu"} <= truth.keys():
-                raise UserError(f"{data_path}: row {row}: id {query['id']} has no generative annotation (truth, hallu) in {annotation_file}")
+            if (
+                not isinstance(truth, dict)
+                or truth.get("type") != "generative"
+                or not {"truth", "hallu"} <= truth.keys()
+            ):
+                raise UserError(
+                    f"{data_path}: row {row}: id {query['id']} has no generative annotation (truth, hallu) in {annotation_file}"
+                )
             image = root / query["image"]
-            items.append(EvalItem(id=str(query["id"]), prompt=query["query"], images=[image], max_new_tokens=self.default_max_new_tokens,
-                                  meta={"truth": list(truth["truth"]), "hallu": list(truth["hallu"]), "resources": str(annotation_file.parent)},
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=str(query["id"]),
+                    prompt=query["query"],
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={
+                        "truth": list(truth["truth"]),
+                        "hallu": list(truth["hallu"]),
+                        "resources": str(annotation_file.parent),
+                    },
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         if not items:
             raise UserError(f"{data_path}: expected a JSON list of AMBER queries (id, image, query)")
         return items
@@ -163,7 +200,11 @@ class AmberGenerative(Benchmark):
         association = read_json(folder / "relation.json", what="AMBER relation.json")
         if not isinstance(association, dict):
             raise UserError(f"{folder / 'relation.json'}: expected a JSON object of word -> associated words")
-        safe = {line.strip() for line in (folder / "safe_words.txt").read_text(encoding="utf-8").splitlines() if line.strip()}
+        safe = {
+            line.strip()
+            for line in (folder / "safe_words.txt").read_text(encoding="utf-8").splitlines()
+            if line.strip()
+        }
         return association, safe
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -177,7 +218,9 @@ class AmberGenerative(Benchmark):
         for item in items:
             response = "" if item.missing_images else predictions.get(item.id, "")
             nouns = [noun for noun in extractor.nouns(response) if noun in vocabulary]
-            bad, count, covered_truth, covered_hallu = score_response(nouns, item.meta["truth"], item.meta["hallu"], association, safe, extractor.similar)
+            bad, count, covered_truth, covered_hallu = score_response(
+                nouns, item.meta["truth"], item.meta["hallu"], association, safe, extractor.similar
+            )
             hallucinated += bad
             kept += count
             truth_total += len(item.meta["truth"])
@@ -186,14 +229,31 @@ class AmberGenerative(Benchmark):
             hallu_covered += len(covered_hallu)
             with_hallucination += bad > 0
             if len(rows) < 50:
-                rows.append({"id": item.id, "nouns": " ".join(nouns), "hallucinated": bad, "covered": len(covered_truth), "truth": len(item.meta["truth"])})
+                rows.append(
+                    {
+                        "id": item.id,
+                        "nouns": " ".join(nouns),
+                        "hallucinated": bad,
+                        "covered": len(covered_truth),
+                        "truth": len(item.meta["truth"]),
+                    }
+                )
         metrics = {
             "CHAIR": 100 * hallucinated / kept if kept else 0.0,
             "Cover": 100 * truth_covered / truth_total if truth_total else 0.0,
             "Hal": 100 * with_hallucination / len(items),
             "Cog": 100 * hallu_covered / hallu_total if hallu_total else 0.0,
         }
-        counts = {"items": len(items), "nouns": kept, "hallucinated_nouns": hallucinated,
-                  "missing_images": sum(bool(i.missing_images) for i in items)}  # fmt: skip
-        return {"metrics": metrics, "tables": {"per_item": rows}, "counts": counts, "extraction": extractor.name,
-                "lower_is_better": ["CHAIR", "Hal", "Cog"]}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "nouns": kept,
+            "hallucinated_nouns": hallucinated,
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
+        return {
+            "metrics": metrics,
+            "tables": {"per_item": rows},
+            "counts": counts,
+            "extraction": extractor.name,
+            "lower_is_better": ["CHAIR", "Hal", "Cog"],
+        }

@@ -55,8 +55,13 @@ class ChartQA(VqaTsv):
             for row, record in enumerate(records):
                 if not isinstance(record, dict) or not {"imgname", "query", "label"} <= record.keys():
                     raise UserError(f"{file}: record {row}: expected ChartQA fields imgname, query, label")
-                meta = {"answers": [str(record["label"])], "answer": str(record["label"]), "question": str(record["query"]), "split": split,
-                        "category": None}  # fmt: skip
+                meta = {
+                    "answers": [str(record["label"])],
+                    "answer": str(record["label"]),
+                    "question": str(record["query"]),
+                    "split": split,
+                    "category": None,
+                }
                 items.append(
                     self.make_item(f"{split}/{row}", str(record["query"]), charts / str(record["imgname"]), meta)
                 )

@@ -59,9 +59,16 @@ class CrpeRelation(Benchmark):
                 raise UserError(f"{data_path}: line {row + 1}: question_id {qid} appears twice")
             seen.add(qid)
             image = root / record["image"]
-            items.append(EvalItem(id=qid, prompt=str(record["text"]), images=[image], max_new_tokens=self.default_max_new_tokens,
-                                  meta={"category": str(record["category"]), "answer": str(record["correct_option"])},
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=qid,
+                    prompt=str(record["text"]),
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={"category": str(record["category"]), "answer": str(record["correct_option"])},
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -81,8 +88,14 @@ class CrpeRelation(Benchmark):
             groups = [flags[i : i + STEP] for i in range(0, len(flags) - len(flags) % STEP, STEP)]
             partial += len(flags) % STEP
             accuracy = 100 * sum(all(group) for group in groups) / len(groups) if groups else 0.0
-            rows.append({"category": category, "questions": len(groups), "accuracy": accuracy,
-                         "answer_letters": dict(sorted(frequencies.get(category, Counter()).items()))})  # fmt: skip
+            rows.append(
+                {
+                    "category": category,
+                    "questions": len(groups),
+                    "accuracy": accuracy,
+                    "answer_letters": dict(sorted(frequencies.get(category, Counter()).items())),
+                }
+            )
             metrics[f"{category}/accuracy"] = accuracy
         all_groups = sum(row["questions"] for row in rows)
         metrics["total"] = sum(row["accuracy"] * row["questions"] for row in rows) / all_groups if all_groups else 0.0
@@ -90,6 +103,10 @@ class CrpeRelation(Benchmark):
         relation = [row["accuracy"] for row in rows if row["category"] in RELATION_CATEGORIES]
         if relation:
             metrics["relation_average"] = sum(relation) / len(relation)
-        counts = {"items": len(items), "invalid_answers": invalid, "left_out_partial_groups": partial,
-                  "missing_images": sum(bool(i.missing_images) for i in items)}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "invalid_answers": invalid,
+            "left_out_partial_groups": partial,
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
         return {"metrics": metrics, "tables": {"per_category": rows}, "counts": counts}

@@ -72,10 +72,16 @@ class DashB(Benchmark):
                         raise UserError(f"{file}: {source}/{obj}: expected a list of image files")
                     for image_name in images:
                         image = root / split / source / obj / str(image_name)
-                        items.append(EvalItem(id=f"{split}/{source}/{obj}/{image_name}", prompt=PROMPT.format(object=obj), images=[image],
-                                              max_new_tokens=self.default_max_new_tokens,
-                                              meta={"label": label, "source": source, "object": obj},
-                                              missing_images=[] if image.is_file() else [image]))  # fmt: skip
+                        items.append(
+                            EvalItem(
+                                id=f"{split}/{source}/{obj}/{image_name}",
+                                prompt=PROMPT.format(object=obj),
+                                images=[image],
+                                max_new_tokens=self.default_max_new_tokens,
+                                meta={"label": label, "source": source, "object": obj},
+                                missing_images=[] if image.is_file() else [image],
+                            )
+                        )
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:

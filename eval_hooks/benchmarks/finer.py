@@ -39,7 +39,11 @@ def finer_prompt(question: str, options: dict[str, str]) -> str:
 
 def _files(data_path: Path) -> list[Path]:
     if data_path.is_dir():
-        files = sorted(p for p in data_path.iterdir() if p.suffix.lower() in FILE_SUFFIXES and not p.name.endswith(".manifest.json"))
+        files = sorted(
+            p
+            for p in data_path.iterdir()
+            if p.suffix.lower() in FILE_SUFFIXES and not p.name.endswith(".manifest.json")
+        )
         if not files:
             raise UserError(f"{data_path}: no FINER MCQ file (.csv, .tsv, .json, .jsonl) in this directory")
         return files
@@ -59,7 +63,9 @@ class Finer(Benchmark):
     name = "finer"
     answer_format = "option"
     default_max_new_tokens = 3  # App. D: "a maximum of 3 output tokens"
-    data_layout = "finer/*.csv (public FINER MCQ layout or `veritune build finer-bench` output), images in finer/images/"
+    data_layout = (
+        "finer/*.csv (public FINER MCQ layout or `veritune build finer-bench` output), images in finer/images/"
+    )
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
@@ -78,12 +84,16 @@ class Finer(Benchmark):
                 kinds = [str(row["qtype"]).rpartition("_") for row in pair]
                 if len(pair) < 2 or kinds[0][2] != "pos" or kinds[1][2] != "neg" or kinds[0][0] != kinds[1][0]:
                     qtypes = ", ".join(str(row["qtype"]) for row in pair)
-                    raise UserError(f"{path}: rows {index + 2}-{index + 3}: expected a <setting>_pos row followed by its "
-                                    f"<setting>_neg row, found {qtypes}")  # fmt: skip
+                    raise UserError(
+                        f"{path}: rows {index + 2}-{index + 3}: expected a <setting>_pos row followed by its "
+                        f"<setting>_neg row, found {qtypes}"
+                    )
                 images = [str(row["image"]).strip() for row in pair]
                 if images[0] != images[1]:  # a pair asks one image twice; the public scorer checks it
-                    raise UserError(f"{path}: rows {index + 2}-{index + 3}: the q+ and q- rows of a pair must ask about "
-                                    f"the same image, found {images[0]!r} and {images[1]!r}")  # fmt: skip
+                    raise UserError(
+                        f"{path}: rows {index + 2}-{index + 3}: the q+ and q- rows of a pair must ask about "
+                        f"the same image, found {images[0]!r} and {images[1]!r}"
+                    )
                 setting, k = kinds[0][0], str(pair[0].get("k") or "").strip()
                 match = _SETTING_K.match(setting)
                 if match and not k:
@@ -92,15 +102,28 @@ class Finer(Benchmark):
                     options = lettered(row[f"choice{i}"] or "" for i in range(1, 6))
                     answer_index = int(str(row["gt_index"]).strip()) - base
                     if not 0 <= answer_index < len(options):
-                        raise UserError(f"{path}: row {index + offset + 2}: gt_index {row['gt_index']} is outside the {len(options)} choices")
+                        raise UserError(
+                            f"{path}: row {index + offset + 2}: gt_index {row['gt_index']} is outside the {len(options)} choices"
+                        )
                     image = root / str(row["image"])
-                    items.append(EvalItem(
-                        id=f"{path.stem}/{index + offset}", prompt=finer_prompt(str(row["question"]), options), images=[image],
-                        max_new_tokens=self.default_max_new_tokens,
-                        meta={"setting": setting, "k": k, "polarity": kind[2], "pair": f"{path.stem}/{index // 2}",
-                              "options": options, "answer": "ABCDE"[answer_index], "index_base": base},
-                        missing_images=[] if image.is_file() else [image],
-                    ))  # fmt: skip
+                    items.append(
+                        EvalItem(
+                            id=f"{path.stem}/{index + offset}",
+                            prompt=finer_prompt(str(row["question"]), options),
+                            images=[image],
+                            max_new_tokens=self.default_max_new_tokens,
+                            meta={
+                                "setting": setting,
+                                "k": k,
+                                "polarity": kind[2],
+                                "pair": f"{path.stem}/{index // 2}",
+                                "options": options,
+                                "answer": "ABCDE"[answer_index],
+                                "index_base": base,
+                            },
+                            missing_images=[] if image.is_file() else [image],
+                        )
+                    )
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -125,9 +148,12 @@ class Finer(Benchmark):
         for setting in dict.fromkeys(group[0] for group in pair_group.values()):
             keys = [p for p, group in pair_group.items() if group[0] == setting]
             members = [i for i in items if i.meta["setting"] == setting]
-            values = {"paired_accuracy": paired(keys), "accuracy": accuracy(members),
-                      "pos_accuracy": accuracy([i for i in members if i.meta["polarity"] == "pos"]),
-                      "neg_accuracy": accuracy([i for i in members if i.meta["polarity"] == "neg"])}  # fmt: skip
+            values = {
+                "paired_accuracy": paired(keys),
+                "accuracy": accuracy(members),
+                "pos_accuracy": accuracy([i for i in members if i.meta["polarity"] == "pos"]),
+                "neg_accuracy": accuracy([i for i in members if i.meta["polarity"] == "neg"]),
+            }
             by_setting.append({"setting": setting, "pairs": len(keys), **values})
             metrics.update({f"{setting}/{name}": value for name, value in values.items()})
             for k in sorted({pair_group[p][1] for p in keys if pair_group[p][1]}, key=int):
@@ -135,8 +161,16 @@ class Finer(Benchmark):
                 by_k.append({"setting": setting, "k": int(k), "pairs": len(k_keys), "paired_accuracy": paired(k_keys)})
                 metrics[f"{setting}/k{k}/paired_accuracy"] = paired(k_keys)
         metrics.update(resolution_shares(resolution))
-        counts = {"items": len(items), "pairs": len(pairs), "missing_images": resolution["missing_image"],
-                  "unresolved": resolution["unresolved"]}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "pairs": len(pairs),
+            "missing_images": resolution["missing_image"],
+            "unresolved": resolution["unresolved"],
+        }
         bases = sorted({item.meta["index_base"] for item in items})
-        return {"metrics": metrics, "tables": {"by_setting": by_setting, "by_setting_and_k": by_k}, "counts": counts,
-                "gt_index_base": bases[0] if len(bases) == 1 else bases}  # fmt: skip
+        return {
+            "metrics": metrics,
+            "tables": {"by_setting": by_setting, "by_setting_and_k": by_k},
+            "counts": counts,
+            "gt_index_base": bases[0] if len(bases) == 1 else bases,
+        }

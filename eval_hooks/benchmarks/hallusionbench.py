@@ -38,7 +38,9 @@ class HallusionBench(Benchmark):
     default_max_new_tokens = 64
     answer_format = "yes_no"
     judge_mode = "gt_answer_details"  # with a judge: every answer judged against the reference explanation
-    data_layout = "hallusionbench/HallusionBench.json (official), images in hallusionbench/images/<category>/<subcategory>/"
+    data_layout = (
+        "hallusionbench/HallusionBench.json (official), images in hallusionbench/images/<category>/<subcategory>/"
+    )
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "hallusionbench" / "HallusionBench.json", data_root / "hallusionbench" / "images"
@@ -50,15 +52,24 @@ class HallusionBench(Benchmark):
         for row, record in enumerate(data if isinstance(data, list) else []):
             missing = [f for f in FIELDS if not isinstance(record, dict) or f not in record]
             if missing:
-                raise UserError(f"{data_path}: row {row}: missing field '{missing[0]}' (HallusionBench records have {', '.join(FIELDS)})")
+                raise UserError(
+                    f"{data_path}: row {row}: missing field '{missing[0]}' (HallusionBench records have {', '.join(FIELDS)})"
+                )
             meta = {f: str(record[f]) for f in FIELDS}
             meta["gt_answer_details"] = str(record.get("gt_answer_details") or "")
             images = []
             if meta["visual_input"] != "0":
                 images = [root / meta["category"] / meta["subcategory"] / f"{meta['set_id']}_{meta['figure_id']}.png"]
-            items.append(EvalItem(id=_key(meta, "category", "subcategory", "set_id", "figure_id", "question_id"),
-                                  prompt=record["question"], images=images, max_new_tokens=self.default_max_new_tokens,
-                                  meta=meta, missing_images=[p for p in images if not p.is_file()]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=_key(meta, "category", "subcategory", "set_id", "figure_id", "question_id"),
+                    prompt=record["question"],
+                    images=images,
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta=meta,
+                    missing_images=[p for p in images if not p.is_file()],
+                )
+            )
         if not items:
             raise UserError(f"{data_path}: expected a JSON list of HallusionBench records ({', '.join(FIELDS)})")
         return items
@@ -90,7 +101,15 @@ class HallusionBench(Benchmark):
         by_category = []
         for category in sorted({item.meta["category"] for item in items}):
             ids = [item.id for item in items if item.meta["category"] == category]
-            by_category.append({"category": category, "questions": len(ids), "aAcc": 100 * sum(correct[i] for i in ids) / len(ids)})
-        counts = {"items": len(items), "figures": len(figures), "question_pairs": len(pairs), "uncertain": uncertain,
-                  "image_free": sum(not item.images for item in items), "missing_images": sum(bool(i.missing_images) for i in items)}  # fmt: skip
+            by_category.append(
+                {"category": category, "questions": len(ids), "aAcc": 100 * sum(correct[i] for i in ids) / len(ids)}
+            )
+        counts = {
+            "items": len(items),
+            "figures": len(figures),
+            "question_pairs": len(pairs),
+            "uncertain": uncertain,
+            "image_free": sum(not item.images for item in items),
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
         return {"metrics": metrics, "tables": {"by_category": by_category}, "counts": counts}

@@ -48,7 +48,7 @@ JUDGE_PROMPT = textwrap.dedent("""
   question={question},
   model_response={model_response}
   groundtruth_response={groundtruth_response},
-""").strip()  # fmt: skip
+""").strip()
 # veritune's stand-in for langfun's structured-output instructions (the notebook's PredictionEvaluation schema)
 SCHEMA_REQUEST = (
     "\n\nReply with a JSON object with exactly these fields: question (str), model_response (str), groundtruth_response (str), "
@@ -81,10 +81,21 @@ class HaloQuest(Benchmark):
                 raise UserError(f"{data_path}: row {index + 1}: expected HaloQuest columns {', '.join(FIELDS)}")
             image = root / str(row["image_name"])
             key = str(row.get("") or index)  # the release's unnamed index column
-            items.append(EvalItem(id=key, prompt=str(row["question"]), images=[image], max_new_tokens=self.default_max_new_tokens,
-                                  meta={"question": str(row["question"]), "answer": str(row["groundtruth responses"]),
-                                        "hallucination_type": str(row["hallucination type"]), "image_type": str(row["image type"])},
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=key,
+                    prompt=str(row["question"]),
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={
+                        "question": str(row["question"]),
+                        "answer": str(row["groundtruth responses"]),
+                        "hallucination_type": str(row["hallucination type"]),
+                        "image_type": str(row["image type"]),
+                    },
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         if len({item.id for item in items}) != len(items):
             raise UserError(f"{data_path}: the index column repeats a value; each row needs its own")
         return items

@@ -50,7 +50,12 @@ def _writable_image_dir(preferred: Path, data_path: Path) -> Path:
         return preferred
     except OSError:
         digest = hashlib.sha256(str(data_path.resolve()).encode()).hexdigest()[:16]
-        fallback = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "veritune" / "tsv_images" / f"{data_path.stem}-{digest}"
+        fallback = (
+            Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"))
+            / "veritune"
+            / "tsv_images"
+            / f"{data_path.stem}-{digest}"
+        )
         fallback.mkdir(parents=True, exist_ok=True)
         return fallback
 
@@ -92,7 +97,9 @@ def read_vlmeval_tsv(
     return rows, image_of
 
 
-def tsv_row_image(data_path: Path, number: int, row: dict[str, Any], by_index: dict[str, dict[str, Any]], image_dir: Path) -> Path:
+def tsv_row_image(
+    data_path: Path, number: int, row: dict[str, Any], by_index: dict[str, dict[str, Any]], image_dir: Path
+) -> Path:
     """The row's image file: ``image_path`` as given, or the base64 ``image`` decoded once to disk."""
     if _blank(row.get("image")) and not _blank(row.get("image_path")):
         path = Path(str(row["image_path"]))
@@ -125,7 +132,9 @@ class McqTsv(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
-        rows, image_of = read_vlmeval_tsv(data_path, self.name, FIELDS, "MCQ", "index, image, question, A, B, ..., answer")
+        rows, image_of = read_vlmeval_tsv(
+            data_path, self.name, FIELDS, "MCQ", "index, image, question, A, B, ..., answer"
+        )
         letters = [letter for letter in OPTION_LETTERS if letter in rows[0]]
         if len(letters) < 2:
             raise UserError(f"{data_path}: expected option columns A, B, ... (found {', '.join(letters) or 'none'})")
@@ -135,14 +144,27 @@ class McqTsv(Benchmark):
             options = {letter: str(row[letter]) for letter in letters if not _blank(row.get(letter))}
             answer = str(row["answer"]).strip().upper()
             if answer not in options:
-                raise UserError(f"{data_path}: line {number}: answer {row['answer']!r} is not one of the options {', '.join(options)}")
+                raise UserError(
+                    f"{data_path}: line {number}: answer {row['answer']!r} is not one of the options {', '.join(options)}"
+                )
             image = image_of(number, row, image_root)
             hint = None if _blank(row.get("hint")) else str(row["hint"])
-            meta = {"options": options, "answer": answer, "category": str(row.get("category") or "all"),
-                    "l2_category": None if _blank(row.get("l2-category")) else str(row["l2-category"])}  # fmt: skip
-            items.append(EvalItem(id=str(row["index"]), prompt=prompt(str(row["question"]), options, hint), images=[image],
-                                  max_new_tokens=self.default_max_new_tokens, meta=meta,
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            meta = {
+                "options": options,
+                "answer": answer,
+                "category": str(row.get("category") or "all"),
+                "l2_category": None if _blank(row.get("l2-category")) else str(row["l2-category"]),
+            }
+            items.append(
+                EvalItem(
+                    id=str(row["index"]),
+                    prompt=prompt(str(row["question"]), options, hint),
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta=meta,
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -152,9 +174,15 @@ class McqTsv(Benchmark):
         metrics.update({f"category/{row['category']}": row["accuracy"] for row in by_category})
         tables = {"by_category": by_category}
         if any(item.meta["l2_category"] for item in items):
-            tables["by_l2_category"] = accuracy_table(items, correct, lambda i: i.meta["l2_category"] or "none", "l2_category")
+            tables["by_l2_category"] = accuracy_table(
+                items, correct, lambda i: i.meta["l2_category"] or "none", "l2_category"
+            )
         metrics.update(resolution_shares(resolution))
-        counts = {"items": len(items), "missing_images": resolution["missing_image"], "unresolved": resolution["unresolved"]}
+        counts = {
+            "items": len(items),
+            "missing_images": resolution["missing_image"],
+            "unresolved": resolution["unresolved"],
+        }
         return {"metrics": metrics, "tables": tables, "counts": counts}
 
 

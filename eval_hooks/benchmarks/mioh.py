@@ -38,8 +38,10 @@ PRESSURES = ("easy", "hard_negative", "hard_positive", "num_images")
 
 def mioh_prompt(question: str, options: dict[str, str], num_images: int) -> str:
     names = ", ".join(f"Image {i}" for i in range(1, num_images + 1))
-    return (f"The images above are, in order, {names}.\n{question}\n{option_block(options)}\n"
-            f"Answer with the letter of the correct option ({letter_list(options)}) only.")  # fmt: skip
+    return (
+        f"The images above are, in order, {names}.\n{question}\n{option_block(options)}\n"
+        f"Answer with the letter of the correct option ({letter_list(options)}) only."
+    )
 
 
 def _mean(values: list[float]) -> float:
@@ -62,25 +64,43 @@ class Mioh(Benchmark):
         for row, record in enumerate(records):
             missing = [f for f in FIELDS if not isinstance(record, dict) or f not in record]
             if missing:
-                raise UserError(f"{data_path}: row {row}: missing field '{missing[0]}' (MIOH records have {', '.join(FIELDS)})")
+                raise UserError(
+                    f"{data_path}: row {row}: missing field '{missing[0]}' (MIOH records have {', '.join(FIELDS)})"
+                )
             raw = record["options"]
-            options = {str(k).strip().upper(): str(v) for k, v in raw.items()} if isinstance(raw, dict) else lettered(raw)
+            options = (
+                {str(k).strip().upper(): str(v) for k, v in raw.items()} if isinstance(raw, dict) else lettered(raw)
+            )
             answer = str(record["answer"]).strip().upper()
             if answer not in options:
-                raise UserError(f"{data_path}: row {row}: answer {record['answer']!r} is not one of the options {', '.join(options)}")
+                raise UserError(
+                    f"{data_path}: row {row}: answer {record['answer']!r} is not one of the options {', '.join(options)}"
+                )
             for field, allowed in (("task", TASKS), ("pattern", PATTERNS), ("pressure", PRESSURES)):
                 if record[field] not in allowed:
-                    raise UserError(f"{data_path}: row {row}: {field} {record[field]!r} is not one of {', '.join(allowed)}")
+                    raise UserError(
+                        f"{data_path}: row {row}: {field} {record[field]!r} is not one of {', '.join(allowed)}"
+                    )
             if not isinstance(record["images"], list) or not record["images"]:
                 raise UserError(f"{data_path}: row {row}: images must be a non-empty list of paths")
             images = [root / str(path) for path in record["images"]]
-            items.append(EvalItem(
-                id=str(record["id"]), prompt=mioh_prompt(str(record["question"]), options, len(images)), images=images,
-                max_new_tokens=self.default_max_new_tokens,
-                meta={"options": options, "answer": answer, "task": record["task"], "pattern": record["pattern"],
-                      "pressure": record["pressure"], "num_images": int(record.get("num_images") or len(images))},
-                missing_images=[p for p in images if not p.is_file()],
-            ))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=str(record["id"]),
+                    prompt=mioh_prompt(str(record["question"]), options, len(images)),
+                    images=images,
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={
+                        "options": options,
+                        "answer": answer,
+                        "task": record["task"],
+                        "pattern": record["pattern"],
+                        "pressure": record["pressure"],
+                        "num_images": int(record.get("num_images") or len(images)),
+                    },
+                    missing_images=[p for p in images if not p.is_file()],
+                )
+            )
         if not items:
             raise UserError(f"{data_path}: no MIOH question found")
         return items
@@ -107,9 +127,22 @@ class Mioh(Benchmark):
             metrics[f"pattern/{row['pattern']}"] = row["accuracy"]
         metrics.update(resolution_shares(resolution))
         tables = {
-            "task_by_pressure": [{"task": r["cell"][0], "pressure": r["cell"][1], "questions": r["questions"], "accuracy": r["accuracy"]} for r in task_pressure],
-            "task_by_pattern": [{"task": r["cell"][0], "pattern": r["cell"][1], "questions": r["questions"], "accuracy": r["accuracy"]} for r in task_pattern],
-            "by_num_images": sorted(accuracy_table(items, correct, lambda i: i.meta["num_images"], "num_images"), key=lambda r: r["num_images"]),
-        }  # fmt: skip
-        counts = {"items": len(items), "missing_images": resolution["missing_image"], "unresolved": resolution["unresolved"]}
+            "task_by_pressure": [
+                {"task": r["cell"][0], "pressure": r["cell"][1], "questions": r["questions"], "accuracy": r["accuracy"]}
+                for r in task_pressure
+            ],
+            "task_by_pattern": [
+                {"task": r["cell"][0], "pattern": r["cell"][1], "questions": r["questions"], "accuracy": r["accuracy"]}
+                for r in task_pattern
+            ],
+            "by_num_images": sorted(
+                accuracy_table(items, correct, lambda i: i.meta["num_images"], "num_images"),
+                key=lambda r: r["num_images"],
+            ),
+        }
+        counts = {
+            "items": len(items),
+            "missing_images": resolution["missing_image"],
+            "unresolved": resolution["unresolved"],
+        }
         return {"metrics": metrics, "tables": tables, "counts": counts}

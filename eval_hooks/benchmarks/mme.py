@@ -83,8 +83,16 @@ class MME(YnTsv):
                         "l2_category": None,
                         "image_key": f"{task}/{image.name}",
                     }
-                    items.append(EvalItem(id=f"{task}/{file.stem}/q{number}", prompt=question, images=[image], max_new_tokens=self.default_max_new_tokens,
-                                          meta=meta, missing_images=[] if image.is_file() else [image]))  # fmt: skip
+                    items.append(
+                        EvalItem(
+                            id=f"{task}/{file.stem}/q{number}",
+                            prompt=question,
+                            images=[image],
+                            max_new_tokens=self.default_max_new_tokens,
+                            meta=meta,
+                            missing_images=[] if image.is_file() else [image],
+                        )
+                    )
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -100,14 +108,28 @@ class MME(YnTsv):
             acc, acc_plus = 100 * sum(flags) / len(flags), 100 * sum(all(a) for a in images.values()) / len(images)
             unpaired += sum(len(answers) != 2 for answers in images.values())
             group = "perception" if task in PERCEPTION else "cognition" if task in COGNITION else "other"
-            table.append({"subtask": task, "group": group, "images": len(images), "questions": len(flags), "acc": acc, "acc_plus": acc_plus,
-                          "score": acc + acc_plus})  # fmt: skip
+            table.append(
+                {
+                    "subtask": task,
+                    "group": group,
+                    "images": len(images),
+                    "questions": len(flags),
+                    "acc": acc,
+                    "acc_plus": acc_plus,
+                    "score": acc + acc_plus,
+                }
+            )
             metrics.update({f"{task}/score": acc + acc_plus, f"{task}/acc": acc, f"{task}/acc_plus": acc_plus})
         scores = {row["subtask"]: row["score"] for row in table}
         metrics["perception"] = sum(scores.get(task, 0.0) for task in PERCEPTION)
         metrics["cognition"] = sum(scores.get(task, 0.0) for task in COGNITION)
         metrics["total"] = metrics["perception"] + metrics["cognition"]
-        counts = {"items": len(items), "images": sum(len(images) for images in by_task.values()), "unpaired_images": unpaired,
-                  "other_answers": unresolved, "missing_images": sum(bool(i.missing_images) for i in items)}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "images": sum(len(images) for images in by_task.values()),
+            "unpaired_images": unpaired,
+            "other_answers": unresolved,
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
         missing = [task for task in PERCEPTION + COGNITION if task not in scores]
         return {"metrics": metrics, "tables": {"by_subtask": table}, "counts": counts, "missing_subtasks": missing}

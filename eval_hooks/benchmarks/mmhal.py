@@ -134,10 +134,21 @@ class MmhalBench(Benchmark):
             if not isinstance(content, list):
                 raise UserError(f"{data_path}: record {index}: image_content must be a list of object names")
             image = root / str(record["image_src"]).rstrip("/").rsplit("/", 1)[-1]
-            items.append(EvalItem(id=str(index), prompt=str(record["question"]), images=[image], max_new_tokens=self.default_max_new_tokens,
-                                  meta={"question": str(record["question"]), "gt_answer": str(record["gt_answer"]),
-                                        "image_content": [str(c) for c in content], "question_type": str(record["question_type"])},
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=str(index),
+                    prompt=str(record["question"]),
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={
+                        "question": str(record["question"]),
+                        "gt_answer": str(record["gt_answer"]),
+                        "image_content": [str(c) for c in content],
+                        "question_type": str(record["question_type"]),
+                    },
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         return items
 
     def judge_request(self, item: EvalItem, prediction: str) -> tuple[str, None]:
@@ -171,12 +182,22 @@ class MmhalBench(Benchmark):
             key=lambda k: (k not in QUESTION_TYPES, QUESTION_TYPES.index(k) if k in QUESTION_TYPES else 0, k),
         ):
             group = [s for s, item in zip(scores, items) if item.meta["question_type"] == kind]
-            rows.append({"question_type": kind, "questions": len(group), "score": sum(group) / len(group),
-                         "hallucination_rate": 100 * sum(s < 3 for s in group) / len(group)})  # fmt: skip
+            rows.append(
+                {
+                    "question_type": kind,
+                    "questions": len(group),
+                    "score": sum(group) / len(group),
+                    "hallucination_rate": 100 * sum(s < 3 for s in group) / len(group),
+                }
+            )
             metrics[f"{kind}/score"] = sum(group) / len(group)
         per_item = [
             {"id": item.id, "question_type": item.meta["question_type"], "rating": s} for item, s in zip(items, scores)
         ]
         counts = {"items": n, "missing_images": sum(bool(i.missing_images) for i in items)}
-        return {"metrics": metrics, "tables": {"per_question_type": rows, "per_item": per_item}, "counts": counts,
-                "lower_is_better": ["hallucination_rate"]}  # fmt: skip
+        return {
+            "metrics": metrics,
+            "tables": {"per_question_type": rows, "per_item": per_item},
+            "counts": counts,
+            "lower_is_better": ["hallucination_rate"],
+        }

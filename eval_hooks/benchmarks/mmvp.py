@@ -70,14 +70,27 @@ class Mmvp(Benchmark):
             options = parse_options(str(row["Options"]))
             answer = parse_options(str(row["Correct Answer"]) + " x")
             if len(options) < 2 or len(answer) != 1 or next(iter(answer)) not in options:
-                raise UserError(f"{data_path}: row {index + 1}: Options {row['Options']!r} / Correct Answer {row['Correct Answer']!r} "
-                                "are not in the '(a) ... (b) ...' / '(a)' form")  # fmt: skip
+                raise UserError(
+                    f"{data_path}: row {index + 1}: Options {row['Options']!r} / Correct Answer {row['Correct Answer']!r} "
+                    "are not in the '(a) ... (b) ...' / '(a)' form"
+                )
             image = root / f"{index + 1}.jpg"
-            items.append(EvalItem(id=str(index + 1), prompt=f"{row['Question']} {row['Options']}", images=[image],
-                                  max_new_tokens=self.default_max_new_tokens,
-                                  meta={"question": f"{row['Question']} {row['Options']}", "options": options, "answer": next(iter(answer)),
-                                        "correct_answer": str(row["Correct Answer"]), "pair": index // 2},
-                                  missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            items.append(
+                EvalItem(
+                    id=str(index + 1),
+                    prompt=f"{row['Question']} {row['Options']}",
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta={
+                        "question": f"{row['Question']} {row['Options']}",
+                        "options": options,
+                        "answer": next(iter(answer)),
+                        "correct_answer": str(row["Correct Answer"]),
+                        "pair": index // 2,
+                    },
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         return items
 
     # the official grader, through eval_hooks/judge.py's rubric mode
@@ -113,8 +126,12 @@ class Mmvp(Benchmark):
             {"pair": pair + 1, "questions": f"{2 * pair + 1},{2 * pair + 2}", "both_right": all(flags)}
             for pair, flags in complete.items()
         ]
-        counts = {"items": len(items), "pairs": len(complete), "incomplete_pairs": len(pairs) - len(complete),
-                  "missing_images": sum(bool(i.missing_images) for i in items)}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "pairs": len(complete),
+            "incomplete_pairs": len(pairs) - len(complete),
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
         return {
             "metrics": metrics,
             "tables": {"per_pair": rows[:200]},

@@ -36,8 +36,18 @@ SUFFIX = {
     "yes_no": "Please answer Yes or No.",
     "multiple_choice": "Please output the letter corresponding to the correct option.",
 }
-FIELDS = ("Index", "Image_0", "Image_1", "Question_0", "Question_1", "Image_0_Question_0", "Image_1_Question_0",
-          "Image_0_Question_1", "Image_1_Question_1", "Question_Type")  # fmt: skip
+FIELDS = (
+    "Index",
+    "Image_0",
+    "Image_1",
+    "Question_0",
+    "Question_1",
+    "Image_0_Question_0",
+    "Image_1_Question_0",
+    "Image_0_Question_1",
+    "Image_1_Question_1",
+    "Question_Type",
+)
 CELLS = (("q0_i0", 0, 0), ("q0_i1", 0, 1), ("q1_i0", 1, 0), ("q1_i1", 1, 1))  # the official order of the four items
 TRUE_VALUES = {"yes": 1, "a": 1, "no": 0, "b": 0}
 
@@ -112,11 +122,23 @@ class NaturalBench(Benchmark):
                     raise UserError(
                         f"{first_file}: row {number}: Image_{i}_Question_{q} {row[f'Image_{i}_Question_{q}']!r} is not Yes/No or A/B"
                     )
-                items.append(EvalItem(id=f"{index}/{cell}", prompt=str(row[f"Question_{q}"]) + SUFFIX[kind], images=[images[i]],
-                                      max_new_tokens=self.default_max_new_tokens,
-                                      meta={"group": index, "cell": cell, "type": kind, "answer": str(row[f"Image_{i}_Question_{q}"]),
-                                            "truth": TRUE_VALUES[truth], "source": str(row.get("Source") or "")},
-                                      missing_images=[] if images[i].is_file() else [images[i]]))  # fmt: skip
+                items.append(
+                    EvalItem(
+                        id=f"{index}/{cell}",
+                        prompt=str(row[f"Question_{q}"]) + SUFFIX[kind],
+                        images=[images[i]],
+                        max_new_tokens=self.default_max_new_tokens,
+                        meta={
+                            "group": index,
+                            "cell": cell,
+                            "type": kind,
+                            "answer": str(row[f"Image_{i}_Question_{q}"]),
+                            "truth": TRUE_VALUES[truth],
+                            "source": str(row.get("Source") or ""),
+                        },
+                        missing_images=[] if images[i].is_file() else [images[i]],
+                    )
+                )
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -136,8 +158,12 @@ class NaturalBench(Benchmark):
                 return {"Acc": 0.0, "Q_Acc": 0.0, "I_Acc": 0.0, "G_Acc": 0.0}
             question = sum((c["q0_i0"] and c["q0_i1"]) + (c["q1_i0"] and c["q1_i1"]) for c in selected.values())
             image = sum((c["q0_i0"] and c["q1_i0"]) + (c["q0_i1"] and c["q1_i1"]) for c in selected.values())
-            return {"Acc": 100 * sum(sum(c.values()) for c in selected.values()) / (4 * n), "Q_Acc": 100 * question / (2 * n),
-                    "I_Acc": 100 * image / (2 * n), "G_Acc": 100 * sum(all(c.values()) for c in selected.values()) / n}  # fmt: skip
+            return {
+                "Acc": 100 * sum(sum(c.values()) for c in selected.values()) / (4 * n),
+                "Q_Acc": 100 * question / (2 * n),
+                "I_Acc": 100 * image / (2 * n),
+                "G_Acc": 100 * sum(all(c.values()) for c in selected.values()) / n,
+            }
 
         metrics = summary(complete)
         rows = []
@@ -145,6 +171,11 @@ class NaturalBench(Benchmark):
             values = summary({g: c for g, c in complete.items() if types[g] == kind})
             rows.append({"question_type": kind, "groups": sum(types[g] == kind for g in complete), **values})
             metrics.update({f"{kind}/{k}": v for k, v in values.items()})
-        counts = {"items": len(items), "groups": len(complete), "incomplete_groups": len(groups) - len(complete), "unresolved": unresolved,
-                  "missing_images": sum(bool(i.missing_images) for i in items)}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "groups": len(complete),
+            "incomplete_groups": len(groups) - len(complete),
+            "unresolved": unresolved,
+            "missing_images": sum(bool(i.missing_images) for i in items),
+        }
         return {"metrics": metrics, "tables": {"per_question_type": rows}, "counts": counts}

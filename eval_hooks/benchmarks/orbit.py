@@ -78,30 +78,48 @@ class Orbit(Benchmark):
         data = read_json(data_path, what="ORBIT benchmark file")
         bench = data.get("benchmark") if isinstance(data, dict) else None
         if not isinstance(bench, dict) or not isinstance(bench.get("images"), list):
-            raise UserError(f"{data_path}: expected ORBIT's layout {{'benchmark': {{'images': [{{image_id, image_type, path, questions}}]}}}}")
+            raise UserError(
+                f"{data_path}: expected ORBIT's layout {{'benchmark': {{'images': [{{image_id, image_type, path, questions}}]}}}}"
+            )
         levels = {**LEVELS, **(bench.get("question_types") or {})}
         root = Path(image_root) if image_root else Path(data_path).parent
         items = []
         for row, record in enumerate(bench["images"]):
-            missing = [f for f in ("image_id", "image_type", "path", "questions") if not isinstance(record, dict) or f not in record]
+            missing = [
+                f
+                for f in ("image_id", "image_type", "path", "questions")
+                if not isinstance(record, dict) or f not in record
+            ]
             if missing:
                 raise UserError(f"{data_path}: images[{row}]: missing field '{missing[0]}'")
             image = root / record["path"]
             for number, question in enumerate(record["questions"]):
-                absent = [f for f in ("id", "question", "answer") if not isinstance(question, dict) or f not in question]
+                absent = [
+                    f for f in ("id", "question", "answer") if not isinstance(question, dict) or f not in question
+                ]
                 if absent:
                     raise UserError(f"{data_path}: images[{row}].questions[{number}]: missing field '{absent[0]}'")
                 try:
                     truth = int(str(question["answer"]).strip())
                 except ValueError:
-                    raise UserError(f"{data_path}: images[{row}].questions[{number}]: answer {question['answer']!r} is not a count") from None
-                items.append(EvalItem(
-                    id=f"{record['image_type']}/{record['image_id']}/{question['id']}", prompt=PROMPT.format(question=question["question"]), images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={"answer": truth, "level": levels.get(question["id"], str(question["id"])),
-                          "property": question.get("property_category", "unknown"), "image_type": record["image_type"]},
-                    missing_images=[] if image.is_file() else [image],
-                ))  # fmt: skip
+                    raise UserError(
+                        f"{data_path}: images[{row}].questions[{number}]: answer {question['answer']!r} is not a count"
+                    ) from None
+                items.append(
+                    EvalItem(
+                        id=f"{record['image_type']}/{record['image_id']}/{question['id']}",
+                        prompt=PROMPT.format(question=question["question"]),
+                        images=[image],
+                        max_new_tokens=self.default_max_new_tokens,
+                        meta={
+                            "answer": truth,
+                            "level": levels.get(question["id"], str(question["id"])),
+                            "property": question.get("property_category", "unknown"),
+                            "image_type": record["image_type"],
+                        },
+                        missing_images=[] if image.is_file() else [image],
+                    )
+                )
         if not items:
             raise UserError(f"{data_path}: no ORBIT question found")
         return items
@@ -132,10 +150,16 @@ class Orbit(Benchmark):
         per_count = defaultdict(list)
         for item in items:
             per_count[item.meta["answer"]].append(predicted[item.id] == item.meta["answer"])
-        tables["by_count"] = [{"count": c, "questions": len(f), "accuracy": 100 * sum(f) / len(f)} for c, f in sorted(per_count.items())]
+        tables["by_count"] = [
+            {"count": c, "questions": len(f), "accuracy": 100 * sum(f) / len(f)} for c, f in sorted(per_count.items())
+        ]
         total = len(items) or 1
         metrics.update({f"resolved/{rule}": 100 * n / total for rule, n in sorted(resolution.items())})
         metrics["invalid_share"] = 100 * invalid / total
-        counts = {"items": len(items), "invalid_above_10": invalid, "missing_images": resolution["missing_image"],
-                  "unresolved_scored_as_0": resolution["unresolved"]}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "invalid_above_10": invalid,
+            "missing_images": resolution["missing_image"],
+            "unresolved_scored_as_0": resolution["unresolved"],
+        }
         return {"metrics": metrics, "tables": tables, "counts": counts, "lower_is_better": ["rmse"]}

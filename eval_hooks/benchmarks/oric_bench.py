@@ -35,7 +35,9 @@ from veritune.core.prompts import R1_INSTRUCTION
 
 LABELS = ("no", "yes")
 PROMPT_FIG7 = "Question: {question}\nPlease answer the question based on the given image."
-PROMPT_FIG12_COT = "Question: {question}\nLet's think step-by-step and then answer the question based on the given image."  # fmt: skip
+PROMPT_FIG12_COT = (
+    "Question: {question}\nLet's think step-by-step and then answer the question based on the given image."
+)
 PAPER_MAX_NEW_TOKENS = 1024  # "temperature 0 and a 1,024-token limit" (Sec. 4.1)
 SIZES = ("small", "medium", "large")
 
@@ -68,8 +70,13 @@ class OricBench(Benchmark):
                         prompt=self.template.format(question=question),
                         images=[image],
                         max_new_tokens=self.default_max_new_tokens,
-                        meta={"label": label, "paraphrase": index, "object_size": record.get("object_size"),
-                              "target_object": record["target_object"], "question": question},  # fmt: skip
+                        meta={
+                            "label": label,
+                            "paraphrase": index,
+                            "object_size": record.get("object_size"),
+                            "target_object": record["target_object"],
+                            "question": question,
+                        },
                         missing_images=[] if image.is_file() else [image],
                     )
                 )
@@ -94,18 +101,31 @@ class OricBench(Benchmark):
         averaged = {key: sum(m[key] for m in per_paraphrase.values()) / len(per_paraphrase) for key in keys}
         metrics = dict(averaged)
         for index, values in per_paraphrase.items():
-            metrics.update({f"p{index}/{key}": value for key, value in values.items() if key.startswith("macro") or key == "yes_proportion"})
+            metrics.update(
+                {
+                    f"p{index}/{key}": value
+                    for key, value in values.items()
+                    if key.startswith("macro") or key == "yes_proportion"
+                }
+            )
         truth_all = [item.meta["label"] for item in items]
         pred_all = [None if item.missing_images else self.grader(predictions.get(item.id)) for item in items]
         return {
             "metrics": metrics,
             "tables": {
                 "per_paraphrase": [{"paraphrase": i, **m} for i, m in per_paraphrase.items()],
-                "confusion": [{"true": label, **dict(zip(["pred_no", "pred_yes", "unresolved"], row))}
-                              for label, row in zip(LABELS, confusion(truth_all, pred_all, LABELS))],  # fmt: skip
+                "confusion": [
+                    {"true": label, **dict(zip(["pred_no", "pred_yes", "unresolved"], row))}
+                    for label, row in zip(LABELS, confusion(truth_all, pred_all, LABELS))
+                ],
             },
-            "counts": {"items": len(items), "questions": len(items) // max(len(paraphrases), 1), "resolved": resolved,
-                       "unresolved": unresolved, "missing_images": missing},  # fmt: skip
+            "counts": {
+                "items": len(items),
+                "questions": len(items) // max(len(paraphrases), 1),
+                "resolved": resolved,
+                "unresolved": unresolved,
+                "missing_images": missing,
+            },
         }
 
 
@@ -118,7 +138,11 @@ def _metrics(truth: list[str], predicted: list[str | None], items: list[EvalItem
         out[f"macro/{k}"] = (out[f"yes/{k}"] + out[f"no/{k}"]) / 2
     out["yes_proportion"] = 100 * sum(p == "yes" for p in predicted) / len(predicted) if predicted else 0.0
     for size in SIZES:  # recall of "yes" questions by object size, when the file records sizes
-        hits = [p == "yes" for t, p, item in zip(truth, predicted, items) if t == "yes" and item.meta.get("object_size") == size]
+        hits = [
+            p == "yes"
+            for t, p, item in zip(truth, predicted, items)
+            if t == "yes" and item.meta.get("object_size") == size
+        ]
         if hits:
             out[f"yes_recall_{size}"] = 100 * sum(hits) / len(hits)
     return out

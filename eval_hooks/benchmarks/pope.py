@@ -57,7 +57,10 @@ class Pope(Benchmark):
         metrics: dict[str, float] = {}
         table = []
         missing = 0
-        for subset in sorted({item.meta["subset"] for item in items}, key=lambda s: (s not in SUBSETS, SUBSETS.index(s) if s in SUBSETS else 0)):
+        for subset in sorted(
+            {item.meta["subset"] for item in items},
+            key=lambda s: (s not in SUBSETS, SUBSETS.index(s) if s in SUBSETS else 0),
+        ):
             group = [item for item in items if item.meta["subset"] == subset]
             tp = fp = tn = fn = 0
             for item in group:
@@ -72,10 +75,19 @@ class Pope(Benchmark):
                 tn += not positive and not truth
                 fn += not positive and truth
             precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
-            values = {"accuracy": ratio(tp + tn, len(group)), "precision": precision, "recall": recall,
-                      "f1": f1(precision, recall), "yes_ratio": ratio(tp + fp, len(group))}  # fmt: skip
+            values = {
+                "accuracy": ratio(tp + tn, len(group)),
+                "precision": precision,
+                "recall": recall,
+                "f1": f1(precision, recall),
+                "yes_ratio": ratio(tp + fp, len(group)),
+            }
             table.append({"subset": subset, **values, "tp": tp, "fp": fp, "tn": tn, "fn": fn})
             metrics.update({f"{subset}/{k}": v for k, v in values.items()})
         for key in ("accuracy", "precision", "recall", "f1", "yes_ratio"):
             metrics[key] = sum(row[key] for row in table) / len(table) if table else 0.0
-        return {"metrics": metrics, "tables": {"per_subset": table}, "counts": {"items": len(items), "missing_images": missing}}
+        return {
+            "metrics": metrics,
+            "tables": {"per_subset": table},
+            "counts": {"items": len(items), "missing_images": missing},
+        }

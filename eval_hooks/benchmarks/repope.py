@@ -52,8 +52,18 @@ def confusion_metrics(labels: list[str], answers: list[str | None]) -> dict[str,
     fn = sum(a == "no" and t == "yes" for t, a in zip(labels, answers))
     precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
     parsed = tp + fp + tn + fn
-    return {"accuracy": ratio(tp + tn, parsed), "precision": precision, "recall": recall, "f1": f1(precision, recall),
-            "yes_ratio": ratio(tp + fp, parsed), "tp": tp, "fp": fp, "tn": tn, "fn": fn, "unparsed": len(labels) - parsed}  # fmt: skip
+    return {
+        "accuracy": ratio(tp + tn, parsed),
+        "precision": precision,
+        "recall": recall,
+        "f1": f1(precision, recall),
+        "yes_ratio": ratio(tp + fp, parsed),
+        "tp": tp,
+        "fp": fp,
+        "tn": tn,
+        "fn": fn,
+        "unparsed": len(labels) - parsed,
+    }
 
 
 class RePope(Benchmark):
@@ -93,8 +103,16 @@ class RePope(Benchmark):
                 meta: dict[str, Any] = {"label": record["label"], "subset": subset}
                 if pope is not None:
                     meta["pope_label"] = pope[qid]["label"] if qid in pope else None
-                items.append(EvalItem(id=f"{subset}/{qid}", prompt=record["text"], images=[image], max_new_tokens=self.default_max_new_tokens,
-                                      meta=meta, missing_images=[] if image.is_file() else [image]))  # fmt: skip
+                items.append(
+                    EvalItem(
+                        id=f"{subset}/{qid}",
+                        prompt=record["text"],
+                        images=[image],
+                        max_new_tokens=self.default_max_new_tokens,
+                        meta=meta,
+                        missing_images=[] if image.is_file() else [image],
+                    )
+                )
             if pope is not None:  # removed POPE questions ride along on the subset's first item, for the change list
                 removed = [
                     {"question_id": qid, "text": r["text"], "pope_label": r["label"]}
@@ -131,10 +149,24 @@ class RePope(Benchmark):
                 )
                 flipped = [item for item in group if item.meta["pope_label"] not in (None, item.meta["label"])]
                 removed = group[0].meta.get("removed", [])
-                changes += [{"subset": subset, "question_id": item.id.split("/", 1)[1], "change": f"{item.meta['pope_label']} -> {item.meta['label']}",
-                             "text": item.prompt} for item in flipped]  # fmt: skip
-                changes += [{"subset": subset, "question_id": r["question_id"], "change": f"removed (was {r['pope_label']})", "text": r["text"]}
-                            for r in removed]  # fmt: skip
+                changes += [
+                    {
+                        "subset": subset,
+                        "question_id": item.id.split("/", 1)[1],
+                        "change": f"{item.meta['pope_label']} -> {item.meta['label']}",
+                        "text": item.prompt,
+                    }
+                    for item in flipped
+                ]
+                changes += [
+                    {
+                        "subset": subset,
+                        "question_id": r["question_id"],
+                        "change": f"removed (was {r['pope_label']})",
+                        "text": r["text"],
+                    }
+                    for r in removed
+                ]
                 counts[f"{subset}/relabelled_yes_to_no"] = sum(item.meta["pope_label"] == "yes" for item in flipped)
                 counts[f"{subset}/relabelled_no_to_yes"] = sum(item.meta["pope_label"] == "no" for item in flipped)
                 counts[f"{subset}/removed"] = len(removed)

@@ -117,12 +117,24 @@ class YnTsv(Benchmark):
             cell = str(row.get("image") or "")
             # a reused image is keyed by the row that holds it
             source = cell if len(cell) <= 64 and cell in indices else str(row["index"])
-            meta = {"answer": label, "question": str(row["question"]), "category": _optional(row, "category"),
-                    "l2_category": _optional(row, "l2-category"),
-                    # the image a question is asked about (MME pairs two questions per image)
-                    "image_key": _optional(row, "image_path") or source}  # fmt: skip
-            items.append(EvalItem(id=str(row["index"]), prompt=str(row["question"]), images=[image], max_new_tokens=self.default_max_new_tokens,
-                                  meta=meta, missing_images=[] if image.is_file() else [image]))  # fmt: skip
+            meta = {
+                "answer": label,
+                "question": str(row["question"]),
+                "category": _optional(row, "category"),
+                "l2_category": _optional(row, "l2-category"),
+                # the image a question is asked about (MME pairs two questions per image)
+                "image_key": _optional(row, "image_path") or source,
+            }
+            items.append(
+                EvalItem(
+                    id=str(row["index"]),
+                    prompt=str(row["question"]),
+                    images=[image],
+                    max_new_tokens=self.default_max_new_tokens,
+                    meta=meta,
+                    missing_images=[] if image.is_file() else [image],
+                )
+            )
         return items
 
     def grade(self, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, bool], int]:
@@ -178,14 +190,25 @@ class VqaTsv(Benchmark):
         for number, row in enumerate(rows, start=2):
             answers = parse_answers(row["answer"], f"{data_path}: line {number}")
             image = image_of(number, row, image_root)
-            meta = {"answers": answers, "answer": answers[0], "question": str(row["question"]), "split": _optional(row, "split"),
-                    "category": _optional(row, "category")}  # fmt: skip
+            meta = {
+                "answers": answers,
+                "answer": answers[0],
+                "question": str(row["question"]),
+                "split": _optional(row, "split"),
+                "category": _optional(row, "category"),
+            }
             items.append(self.make_item(str(row["index"]), str(row["question"]), image, meta))
         return items
 
     def make_item(self, item_id: str, question: str, image: Path, meta: dict[str, Any]) -> EvalItem:
-        return EvalItem(id=item_id, prompt=question + VQA_PROMPT_SUFFIX, images=[image], max_new_tokens=self.default_max_new_tokens,
-                        meta=meta, missing_images=[] if image.is_file() else [image])  # fmt: skip
+        return EvalItem(
+            id=item_id,
+            prompt=question + VQA_PROMPT_SUFFIX,
+            images=[image],
+            max_new_tokens=self.default_max_new_tokens,
+            meta=meta,
+            missing_images=[] if image.is_file() else [image],
+        )
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         scores = {
@@ -201,6 +224,9 @@ class VqaTsv(Benchmark):
                 {**{k: v for k, v in row.items() if k != "accuracy"}, self.metric: row["accuracy"]} for row in rows
             ]
             metrics.update({f"{row[group]}/{self.metric}": row["accuracy"] for row in rows})
-        counts = {"items": len(items), "missing_images": sum(bool(i.missing_images) for i in items),
-                  "single_answer_items": sum(len(item.meta["answers"]) == 1 for item in items)}  # fmt: skip
+        counts = {
+            "items": len(items),
+            "missing_images": sum(bool(i.missing_images) for i in items),
+            "single_answer_items": sum(len(item.meta["answers"]) == 1 for item in items),
+        }
         return {"metrics": metrics, "tables": tables, "counts": counts}

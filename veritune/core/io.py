@@ -83,7 +83,9 @@ def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
         raise UserError(decode_error_message(err, str(path))) from None
 
 
-def iter_jsonl(path: str | os.PathLike[str], what: str = "file", *, skip_invalid: bool = False) -> Iterator[tuple[int, Any]]:
+def iter_jsonl(
+    path: str | os.PathLike[str], what: str = "file", *, skip_invalid: bool = False
+) -> Iterator[tuple[int, Any]]:
     """Yield ``(line_number, record)`` for each non-blank line; a bad line is an error naming it (with
     ``skip_invalid``, a line that is not JSON, such as one cut short by a crash, is skipped instead)."""
     path = Path(path)
@@ -198,7 +200,9 @@ def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
 BUILD_RECORD_FILE = ".veritune_build.json"
 
 
-def build_identity(command: str, settings: dict[str, Any], inputs: dict[str, str | os.PathLike[str] | None]) -> dict[str, Any]:
+def build_identity(
+    command: str, settings: dict[str, Any], inputs: dict[str, str | os.PathLike[str] | None]
+) -> dict[str, Any]:
     """What makes two builds the same build: the command, its output-shaping settings and the contents
     (SHA-256) of its input files; a directory input is named by its resolved path."""
     hashed: dict[str, str | None] = {}
@@ -223,8 +227,12 @@ def _difference(previous: Any, identity: dict[str, Any]) -> str:
         return "not written by a veritune build"
     if previous.get("command") != identity["command"]:
         return f"holds the output of `veritune {previous.get('command')}`"
-    changed = [key for part in ("inputs", "settings") for key in sorted(set(previous.get(part) or {}) | set(identity[part]))
-               if (previous.get(part) or {}).get(key) != identity[part].get(key)]  # fmt: skip
+    changed = [
+        key
+        for part in ("inputs", "settings")
+        for key in sorted(set(previous.get(part) or {}) | set(identity[part]))
+        if (previous.get(part) or {}).get(key) != identity[part].get(key)
+    ]
     return f"holds a build with other inputs or settings ({', '.join(changed) or 'format'} differ)"
 
 
@@ -247,7 +255,11 @@ def _refuse(out: Path, reason: str) -> UserError:
 
 
 def claim_output_file(
-    out: str | os.PathLike[str], identity: dict[str, Any], *, force: bool, companions: tuple[str, ...] = (".manifest.json",)
+    out: str | os.PathLike[str],
+    identity: dict[str, Any],
+    *,
+    force: bool,
+    companions: tuple[str, ...] = (".manifest.json",),
 ) -> Path:
     """Make ``out`` (a file output) ready for the build ``identity``; returns its manifest path.
 
@@ -260,7 +272,9 @@ def claim_output_file(
     """
     out = Path(out)
     if out.is_dir():
-        raise UserError(f"--out {out}: is a directory; give a file path (e.g. {out / ('output' + (out.suffix or '.json'))})")
+        raise UserError(
+            f"--out {out}: is a directory; give a file path (e.g. {out / ('output' + (out.suffix or '.json'))})"
+        )
     manifest = manifest_path(out)
     owned = [out, *(out.with_name(out.stem + suffix) for suffix in companions)]
     previous = None

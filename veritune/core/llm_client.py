@@ -193,9 +193,11 @@ class ChatClient:
             self.requests_sent += 1
             try:
                 raw = await client.chat.completions.with_raw_response.create(
-                    model=payload["model"], messages=payload["messages"], **options,
+                    model=payload["model"],
+                    messages=payload["messages"],
+                    **options,
                     extra_headers=None if api_key else {"Authorization": openai.omit},
-                )  # fmt: skip
+                )
             except openai.APIStatusError as err:
                 answered = True
                 failure = f"HTTP {err.status_code}: {_snippet(err.response.text, api_key)}"

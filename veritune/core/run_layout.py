@@ -40,7 +40,9 @@ def checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         return []
-    found = [(step, path) for path in run_dir.iterdir() if path.is_dir() and (step := checkpoint_step(path)) is not None]
+    found = [
+        (step, path) for path in run_dir.iterdir() if path.is_dir() and (step := checkpoint_step(path)) is not None
+    ]
     return sorted(found)
 
 

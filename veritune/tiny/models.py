@@ -172,7 +172,9 @@ def _warm_up_answer_format(model: Any, tokenizer: Any, steps: int, seed: int) ->
 
     def example() -> str:
         question = rng.choice(_WARMUP_QUESTIONS).format(rng.choice(_WARMUP_OBJECTS))
-        answer = f"<REASONING> {rng.choice(_WARMUP_REASONS)} </REASONING> <SOLUTION> {rng.choice(['yes', 'no'])} </SOLUTION>"
+        answer = (
+            f"<REASONING> {rng.choice(_WARMUP_REASONS)} </REASONING> <SOLUTION> {rng.choice(['yes', 'no'])} </SOLUTION>"
+        )
         prompt = tokenizer.apply_chat_template(
             [{"role": "user", "content": question + instruction}], add_generation_prompt=True, tokenize=False
         )
@@ -194,9 +196,7 @@ def _build_tokenizer(family: str) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
-    pretokenize = (
-        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-    )
+    pretokenize = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
