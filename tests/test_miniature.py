@@ -222,4 +222,4 @@ def test_sft_recipe_loads() -> None:
         ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     )
     assert script_args.answer_styles == ["plain", "r1"] and training_args.completion_only_loss is True
-    assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 150
+    assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1000
