@@ -157,7 +157,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument(
         "--out",
         type=Path,
-        help="metrics go to OUT/<benchmark>/metrics.json (default: <predictions>.metrics.json beside each predictions file)",
+        help=(
+            "metrics go to OUT/<benchmark>/metrics.json "
+            "(default: <predictions>.metrics.json beside each predictions file)"
+        ),
     )
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(score)
@@ -278,7 +281,8 @@ def _score(args: argparse.Namespace) -> int:
     data = parse_data_overrides(args.data, benchmarks=names)
     if args.predictions.is_file() and len(names) > 1:
         raise UserError(
-            f"--predictions {args.predictions}: one file holds one benchmark's predictions; for {len(names)} benchmarks "
+            f"--predictions {args.predictions}: one file holds one benchmark's predictions; "
+            f"for {len(names)} benchmarks "
             "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)"
         )
     judge = _judge(args)

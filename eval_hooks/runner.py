@@ -134,7 +134,10 @@ def provenance_mismatch(previous: dict[str, Any] | None, current: dict[str, Any]
     else:
         same_model = (old_model.get("path") or old_model.get("name")) == (new_model["path"] or new_model["name"])
     if not same_model:
-        return f"it holds answers of another model ({old_model.get('path') or old_model.get('name')}, sha256 {str(old_model.get('sha256'))[:12]})"
+        return (
+            f"it holds answers of another model ({old_model.get('path') or old_model.get('name')}, "
+            f"sha256 {str(old_model.get('sha256'))[:12]})"
+        )
     if (previous.get("data") or {}).get("sha256") != current["data"]["sha256"]:
         return "it was made on other benchmark data (other file, --limit or --max-new-tokens)"
     if previous.get("generation") != current["generation"]:

@@ -131,7 +131,8 @@ def require_optional_packages(config: object) -> None:
     for key, (module, what) in OPTIONAL_PACKAGES.items():
         if getattr(config, key, False) and importlib.util.find_spec(module) is None:
             raise UserError(
-                f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); set {key}: false"
+                f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); "
+                f"set {key}: false"
             )
 
 

@@ -200,7 +200,8 @@ def _check_rewards(names: list[str], weights: list[float] | None) -> None:
         raise UserError(f"reward_funcs: {err}") from None
     if weights is not None and len(weights) != len(names):
         raise UserError(
-            f"reward_weights: {len(weights)} weight(s) {list(weights)} for {len(names)} reward function(s) {list(names)}; "
+            f"reward_weights: {len(weights)} weight(s) {list(weights)} "
+            f"for {len(names)} reward function(s) {list(names)}; "
             "give one weight per reward function, in the same order"
         )
 

@@ -251,7 +251,8 @@ def model_card_text(
         "",
         f"# {model_name}",
         "",
-        f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
+        "A fine-tuned version of "
+        f"{f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
         f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.",
         "",
         "## Quick start",
@@ -273,7 +274,8 @@ def model_card_text(
         "",
         "| dataset | manifest | manifest sha256 |",
         "| --- | --- | --- |",
-        f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} | {file_sha256(manifest) if manifest else '-'} |",
+        f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} "
+        f"| {file_sha256(manifest) if manifest else '-'} |",
         "",
     ]
     step, metrics = latest_eval_metrics(trainer.state.log_history)
@@ -571,6 +573,7 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
     trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
     logger.info("model saved to %s", training_args.output_dir)
     if training_args.push_to_hub:
-        # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above) to hub_model_id.
+        # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above)
+        # to hub_model_id.
         url = trainer.push_to_hub(commit_message=f"veritune: {Path(training_args.output_dir).name}")
         logger.info("pushed to the Hub: %s", getattr(url, "commit_url", url))

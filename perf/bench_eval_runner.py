@@ -87,7 +87,8 @@ def main() -> None:
     same = sum(single[k] == batched[k] == unsorted[k] == uncached[k] for k in single)
     n = len(items)
     print(
-        f"{n} items, {n // 4} images of {args.image_width}x{args.image_height} (four questions each), batch {args.batch_size}, "
+        f"{n} items, {n // 4} images of {args.image_width}x{args.image_height} (four questions each), "
+        f"batch {args.batch_size}, "
         f"{args.max_new_tokens} new tokens\n"
     )
     print(f"| runner | items/s |\n| --- | --- |\n| one at a time | {n / single_time:.1f} |")
@@ -95,7 +96,8 @@ def main() -> None:
     print(f"| batched, sorted by length, no image cache (before the cache) | {n / uncached_time:.1f} |")
     print(f"| batched, sorted by length, decoded images cached | {n / batched_time:.1f} |")
     print(
-        f"\nspeed-up: {single_time / batched_time:.1f}x (target >= 5x); length sort alone: {unsorted_time / uncached_time:.2f}x; "
+        f"\nspeed-up: {single_time / batched_time:.1f}x (target >= 5x); "
+        f"length sort alone: {unsorted_time / uncached_time:.2f}x; "
         f"image cache alone: {uncached_time / batched_time:.2f}x; identical outputs (all four): {same}/{n}"
     )
     if same != n:

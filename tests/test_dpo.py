@@ -379,7 +379,10 @@ def test_only_equal_answers_is_an_error_naming_the_file(tmp_path: Path) -> None:
     script_args, training_args, _ = parse_tiny("--dataset_path", path)
     with pytest.raises(
         UserError,
-        match=r"same.jsonl: no usable preference rows \(0/1 preference rows kept; dropped: \{'chosen_equals_rejected': 1\}\)",
+        match=(
+            r"same.jsonl: no usable preference rows "
+            r"\(0/1 preference rows kept; dropped: \{'chosen_equals_rejected': 1\}\)"
+        ),
     ):
         get_preference_datasets(script_args, training_args)
 

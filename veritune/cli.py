@@ -117,7 +117,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def show_defaults(parser: argparse.ArgumentParser) -> None:
-    """Give ``parser`` and every parser below it :class:`HelpFormatter`; options without help still show their default."""
+    """Give ``parser`` and every parser below it :class:`HelpFormatter`; options without help show their default."""
     parser.formatter_class = HelpFormatter
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

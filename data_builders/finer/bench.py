@@ -10,8 +10,9 @@ the target), the negative one a negative attribute A− (answer: the correction 
 shuffled with a seeded generator.
 
 Output: CSV with the columns of the public release, in order (``image, qtype, question, choice1..choice5,
-gt_index``, then veritune's ``k``), ``gt_index`` 0-based, ``qtype`` = ``<setting>_pos`` / ``<setting>_neg``, each positive row
-immediately followed by its negative row (the official paired-accuracy script pairs rows 2i and 2i+1).
+gt_index``, then veritune's ``k``), ``gt_index`` 0-based, ``qtype`` = ``<setting>_pos`` / ``<setting>_neg``,
+each positive row immediately followed by its negative row (the official paired-accuracy script pairs rows 2i
+and 2i+1).
 """
 
 from __future__ import annotations

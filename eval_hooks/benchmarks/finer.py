@@ -103,7 +103,8 @@ class Finer(Benchmark):
                     answer_index = int(str(row["gt_index"]).strip()) - base
                     if not 0 <= answer_index < len(options):
                         raise UserError(
-                            f"{path}: row {index + offset + 2}: gt_index {row['gt_index']} is outside the {len(options)} choices"
+                            f"{path}: row {index + offset + 2}: gt_index {row['gt_index']} "
+                            f"is outside the {len(options)} choices"
                         )
                     image = root / str(row["image"])
                     items.append(

@@ -22,7 +22,6 @@ is wrong.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -36,22 +35,27 @@ SUBSETS = ("false premises", "visual challenge", "insufficient context")
 VERDICT = {True: "[judge] correct", False: "[judge] incorrect"}
 
 # The auto-eval prompt of HaloQuest_Colab.ipynb (protocol data: wording reproduced exactly).
-JUDGE_PROMPT = textwrap.dedent("""
-  Your task is to determine if the model response is correct given the question and groundtruth response.
-  Ensure to interpret the model response in accordance to the the question.
-
-  If the question asks about a detail of an element that is not present in the image, A prediction of "yes", "no" or "nothing" should be considered incorrect because it inaccurately suggests that the element is presented in the image.
-  The correct prediction in such cases should acknowledge the absence of the element in question by stating the element is not present.
-  If prediction says that it can not assist or cannot provide an answer, then the prediction is incorrect.
-  If the question is about counting, then the prediction is correct only it matches the groundtruth counts exactly.
-
-  question={question},
-  model_response={model_response}
-  groundtruth_response={groundtruth_response},
-""").strip()
+JUDGE_PROMPT = (
+    "Your task is to determine if the model response is correct given the question and groundtruth response.\n"
+    "Ensure to interpret the model response in accordance to the the question.\n"
+    "\n"
+    'If the question asks about a detail of an element that is not present in the image, A prediction of "yes", '
+    '"no" or "nothing" should be considered incorrect because it inaccurately suggests that the element is '
+    "presented in the image.\n"
+    "The correct prediction in such cases should acknowledge the absence of the element in question by stating the "
+    "element is not present.\n"
+    "If prediction says that it can not assist or cannot provide an answer, then the prediction is incorrect.\n"
+    "If the question is about counting, then the prediction is correct only it matches the groundtruth counts "
+    "exactly.\n"
+    "\n"
+    "question={question},\n"
+    "model_response={model_response}\n"
+    "groundtruth_response={groundtruth_response},"
+)
 # veritune's stand-in for langfun's structured-output instructions (the notebook's PredictionEvaluation schema)
 SCHEMA_REQUEST = (
-    "\n\nReply with a JSON object with exactly these fields: question (str), model_response (str), groundtruth_response (str), "
+    "\n\nReply with a JSON object with exactly these fields: question (str), model_response (str), "
+    "groundtruth_response (str), "
     "sentence_interpret_model_response_main_point (str), sentence_interpret_groundtruth_response_main_point (str), "
     "is_prediction_correct (bool)."
 )
@@ -116,7 +120,8 @@ class HaloQuest(Benchmark):
             text = predictions.get(item.id, "")
             if text and not item.missing_images and not text.startswith("[judge] "):
                 raise UserError(
-                    f"{self.name}: item {item.id}: not a judge verdict; HaloQuest is scored by an LLM judge (--llm-base-url, --llm-model)"
+                    f"{self.name}: item {item.id}: not a judge verdict; "
+                    "HaloQuest is scored by an LLM judge (--llm-base-url, --llm-model)"
                 )
             correct.append(not item.missing_images and text == VERDICT[True])
         metrics = {"score": 100 * sum(correct) / len(items) if items else 0.0}

@@ -62,7 +62,10 @@ def _writable_image_dir(preferred: Path, data_path: Path) -> Path:
 
 def mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
     head = f"Hint: {hint}\n" if hint else ""
-    return f"{head}Question: {question}\nOptions:\n{option_block(options)}\nAnswer with the option's letter ({letter_list(options)}) only."
+    return (
+        f"{head}Question: {question}\nOptions:\n{option_block(options)}\n"
+        f"Answer with the option's letter ({letter_list(options)}) only."
+    )
 
 
 def vlmeval_mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
@@ -145,7 +148,8 @@ class McqTsv(Benchmark):
             answer = str(row["answer"]).strip().upper()
             if answer not in options:
                 raise UserError(
-                    f"{data_path}: line {number}: answer {row['answer']!r} is not one of the options {', '.join(options)}"
+                    f"{data_path}: line {number}: answer {row['answer']!r} "
+                    f"is not one of the options {', '.join(options)}"
                 )
             image = image_of(number, row, image_root)
             hint = None if _blank(row.get("hint")) else str(row["hint"])

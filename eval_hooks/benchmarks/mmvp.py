@@ -31,7 +31,10 @@ FIELDS = ("Question", "Options", "Correct Answer")
 JUDGE_SYSTEM = (
     "You are a helpful and precise assistant for checking the quality of the answer. Please answer in only yes or no."
 )
-JUDGE_PROMPT = "Given the following question {question}, the correct answer is {correct_answer}. Does the following answer correctly answers the question, answer:{response}?"
+JUDGE_PROMPT = (
+    "Given the following question {question}, the correct answer is {correct_answer}. "
+    "Does the following answer correctly answers the question, answer:{response}?"
+)
 _OPTION = re.compile(r"\(([a-zA-Z])\)\s*(.*?)\s*(?=\([a-zA-Z]\)|\Z)", re.DOTALL)
 JUDGED = {
     "yes": "[judge] credited",
@@ -71,7 +74,8 @@ class Mmvp(Benchmark):
             answer = parse_options(str(row["Correct Answer"]) + " x")
             if len(options) < 2 or len(answer) != 1 or next(iter(answer)) not in options:
                 raise UserError(
-                    f"{data_path}: row {index + 1}: Options {row['Options']!r} / Correct Answer {row['Correct Answer']!r} "
+                    f"{data_path}: row {index + 1}: Options {row['Options']!r} / "
+                    f"Correct Answer {row['Correct Answer']!r} "
                     "are not in the '(a) ... (b) ...' / '(a)' form"
                 )
             image = root / f"{index + 1}.jpg"

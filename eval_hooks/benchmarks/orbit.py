@@ -40,7 +40,10 @@ from veritune.core.io import read_json
 
 MAX_COUNT = 10
 LEVELS = {"Q1": "direct_recognition", "Q2": "property_inference", "Q3": "counterfactual_reasoning"}
-PROMPT = "{question} Your response MUST be in the following format and nothing else:\n <NUMBER> [<OBJECT1>, <OBJECT2>, <OBJECT3>, ...]"
+PROMPT = (
+    "{question} Your response MUST be in the following format and nothing else:\n"
+    " <NUMBER> [<OBJECT1>, <OBJECT2>, <OBJECT3>, ...]"
+)
 
 
 def count_metrics(pairs: list[tuple[int | None, int]]) -> dict[str, float]:
@@ -79,7 +82,8 @@ class Orbit(Benchmark):
         bench = data.get("benchmark") if isinstance(data, dict) else None
         if not isinstance(bench, dict) or not isinstance(bench.get("images"), list):
             raise UserError(
-                f"{data_path}: expected ORBIT's layout {{'benchmark': {{'images': [{{image_id, image_type, path, questions}}]}}}}"
+                f"{data_path}: expected ORBIT's layout "
+                "{'benchmark': {'images': [{image_id, image_type, path, questions}]}}"
             )
         levels = {**LEVELS, **(bench.get("question_types") or {})}
         root = Path(image_root) if image_root else Path(data_path).parent

@@ -70,7 +70,10 @@ class RePope(Benchmark):
     name = "repope"
     default_max_new_tokens = 16
     answer_format = ""  # the official substring parse decides every answer
-    data_layout = "repope/annotations/coco_repope_{random,popular,adversarial}.json (+ coco_pope_*.json to list changes), images in coco/val2014/"
+    data_layout = (
+        "repope/annotations/coco_repope_{random,popular,adversarial}.json (+ coco_pope_*.json to list changes), "
+        "images in coco/val2014/"
+    )
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "repope" / "annotations", data_root / "coco" / "val2014"

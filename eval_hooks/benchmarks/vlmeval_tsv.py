@@ -169,7 +169,10 @@ class VqaTsv(Benchmark):
 
     name = "tsv_vqa"
     default_max_new_tokens = 32
-    data_layout = "a VLMEvalKit VQA .tsv (index, image (base64) or image_path, question, answer (or a list of answers)[, split, category])"
+    data_layout = (
+        "a VLMEvalKit VQA .tsv (index, image (base64) or image_path, question, answer (or a list of answers)"
+        "[, split, category])"
+    )
     file_name = ""
     metric = "vqa_accuracy"
 
