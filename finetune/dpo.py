@@ -1,7 +1,7 @@
 """DPO on preference tuples: FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3 Eq. 5, App. C, Table 10).
 
-    veritune launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 \
-        finetune/dpo.py recipes/qwen3vl_8b_finer_lora.yaml
+    veritune launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 finetune/dpo.py \
+        recipes/qwen3vl_8b_finer_lora.yaml
 
 Any recipe key can be overridden on the command line (``--beta 0.2``). Reads a ``veritune build finer``
 directory (its ``validation`` split gives the eval loss), the FINER-Tuning release JSONL or RLAIF-V rows;

@@ -1,7 +1,7 @@
 """GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
 
-    veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 \
-        finetune/grpo.py recipes/qwen3vl_oric.yaml
+    veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py \
+        recipes/qwen3vl_oric.yaml
 
 The recipe states its global batch in prompts (``global_batch_prompts``: Table 9's 16 prompts x G = 8 = 128
 completions per optimizer step); gradient accumulation is derived from it and the process count, and a
