@@ -64,6 +64,7 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         max_prompt_length=script_args.max_prompt_length,
         skip_bad_examples=script_args.skip_bad_examples,
         max_samples=script_args.max_train_samples,
+        seed=training_args.seed,
     )
     logger.info("data: %s", report.summary())
     for line in report.dropped_bad_image[:10]:

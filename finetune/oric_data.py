@@ -23,6 +23,7 @@ from veritune.core.errors import UserError
 from veritune.core.images import load_image
 from veritune.core.io import read_json
 from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.sampling import sample_indices
 
 REQUIRED_FIELDS = ORIC_FIELDS
 
@@ -124,12 +125,15 @@ def get_oric_dataset(
     max_prompt_length: int | None = 1024,
     skip_bad_examples: bool = False,
     max_samples: int | None = None,
+    seed: int = 0,
 ) -> tuple[Dataset, DataReport]:
     """Prepare an ORIC-format file for TRL's GRPOTrainer.
 
     Every image is opened before training starts: missing or unreadable ones stop with an error that
     lists the first bad rows and the count, unless ``skip_bad_examples`` drops them. Prompts longer than
     ``max_prompt_length`` tokens (image tokens included; needs ``processor``) are dropped and counted.
+    ``max_samples`` keeps at most that many records, drawn uniformly at random with ``seed`` (in file order),
+    before the images are checked.
 
     Returns:
         A dataset with columns ``prompt`` (conversational), ``solution`` (``yes``/``no``), ``id``,
@@ -139,8 +143,7 @@ def get_oric_dataset(
     path = Path(path)
     root = Path(image_root) if image_root else path.parent
     records = load_oric_records(path)
-    if max_samples is not None:
-        records = records[:max_samples]
+    records = [records[i] for i in sample_indices(len(records), max_samples, seed)]
     template_text = resolve_template(template)
     report = DataReport(total=len(records))
 
