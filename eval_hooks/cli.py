@@ -1,5 +1,5 @@
-"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears),
-``eval score`` (re-score predictions, no model) and ``veritune report`` (HTML report of a run)."""
+"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears) and
+``eval score`` (re-score predictions, no model)."""
 
 from __future__ import annotations
 
@@ -165,21 +165,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(score)
     score.set_defaults(handler=_score)
-
-
-def register_report(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune report``."""
-    parser = subparsers.add_parser("report", help=command_help(None, "report"))
-    parser.add_argument("run_dir", type=Path, help="the training run's output_dir")
-    parser.add_argument("--out", type=Path, help="output HTML file (default: RUN_DIR/report.html)")
-    parser.set_defaults(handler=_report)
-
-
-def _report(args: argparse.Namespace) -> int:
-    from veritune.report import write_report
-
-    print(f"wrote {write_report(args.run_dir, args.out)}")
-    return 0
 
 
 def _prepare(args: argparse.Namespace) -> list:
