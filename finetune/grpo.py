@@ -16,31 +16,20 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 from __future__ import annotations
 
 import logging
-import sys
 
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.grpo_trainer import VerituneGRPOTrainer
 from finetune.oric_data import get_oric_dataset
-from finetune.recipe import parse_recipe
-from finetune.training import (
-    attach_model_card,
-    bind_callbacks,
-    get_callbacks,
-    get_model_and_processor,
-    log_run_header,
-    report_finished_run,
-    setup_logging,
-    train_and_save,
-)
+from finetune.recipe import run_entry_script
+from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from rewards import UnknownRewardError, get_reward_funcs
-from veritune.core.errors import UserError, exit_on_user_error
+from veritune.core.errors import UserError
 
 logger = logging.getLogger("veritune.grpo")
 
 
 def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, model_args: VerituneModelConfig) -> None:
-    setup_logging(training_args)
-    if report_finished_run(training_args):  # a finished run is not trained again
+    if start_run(training_args):  # a finished run is not trained again
         return
 
     # ---- Rewards (resolved first: a typo should not cost a model load)
@@ -80,14 +69,8 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
-    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
-    log_run_header(trainer, script_args, model_args, data_summary=report.summary())
-    attach_model_card(trainer, script_args, model_args)
-    train_and_save(trainer, processor, training_args)
+    train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=report.summary())
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(
-        sys.argv[1:], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
-    )
-    exit_on_user_error(main)(*args)
+    run_entry_script(main, (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))

@@ -570,6 +570,30 @@ def _train_loss(log_history: list[dict[str, Any]]) -> float:
     return total / last if last else 0.0
 
 
+def start_run(training_args: TrainingArguments) -> bool:
+    """Set up logging; True, after saying so, when ``output_dir`` already holds this run finished (the entry
+    scripts then stop before loading a model)."""
+    setup_logging(training_args)
+    return report_finished_run(training_args)
+
+
+def train_with_hooks(
+    trainer: Any,
+    processor: Any,
+    script_args: ScriptArguments,
+    training_args: TrainingArguments,
+    model_args: VerituneModelConfig,
+    *,
+    data_summary: str,
+) -> None:
+    """An entry script's last steps: bind the eval hook, log the run header, attach the model card, then
+    train and save (:func:`train_and_save`)."""
+    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
+    log_run_header(trainer, script_args, model_args, data_summary=data_summary)
+    attach_model_card(trainer, script_args, model_args)
+    train_and_save(trainer, processor, training_args)
+
+
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
     """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor.
 

@@ -182,17 +182,15 @@ class AmberGenerative(Benchmark):
                 )
             image = root / query["image"]
             items.append(
-                EvalItem(
-                    id=str(query["id"]),
-                    prompt=query["query"],
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    str(query["id"]),
+                    query["query"],
+                    image,
+                    {
                         "truth": list(truth["truth"]),
                         "hallu": list(truth["hallu"]),
                         "resources": str(annotation_file.parent),
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         if not items:

@@ -77,13 +77,11 @@ class DashB(Benchmark):
                     for image_name in images:
                         image = root / split / source / obj / str(image_name)
                         items.append(
-                            EvalItem(
-                                id=f"{split}/{source}/{obj}/{image_name}",
-                                prompt=PROMPT.format(object=obj),
-                                images=[image],
-                                max_new_tokens=self.default_max_new_tokens,
-                                meta={"label": label, "source": source, "object": obj},
-                                missing_images=[] if image.is_file() else [image],
+                            self.image_item(
+                                f"{split}/{source}/{obj}/{image_name}",
+                                PROMPT.format(object=obj),
+                                image,
+                                {"label": label, "source": source, "object": obj},
                             )
                         )
         return items

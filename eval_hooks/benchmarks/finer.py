@@ -108,12 +108,11 @@ class Finer(Benchmark):
                         )
                     image = root / str(row["image"])
                     items.append(
-                        EvalItem(
-                            id=f"{path.stem}/{index + offset}",
-                            prompt=finer_prompt(str(row["question"]), options),
-                            images=[image],
-                            max_new_tokens=self.default_max_new_tokens,
-                            meta={
+                        self.image_item(
+                            f"{path.stem}/{index + offset}",
+                            finer_prompt(str(row["question"]), options),
+                            image,
+                            {
                                 "setting": setting,
                                 "k": k,
                                 "polarity": kind[2],
@@ -122,7 +121,6 @@ class Finer(Benchmark):
                                 "answer": "ABCDE"[answer_index],
                                 "index_base": base,
                             },
-                            missing_images=[] if image.is_file() else [image],
                         )
                     )
         return items

@@ -25,7 +25,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import haloquest_verdict
 from veritune.core.errors import UserError
 from veritune.core.io import read_table
@@ -61,24 +61,20 @@ SCHEMA_REQUEST = (
 )
 
 
-class HaloQuest(Benchmark):
+class HaloQuest(RubricJudged):
     name = "haloquest"
+    title = "HaloQuest"
     default_max_new_tokens = 256
     requires_judge = True
-    judge_mode = "rubric"
-    judge_temperature = 0.0
-    judge_max_tokens: int | None = 512
+    judge_max_tokens = 512
     data_layout = "haloquest/haloquest-eval.csv (official) with images in haloquest/images/<image_name>"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "haloquest" / "haloquest-eval.csv", data_root / "haloquest" / "images"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        if data_path.is_dir():
-            data_path = data_path / "haloquest-eval.csv"
+        data_path, root = release_file_paths(data_path, image_root, "haloquest-eval.csv")
         rows = read_table(data_path, what="HaloQuest CSV")
-        root = Path(image_root) if image_root else data_path.parent / "images"
         items = []
         for index, row in enumerate(rows):
             if not set(FIELDS) <= row.keys():
@@ -86,18 +82,16 @@ class HaloQuest(Benchmark):
             image = root / str(row["image_name"])
             key = str(row.get("") or index)  # the release's unnamed index column
             items.append(
-                EvalItem(
-                    id=key,
-                    prompt=str(row["question"]),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    key,
+                    str(row["question"]),
+                    image,
+                    {
                         "question": str(row["question"]),
                         "answer": str(row["groundtruth responses"]),
                         "hallucination_type": str(row["hallucination type"]),
                         "image_type": str(row["image type"]),
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         if len({item.id for item in items}) != len(items):
@@ -117,12 +111,7 @@ class HaloQuest(Benchmark):
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         correct = []
         for item in items:
-            text = predictions.get(item.id, "")
-            if text and not item.missing_images and not text.startswith("[judge] "):
-                raise UserError(
-                    f"{self.name}: item {item.id}: not a judge verdict; "
-                    "HaloQuest is scored by an LLM judge (--llm-base-url, --llm-model)"
-                )
+            text = self.judged_prediction(item, predictions, prefix="[judge] ", what="verdict")
             correct.append(not item.missing_images and text == VERDICT[True])
         metrics = {"score": 100 * sum(correct) / len(items) if items else 0.0}
         tables = {}

@@ -87,16 +87,7 @@ class MME(YnTsv):
                         "l2_category": None,
                         "image_key": f"{task}/{image.name}",
                     }
-                    items.append(
-                        EvalItem(
-                            id=f"{task}/{file.stem}/q{number}",
-                            prompt=question,
-                            images=[image],
-                            max_new_tokens=self.default_max_new_tokens,
-                            meta=meta,
-                            missing_images=[] if image.is_file() else [image],
-                        )
-                    )
+                    items.append(self.image_item(f"{task}/{file.stem}/q{number}", question, image, meta))
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:

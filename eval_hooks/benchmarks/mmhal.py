@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import mmhal_rating
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
@@ -146,26 +146,22 @@ TEMPLATE = (
 )
 
 
-class MmhalBench(Benchmark):
+class MmhalBench(RubricJudged):
     name = "mmhal"
+    title = "MMHal-Bench"
     default_max_new_tokens = 1024
     requires_judge = True
-    judge_mode = "rubric"
-    judge_temperature = 0.0
-    judge_max_tokens: int | None = None  # the official request sets no limit
+    judge_max_tokens = None  # the official request sets no limit
     data_layout = "mmhal/response_template.json (official) with images in mmhal/images/<file name of image_src>"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "mmhal" / "response_template.json", data_root / "mmhal" / "images"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        if data_path.is_dir():
-            data_path = data_path / "response_template.json"
+        data_path, root = release_file_paths(data_path, image_root, "response_template.json")
         records = read_json(data_path, what="MMHal-Bench response_template.json")
         if not isinstance(records, list) or not records:
             raise UserError(f"{data_path}: expected a JSON list of MMHal-Bench records")
-        root = Path(image_root) if image_root else data_path.parent / "images"
         items = []
         for index, record in enumerate(records):
             if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
@@ -175,18 +171,16 @@ class MmhalBench(Benchmark):
                 raise UserError(f"{data_path}: record {index}: image_content must be a list of object names")
             image = root / str(record["image_src"]).rstrip("/").rsplit("/", 1)[-1]
             items.append(
-                EvalItem(
-                    id=str(index),
-                    prompt=str(record["question"]),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    str(index),
+                    str(record["question"]),
+                    image,
+                    {
                         "question": str(record["question"]),
                         "gt_answer": str(record["gt_answer"]),
                         "image_content": [str(c) for c in content],
                         "question_type": str(record["question_type"]),
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         return items
@@ -202,16 +196,8 @@ class MmhalBench(Benchmark):
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         scores = []
         for item in items:
-            text = predictions.get(item.id, "")
-            if item.missing_images or not text:
-                scores.append(0)
-                continue
-            if not text.startswith("[judge] rating: "):
-                raise UserError(
-                    f"{self.name}: item {item.id}: not a judge rating; "
-                    "MMHal-Bench is scored by an LLM judge (--llm-base-url, --llm-model)"
-                )
-            scores.append(int(text.rsplit(" ", 1)[1]))
+            text = self.judged_prediction(item, predictions, prefix="[judge] rating: ", what="rating")
+            scores.append(0 if item.missing_images or not text else int(text.rsplit(" ", 1)[1]))
         n = len(scores)
         metrics = {
             "score": sum(scores) / n if n else 0.0,

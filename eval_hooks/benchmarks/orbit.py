@@ -110,18 +110,16 @@ class Orbit(Benchmark):
                         f"{data_path}: images[{row}].questions[{number}]: answer {question['answer']!r} is not a count"
                     ) from None
                 items.append(
-                    EvalItem(
-                        id=f"{record['image_type']}/{record['image_id']}/{question['id']}",
-                        prompt=PROMPT.format(question=question["question"]),
-                        images=[image],
-                        max_new_tokens=self.default_max_new_tokens,
-                        meta={
+                    self.image_item(
+                        f"{record['image_type']}/{record['image_id']}/{question['id']}",
+                        PROMPT.format(question=question["question"]),
+                        image,
+                        {
                             "answer": truth,
                             "level": levels.get(question["id"], str(question["id"])),
                             "property": question.get("property_category", "unknown"),
                             "image_type": record["image_type"],
                         },
-                        missing_images=[] if image.is_file() else [image],
                     )
                 )
         if not items:
