@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from veritune.core.errors import UserError
+
 
 @dataclass
 class EvalItem:
@@ -37,6 +39,17 @@ class EvalItem:
     missing_images: list[Path] = field(default_factory=list)
 
 
+def release_file_paths(
+    data_path: Path, image_root: Path | None, file_name: str, images: str = "images"
+) -> tuple[Path, Path]:
+    """The official release file (``data_path``, or ``file_name`` inside it when it is a folder) and the image
+    folder (``image_root``, else ``images`` beside the file)."""
+    data_path = Path(data_path)
+    if data_path.is_dir():
+        data_path = data_path / file_name
+    return data_path, Path(image_root) if image_root else data_path.parent / images
+
+
 class Benchmark(ABC):
     """Base class of a benchmark: subclasses set ``name`` and implement :meth:`load` and :meth:`score`.
 
@@ -52,12 +65,24 @@ class Benchmark(ABC):
     # What an answer is ("yes_no", "option", "count"): lets the optional LLM judge resolve the answers the
     # rule-based grader cannot (eval_hooks/judge.py). Empty: the official parser decides every answer.
     answer_format: str = ""
-    # Set by the scorer for ``--strict-official``: score the raw responses with no veritune step before the official rule.
+    # Set by the scorer for ``--strict-official``: score the raw responses with no veritune step before the
+    # official rule.
     strict_official: bool = False
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         """``(data_path, image_root)`` of the benchmark's files under a data root."""
         return data_root / self.name, data_root / self.name / "images"
+
+    def image_item(self, item_id: str, prompt: str, image: Path, meta: dict[str, Any]) -> EvalItem:
+        """One item asking ``prompt`` about ``image`` with the benchmark's budget (a missing image is marked)."""
+        return EvalItem(
+            id=item_id,
+            prompt=prompt,
+            images=[image],
+            max_new_tokens=self.default_max_new_tokens,
+            meta=meta,
+            missing_images=[] if image.is_file() else [image],
+        )
 
     @abstractmethod
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
@@ -66,3 +91,35 @@ class Benchmark(ABC):
     @abstractmethod
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         """Score ``predictions`` (item id -> generated text) against ``items``; never loads a model."""
+
+
+class RubricJudged(Benchmark):
+    """A benchmark whose answers an LLM judge grades with the benchmark's official rubric (``judge_mode``
+    "rubric", run by :mod:`eval_hooks.judge`): :meth:`judge_request` is the judge's request for one answer,
+    :meth:`judge_verdict` turns its reply into the ``[judge] ...`` text the scorer reads. With
+    ``requires_judge`` the benchmark cannot be scored without a judge (``--llm-base-url``, ``--llm-model``)."""
+
+    judge_mode = "rubric"
+    requires_judge = False
+    judge_temperature = 0.0
+    judge_max_tokens: int | None = None  # None: the request sets no limit
+    title = ""  # the benchmark's name as its authors write it, for messages (default: ``name``)
+
+    @abstractmethod
+    def judge_request(self, item: EvalItem, prediction: str) -> tuple[str, str | None]:
+        """The judge's user message about ``prediction`` and its system message (None: no system message)."""
+
+    @abstractmethod
+    def judge_verdict(self, item: EvalItem, reply: str) -> str | None:
+        """What the scorer reads for the judge's ``reply`` (``[judge] ...``); None when it cannot be read."""
+
+    def judged_prediction(self, item: EvalItem, predictions: dict[str, str], *, prefix: str, what: str) -> str:
+        """The judge's text for ``item`` ("" when unanswered); a model's own answer where the judge's ``what``
+        (starting with ``prefix``) belongs is a one-line error: this benchmark is scored by the judge."""
+        text = predictions.get(item.id, "")
+        if text and not item.missing_images and not text.startswith(prefix):
+            raise UserError(
+                f"{self.name}: item {item.id}: not a judge {what}; "
+                f"{self.title or self.name} is scored by an LLM judge (--llm-base-url, --llm-model)"
+            )
+        return text

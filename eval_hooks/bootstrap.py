@@ -1,10 +1,10 @@
 """Paired bootstrap intervals for the difference of a benchmark metric between two models on the same items.
 
 The unit of resampling is the question: the paraphrases of one question (ids ``Q/p0`` ... ``Q/p3``, as
-ORIC-Bench asks them) are drawn together, and so are the q+ and q- rows of a FINER pair (``meta["pair"]``), so the interval reflects the number of distinct questions, not
-of prompts. Each resample draws questions with replacement, scores both models' predictions on the same
-draw with the benchmark's own ``score`` and records trained minus base; the interval is the percentile
-interval of those differences (Efron and Tibshirani, ch. 13).
+ORIC-Bench asks them) are drawn together, and so are the q+ and q- rows of a FINER pair (``meta["pair"]``), so
+the interval reflects the number of distinct questions, not of prompts. Each resample draws questions with
+replacement, scores both models' predictions on the same draw with the benchmark's own ``score`` and records
+trained minus base; the interval is the percentile interval of those differences (Efron and Tibshirani, ch. 13).
 """
 
 from __future__ import annotations

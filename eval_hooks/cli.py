@@ -1,5 +1,5 @@
-"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears),
-``eval score`` (re-score predictions, no model) and ``veritune report`` (HTML report of a run)."""
+"""``veritune eval run`` (generate and score), ``eval watch`` (each checkpoint of a run as it appears) and
+``eval score`` (re-score predictions, no model)."""
 
 from __future__ import annotations
 
@@ -157,26 +157,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.add_argument(
         "--out",
         type=Path,
-        help="metrics go to OUT/<benchmark>/metrics.json (default: <predictions>.metrics.json beside each predictions file)",
+        help=(
+            "metrics go to OUT/<benchmark>/metrics.json "
+            "(default: <predictions>.metrics.json beside each predictions file)"
+        ),
     )
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_judge_arguments(score)
     score.set_defaults(handler=_score)
-
-
-def register_report(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune report``."""
-    parser = subparsers.add_parser("report", help=command_help(None, "report"))
-    parser.add_argument("run_dir", type=Path, help="the training run's output_dir")
-    parser.add_argument("--out", type=Path, help="output HTML file (default: RUN_DIR/report.html)")
-    parser.set_defaults(handler=_report)
-
-
-def _report(args: argparse.Namespace) -> int:
-    from veritune.report import write_report
-
-    print(f"wrote {write_report(args.run_dir, args.out)}")
-    return 0
 
 
 def _prepare(args: argparse.Namespace) -> list:
@@ -278,7 +266,8 @@ def _score(args: argparse.Namespace) -> int:
     data = parse_data_overrides(args.data, benchmarks=names)
     if args.predictions.is_file() and len(names) > 1:
         raise UserError(
-            f"--predictions {args.predictions}: one file holds one benchmark's predictions; for {len(names)} benchmarks "
+            f"--predictions {args.predictions}: one file holds one benchmark's predictions; "
+            f"for {len(names)} benchmarks "
             "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)"
         )
     judge = _judge(args)

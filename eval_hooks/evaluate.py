@@ -121,7 +121,8 @@ def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Pat
     for item in items:
         if item.id in seen:
             raise UserError(
-                f"{name}: {data_path}: item id {item.id!r} occurs more than once; ids must be unique (predictions are keyed by them)"
+                f"{name}: {data_path}: item id {item.id!r} occurs more than once; "
+                "ids must be unique (predictions are keyed by them)"
             )
         seen.add(item.id)
     return items

@@ -22,7 +22,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import Benchmark, EvalItem, RubricJudged
 from eval_hooks.mcq import option_block
 from rewards.graders import extract_count, extract_option, extract_yes_no
 
@@ -185,10 +185,10 @@ class AnswerJudge:
         return self._rubric_clients[key]
 
     def _rubric(
-        self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]
+        self, benchmark: RubricJudged, items: list[EvalItem], predictions: dict[str, str]
     ) -> tuple[dict[str, str], dict[str, Any]]:
         answered = [item for item in items if item.id in predictions and not item.missing_images]
-        requests = [benchmark.judge_request(item, predictions[item.id]) for item in answered]  # type: ignore[attr-defined]
+        requests = [benchmark.judge_request(item, predictions[item.id]) for item in answered]
         client = self.rubric_client(
             getattr(benchmark, "judge_temperature", 0.0), getattr(benchmark, "judge_max_tokens", None)
         )
@@ -203,7 +203,7 @@ class AnswerJudge:
         resolved = dict(predictions)
         steps: Counter[str] = Counter()
         for item, reply in zip(answered, ordered):
-            verdict = benchmark.judge_verdict(item, reply)  # type: ignore[attr-defined]
+            verdict = benchmark.judge_verdict(item, reply)
             resolved[item.id] = "" if verdict is None else verdict
             steps["judge" if verdict is not None else "unresolved"] += 1
         record = self._record(steps, len(answered), mode="rubric", client=client)

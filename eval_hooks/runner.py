@@ -27,7 +27,7 @@ import json
 import logging
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import IO, Any, Protocol
 
 import torch
 from PIL import Image, UnidentifiedImageError
@@ -134,7 +134,10 @@ def provenance_mismatch(previous: dict[str, Any] | None, current: dict[str, Any]
     else:
         same_model = (old_model.get("path") or old_model.get("name")) == (new_model["path"] or new_model["name"])
     if not same_model:
-        return f"it holds answers of another model ({old_model.get('path') or old_model.get('name')}, sha256 {str(old_model.get('sha256'))[:12]})"
+        return (
+            f"it holds answers of another model ({old_model.get('path') or old_model.get('name')}, "
+            f"sha256 {str(old_model.get('sha256'))[:12]})"
+        )
     if (previous.get("data") or {}).get("sha256") != current["data"]["sha256"]:
         return "it was made on other benchmark data (other file, --limit or --max-new-tokens)"
     if previous.get("generation") != current["generation"]:
@@ -445,23 +448,13 @@ def run_items(
     generated. ``sort_by_length=False`` keeps the file order within a group (for the benchmark script).
     """
     from accelerate import PartialState
-    from accelerate.utils import gather_object
 
     if batch_size < 1:
         raise UserError(f"--batch-size: must be at least 1, got {batch_size}")
     state = PartialState()
     predictions_path = Path(predictions_path)
     provenance = predictions_provenance(backend, items)
-    header, done = read_predictions_file(predictions_path)
-    if predictions_path.is_file() and predictions_path.stat().st_size:
-        reason = provenance_mismatch(header, provenance)
-        if reason and not force:
-            raise UserError(f"{predictions_path}: {reason}; choose another --out, or add --force to start it over")
-        if reason:
-            state.wait_for_everyone()  # every process has read the old file before it goes
-            if state.is_main_process:
-                predictions_path.unlink()
-            done = {}
+    done = resume_predictions(predictions_path, provenance, state, force=force)
     sizes = mark_unreadable_images(items)
     eligible = [item for item in items if not item.missing_images]
     todo = [item for item in eligible if item.id not in done]
@@ -469,13 +462,7 @@ def run_items(
     # One batch of the plan is shared by all processes, so each of them gets about `batch_size` items.
     batches = plan_batches(todo, batch_size * state.num_processes, lengths)
     state.wait_for_everyone()  # every process has read the file before the main one appends to it
-    handle = None
-    if state.is_main_process and todo:
-        predictions_path.parent.mkdir(parents=True, exist_ok=True)
-        drop_torn_tail(predictions_path)
-        handle = predictions_path.open("a", encoding="utf-8")
-        if handle.tell() == 0:
-            handle.write(json.dumps({HEADER_KEY: provenance}, ensure_ascii=False) + "\n")
+    handle = open_for_appending(predictions_path, provenance) if state.is_main_process and todo else None
     bar = tqdm(
         total=len(eligible),
         initial=len(eligible) - len(todo),
@@ -485,11 +472,7 @@ def run_items(
     )
     try:
         for batch in batches:
-            with state.split_between_processes(batch, apply_padding=True) as share:
-                answers = list(zip((item.id for item in share), backend.generate(share)))
-            if state.num_processes > 1:
-                answers = gather_object(answers)
-            fresh = dict(answers)  # padding repeated the batch's last item: the dict keeps it once
+            fresh = answer_batch(backend, batch, state)
             done.update(fresh)
             if handle is not None:
                 handle.writelines(
@@ -503,3 +486,41 @@ def run_items(
         if handle is not None:
             handle.close()
     return done
+
+
+def resume_predictions(
+    predictions_path: Path, provenance: dict[str, Any], state: Any, *, force: bool
+) -> dict[str, str]:
+    """The answers already in ``predictions_path``; a file made otherwise is refused, or with ``force`` removed."""
+    header, done = read_predictions_file(predictions_path)
+    if predictions_path.is_file() and predictions_path.stat().st_size:
+        reason = provenance_mismatch(header, provenance)
+        if reason and not force:
+            raise UserError(f"{predictions_path}: {reason}; choose another --out, or add --force to start it over")
+        if reason:
+            state.wait_for_everyone()  # every process has read the old file before it goes
+            if state.is_main_process:
+                predictions_path.unlink()
+            done = {}
+    return done
+
+
+def open_for_appending(predictions_path: Path, provenance: dict[str, Any]) -> IO[str]:
+    """The predictions file opened for appending (a torn last line dropped), its provenance line written first."""
+    predictions_path.parent.mkdir(parents=True, exist_ok=True)
+    drop_torn_tail(predictions_path)
+    handle = predictions_path.open("a", encoding="utf-8")
+    if handle.tell() == 0:
+        handle.write(json.dumps({HEADER_KEY: provenance}, ensure_ascii=False) + "\n")
+    return handle
+
+
+def answer_batch(backend: Backend, batch: list[EvalItem], state: Any) -> dict[str, str]:
+    """One batch's answers by item id, each process generating its share and all of them getting every answer."""
+    from accelerate.utils import gather_object
+
+    with state.split_between_processes(batch, apply_padding=True) as share:
+        answers = list(zip((item.id for item in share), backend.generate(share)))
+    if state.num_processes > 1:
+        answers = gather_object(answers)
+    return dict(answers)  # padding repeated the batch's last item: the dict keeps it once

@@ -47,7 +47,11 @@ class ScriptArguments:
         metadata={"help": "Images with more pixels are resized down (aspect ratio kept) before the processor."},
     )
     max_train_samples: int | None = field(
-        default=None, metadata={"help": "Use only the first N training examples (for smoke runs)."}
+        default=None,
+        metadata={
+            "help": "Train on at most N examples, drawn uniformly at random with `seed` and kept in their order "
+            "(veritune.core.sampling.sample_indices; FINER App. C subsamples 40K/120K/160K tuples per model)."
+        },
     )
     skip_bad_examples: bool = field(
         default=False,
@@ -91,6 +95,8 @@ class ScriptArguments:
             raise UserError(f"accelerate_config: {self.accelerate_config} does not exist (see recipes/accelerate/)")
         if self.max_pixels <= 0:
             raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
+        if self.max_train_samples is not None and self.max_train_samples <= 0:
+            raise UserError(f"max_train_samples: must be positive, got {self.max_train_samples}")
 
 
 @dataclass
@@ -131,7 +137,8 @@ def require_optional_packages(config: object) -> None:
     for key, (module, what) in OPTIONAL_PACKAGES.items():
         if getattr(config, key, False) and importlib.util.find_spec(module) is None:
             raise UserError(
-                f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); set {key}: false"
+                f"{key}: {what} need the {module} package, not installed here (pip install -e '.[gpu]'); "
+                f"set {key}: false"
             )
 
 
@@ -236,13 +243,6 @@ class DPOScriptArguments(ScriptArguments):
             "release JSONL) or rlaif-v."
         },
     )
-    max_train_samples: int | None = field(
-        default=None,
-        metadata={
-            "help": "Train on at most N preference tuples, drawn uniformly at random with `seed` (FINER App. C "
-            "subsamples 40K/120K/160K tuples per model), in their file order."
-        },
-    )
     eval_dataset_path: str | None = field(
         default=None,
         metadata={
@@ -262,8 +262,6 @@ class DPOScriptArguments(ScriptArguments):
         super().__post_init__()
         if not 0.0 <= self.validation_ratio < 1.0:
             raise UserError(f"validation_ratio: must be in [0, 1), got {self.validation_ratio}")
-        if self.max_train_samples is not None and self.max_train_samples <= 0:
-            raise UserError(f"max_train_samples: must be positive, got {self.max_train_samples}")
 
 
 @dataclass

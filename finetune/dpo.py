@@ -1,6 +1,7 @@
 """DPO on preference tuples: FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3 Eq. 5, App. C, Table 10).
 
-    veritune launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 finetune/dpo.py recipes/qwen3vl_8b_finer_lora.yaml
+    veritune launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 finetune/dpo.py \
+        recipes/qwen3vl_8b_finer_lora.yaml
 
 Any recipe key can be overridden on the command line (``--beta 0.2``). Reads a ``veritune build finer``
 directory (its ``validation`` split gives the eval loss), the FINER-Tuning release JSONL or RLAIF-V rows;
@@ -17,33 +18,21 @@ rank, dropout 0, 768 x 768 pixels, 2,048 tokens) are kept, only the trainer is T
 from __future__ import annotations
 
 import logging
-import sys
 from pathlib import Path
 
 from trl import DPOTrainer
 
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
-from finetune.recipe import parse_recipe
-from finetune.training import (
-    attach_model_card,
-    bind_callbacks,
-    get_callbacks,
-    get_model_and_processor,
-    log_run_header,
-    report_finished_run,
-    setup_logging,
-    train_and_save,
-)
-from veritune.core.errors import exit_on_user_error
+from finetune.recipe import run_entry_script
+from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.dpo")
 
 
 def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, model_args: VerituneModelConfig) -> None:
-    setup_logging(training_args)
-    if report_finished_run(training_args):  # a finished run is not trained again
+    if start_run(training_args):  # a finished run is not trained again
         return
 
     # ---- Data (read first: a bad file should not cost a model load)
@@ -68,12 +57,8 @@ def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, mode
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
-    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
-    log_run_header(trainer, script_args, model_args, data_summary=summary)
-    attach_model_card(trainer, script_args, model_args)
-    train_and_save(trainer, processor, training_args)
+    train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig))
-    exit_on_user_error(main)(*args)
+    run_entry_script(main, (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig))

@@ -14,23 +14,11 @@ from datasets import Dataset
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
 from veritune.core.errors import UserError
+from veritune.core.sampling import sample_indices
 
 logger = logging.getLogger("veritune.dpo")
 
 DATA_REPORT_FILE = "preference_data.json"
-
-
-def sample_indices(total: int, count: int | None, seed: int) -> list[int]:
-    """Indices of at most ``count`` of ``total`` rows, drawn uniformly at random (seeded), in file order.
-
-    >>> sample_indices(5, None, seed=0)
-    [0, 1, 2, 3, 4]
-    >>> sample_indices(1000, 3, seed=0) == sample_indices(1000, 3, seed=0)
-    True
-    """
-    if count is None or count >= total:
-        return list(range(total))
-    return sorted(random.Random(seed).sample(range(total), count))
 
 
 def split_indices(total: int, ratio: float, seed: int) -> tuple[list[int], list[int]]:

@@ -1,6 +1,7 @@
 """GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
 
-    veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py recipes/qwen3vl_oric.yaml
+    veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py \
+        recipes/qwen3vl_oric.yaml
 
 The recipe states its global batch in prompts (``global_batch_prompts``: Table 9's 16 prompts x G = 8 = 128
 completions per optimizer step); gradient accumulation is derived from it and the process count, and a
@@ -15,31 +16,20 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 from __future__ import annotations
 
 import logging
-import sys
 
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.grpo_trainer import VerituneGRPOTrainer
 from finetune.oric_data import get_oric_dataset
-from finetune.recipe import parse_recipe
-from finetune.training import (
-    attach_model_card,
-    bind_callbacks,
-    get_callbacks,
-    get_model_and_processor,
-    log_run_header,
-    report_finished_run,
-    setup_logging,
-    train_and_save,
-)
+from finetune.recipe import run_entry_script
+from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from rewards import UnknownRewardError, get_reward_funcs
-from veritune.core.errors import UserError, exit_on_user_error
+from veritune.core.errors import UserError
 
 logger = logging.getLogger("veritune.grpo")
 
 
 def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, model_args: VerituneModelConfig) -> None:
-    setup_logging(training_args)
-    if report_finished_run(training_args):  # a finished run is not trained again
+    if start_run(training_args):  # a finished run is not trained again
         return
 
     # ---- Rewards (resolved first: a typo should not cost a model load)
@@ -63,6 +53,7 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         max_prompt_length=script_args.max_prompt_length,
         skip_bad_examples=script_args.skip_bad_examples,
         max_samples=script_args.max_train_samples,
+        seed=training_args.seed,
     )
     logger.info("data: %s", report.summary())
     for line in report.dropped_bad_image[:10]:
@@ -78,14 +69,8 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
-    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
-    log_run_header(trainer, script_args, model_args, data_summary=report.summary())
-    attach_model_card(trainer, script_args, model_args)
-    train_and_save(trainer, processor, training_args)
+    train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=report.summary())
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(
-        sys.argv[1:], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
-    )
-    exit_on_user_error(main)(*args)
+    run_entry_script(main, (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))

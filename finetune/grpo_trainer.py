@@ -20,7 +20,9 @@ IMAGE_PLACEHOLDER = "<image>"
 def conversation_text(messages: Any) -> str:
     """A logged prompt or completion as plain text: one ``role: text`` line per message.
 
-    >>> conversation_text([{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is there a cat?"}]}])
+    >>> conversation_text(
+    ...     [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is there a cat?"}]}]
+    ... )
     'user: <image> Is there a cat?'
     >>> conversation_text("already text")
     'already text'

@@ -23,6 +23,7 @@ from veritune.core.errors import UserError
 from veritune.core.images import load_image
 from veritune.core.io import read_json
 from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.sampling import sample_indices
 
 REQUIRED_FIELDS = ORIC_FIELDS
 
@@ -124,12 +125,15 @@ def get_oric_dataset(
     max_prompt_length: int | None = 1024,
     skip_bad_examples: bool = False,
     max_samples: int | None = None,
+    seed: int = 0,
 ) -> tuple[Dataset, DataReport]:
     """Prepare an ORIC-format file for TRL's GRPOTrainer.
 
     Every image is opened before training starts: missing or unreadable ones stop with an error that
     lists the first bad rows and the count, unless ``skip_bad_examples`` drops them. Prompts longer than
     ``max_prompt_length`` tokens (image tokens included; needs ``processor``) are dropped and counted.
+    ``max_samples`` keeps at most that many records, drawn uniformly at random with ``seed`` (in file order),
+    before the images are checked.
 
     Returns:
         A dataset with columns ``prompt`` (conversational), ``solution`` (``yes``/``no``), ``id``,
@@ -139,11 +143,26 @@ def get_oric_dataset(
     path = Path(path)
     root = Path(image_root) if image_root else path.parent
     records = load_oric_records(path)
-    if max_samples is not None:
-        records = records[:max_samples]
-    template_text = resolve_template(template)
+    records = [records[i] for i in sample_indices(len(records), max_samples, seed)]
     report = DataReport(total=len(records))
+    rows = rows_with_images(records, root, resolve_template(template), path, skip_bad_examples, report)
+    if max_prompt_length is not None and processor is not None:
+        rows = drop_long_prompts(rows, processor, max_pixels, max_prompt_length, report)
+    report.kept = len(rows)
+    if not rows:
+        raise UserError(f"{path}: no usable training examples ({report.summary()})")
+    return lazy_image_dataset(rows, max_pixels), report
 
+
+def rows_with_images(
+    records: list[dict[str, Any]],
+    root: Path,
+    template_text: str,
+    path: Path,
+    skip_bad_examples: bool,
+    report: DataReport,
+) -> list[dict[str, Any]]:
+    """The training rows of the records whose image opens; a bad image stops, unless ``skip_bad_examples``."""
     bad: list[str] = []
     rows = []
     for row, record in enumerate(tqdm(records, desc="checking images", unit="img", disable=len(records) < 200)):
@@ -168,18 +187,24 @@ def get_oric_dataset(
             "(fix the image_root or set skip_bad_examples: true)"
         )
     report.dropped_bad_image = bad
+    return rows
 
-    if max_prompt_length is not None and processor is not None:
-        kept = []
-        for row in tqdm(rows, desc="measuring prompts", unit="prompt", disable=len(rows) < 200):
-            image = load_image(row["image_path"], max_pixels)
-            if prompt_length(processor, row["prompt"], image) <= max_prompt_length:
-                kept.append(row)
-        report.dropped_too_long = len(rows) - len(kept)
-        rows = kept
-    report.kept = len(rows)
-    if not rows:
-        raise UserError(f"{path}: no usable training examples ({report.summary()})")
+
+def drop_long_prompts(
+    rows: list[dict[str, Any]], processor: Any, max_pixels: int, max_prompt_length: int, report: DataReport
+) -> list[dict[str, Any]]:
+    """The rows whose prompt fits in ``max_prompt_length`` tokens, image tokens included; the rest are counted."""
+    kept = []
+    for row in tqdm(rows, desc="measuring prompts", unit="prompt", disable=len(rows) < 200):
+        image = load_image(row["image_path"], max_pixels)
+        if prompt_length(processor, row["prompt"], image) <= max_prompt_length:
+            kept.append(row)
+    report.dropped_too_long = len(rows) - len(kept)
+    return kept
+
+
+def lazy_image_dataset(rows: list[dict[str, Any]], max_pixels: int) -> Dataset:
+    """A dataset of ``rows`` whose ``image`` (resized to ``max_pixels``) is decoded on access."""
 
     def attach_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         batch["image"] = [load_image(p, max_pixels) for p in batch["image_path"]]
@@ -187,4 +212,4 @@ def get_oric_dataset(
 
     dataset = Dataset.from_list(rows)
     dataset.set_transform(attach_images)
-    return dataset, report
+    return dataset

@@ -75,7 +75,8 @@ def _iter_records(path: Path, split: str) -> Iterator[tuple[str, Any]]:
     if path.is_dir() and not _parquet_files(path):
         if not _is_veritune_dir(path):
             raise UserError(
-                f"{path}: not a `veritune build finer` directory (no manifest.json and train.jsonl) and holds no parquet files"
+                f"{path}: not a `veritune build finer` directory (no manifest.json and train.jsonl) "
+                "and holds no parquet files"
             )
         if split not in ("train", "validation"):
             raise UserError(f"split {split!r}: a veritune dataset directory has 'train' and 'validation'")

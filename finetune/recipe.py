@@ -9,15 +9,17 @@ from __future__ import annotations
 import difflib
 import enum
 import os
+import sys
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
 from transformers import HfArgumentParser
 
-from veritune.core.errors import UserError
+from veritune.core.errors import UserError, exit_on_user_error
 from veritune.core.io import read_yaml
 
 
@@ -200,7 +202,8 @@ def _check_rewards(names: list[str], weights: list[float] | None) -> None:
         raise UserError(f"reward_funcs: {err}") from None
     if weights is not None and len(weights) != len(names):
         raise UserError(
-            f"reward_weights: {len(weights)} weight(s) {list(weights)} for {len(names)} reward function(s) {list(names)}; "
+            f"reward_weights: {len(weights)} weight(s) {list(weights)} "
+            f"for {len(names)} reward function(s) {list(names)}; "
             "give one weight per reward function, in the same order"
         )
 
@@ -296,3 +299,10 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
         raise UserError(f"command line: unexpected argument '{remaining[0]}' (flags are --key value)")
     check_recipe_values(tuple(instances))
     return tuple(instances)
+
+
+def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...]) -> None:
+    """An entry script's ``__main__``: parse ``sys.argv`` (recipe and overrides, :func:`parse_recipe`) into
+    ``dataclass_types`` and run ``main`` on them; a user error is one ``error:`` line and exit code 2."""
+    args = exit_on_user_error(parse_recipe)(sys.argv[1:], dataclass_types)
+    exit_on_user_error(main)(*args)

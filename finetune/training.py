@@ -230,13 +230,28 @@ def model_card_text(
 ) -> str:
     """The model card (Hub ``README.md``): base model, training data with their manifests' sha256, the
     recipe, the latest eval-hook metrics and an image + text quick start."""
+    lines = [
+        *_card_header(trainer, model_args, model_name),
+        *_card_quick_start(trainer.args.hub_model_id or model_name),
+        *_card_training_data(script_args.dataset_path),
+        *_card_evaluation(trainer.state.log_history),
+        *_card_recipe(script_args.recipe),
+        *_card_wandb_run(),
+        "## Framework versions",
+        "",
+        *(f"- {name}: {_version(name)}" for name in ("veritune", "trl", "transformers", "torch")),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _card_header(trainer: Any, model_args: VerituneModelConfig, model_name: str) -> list[str]:
+    """The card's YAML metadata, title and one-line description (base model, method, TRL trainer)."""
     import yaml
 
     base = str(model_args.model_name_or_path)
     hub_base = base if base and not Path(base).exists() else None  # a local directory is no Hub reference
     method = type(trainer).__name__.replace("Trainer", "")
-    repo = trainer.args.hub_model_id or model_name
-    manifest = dataset_manifest(script_args.dataset_path)
     metadata = {
         "base_model": hub_base,
         "library_name": "transformers",
@@ -244,16 +259,23 @@ def model_card_text(
         "tags": ["veritune", "trl", method.lower(), "hallucination", "generated_from_trainer"],
         "model_name": model_name,
     }
-    lines = [
+    return [
         "---",
         yaml.safe_dump({k: v for k, v in metadata.items() if v is not None}, sort_keys=False).strip(),
         "---",
         "",
         f"# {model_name}",
         "",
-        f"A fine-tuned version of {f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
+        "A fine-tuned version of "
+        f"{f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
         f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.",
         "",
+    ]
+
+
+def _card_quick_start(repo: str) -> list[str]:
+    """The card's image + text quick start, loading the model from ``repo``."""
+    return [
         "## Quick start",
         "",
         "```python",
@@ -269,53 +291,69 @@ def model_card_text(
         'print(processor.decode(output[0, inputs["input_ids"].shape[1]:], skip_special_tokens=True))',
         "```",
         "",
+    ]
+
+
+def _card_training_data(dataset_path: str | None) -> list[str]:
+    """The card's training-data table: the dataset and its manifest's sha256."""
+    manifest = dataset_manifest(dataset_path)
+    return [
         "## Training data",
         "",
         "| dataset | manifest | manifest sha256 |",
         "| --- | --- | --- |",
-        f"| `{script_args.dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} | {file_sha256(manifest) if manifest else '-'} |",
+        f"| `{dataset_path}` | {f'`{manifest.name}`' if manifest else 'none'} "
+        f"| {file_sha256(manifest) if manifest else '-'} |",
         "",
     ]
-    step, metrics = latest_eval_metrics(trainer.state.log_history)
-    if metrics:
-        lines += [
-            f"## Evaluation (eval hooks, step {step})",
-            "",
-            "| benchmark | metric | value |",
-            "| --- | --- | --- |",
-        ]
-        lines += [f"| {key.split('/')[1]} | {key.split('/', 2)[2]} | {value:.4g} |" for key, value in metrics.items()]
-        lines.append("")
-    if script_args.recipe and Path(script_args.recipe).is_file():
-        recipe = Path(script_args.recipe)
-        lines += [
-            "## Recipe",
-            "",
-            f"`{script_args.recipe}` (sha256 {file_sha256(recipe)[:12]}; command-line overrides are in "
-            "`veritune_run.json` beside the weights):",
-            "",
-            "```yaml",
-            recipe.read_text(encoding="utf-8").strip(),
-            "```",
-            "",
-        ]
+
+
+def _card_evaluation(log_history: list[dict[str, Any]]) -> list[str]:
+    """The card's table of the latest eval-hook metrics (nothing when the hooks logged none)."""
+    step, metrics = latest_eval_metrics(log_history)
+    if not metrics:
+        return []
+    return [
+        f"## Evaluation (eval hooks, step {step})",
+        "",
+        "| benchmark | metric | value |",
+        "| --- | --- | --- |",
+        *(f"| {key.split('/')[1]} | {key.split('/', 2)[2]} | {value:.4g} |" for key, value in metrics.items()),
+        "",
+    ]
+
+
+def _card_recipe(recipe_path: str | None) -> list[str]:
+    """The card's copy of the recipe file with its sha256 (nothing when there is no recipe file)."""
+    if not recipe_path or not Path(recipe_path).is_file():
+        return []
+    recipe = Path(recipe_path)
+    return [
+        "## Recipe",
+        "",
+        f"`{recipe_path}` (sha256 {file_sha256(recipe)[:12]}; command-line overrides are in "
+        "`veritune_run.json` beside the weights):",
+        "",
+        "```yaml",
+        recipe.read_text(encoding="utf-8").strip(),
+        "```",
+        "",
+    ]
+
+
+def _card_wandb_run() -> list[str]:
+    """The card's link to the W&B run of this process (nothing without one)."""
     try:
         import wandb
 
         if wandb.run is not None:
-            lines += [
+            return [
                 f"Training curves: [W&B run]({wandb.run.url})" if wandb.run.url else f"W&B run id: {wandb.run.id}",
                 "",
             ]
     except ImportError:
         pass
-    lines += [
-        "## Framework versions",
-        "",
-        *(f"- {name}: {_version(name)}" for name in ("veritune", "trl", "transformers", "torch")),
-        "",
-    ]
-    return "\n".join(lines)
+    return []
 
 
 def _version(name: str) -> str:
@@ -532,6 +570,30 @@ def _train_loss(log_history: list[dict[str, Any]]) -> float:
     return total / last if last else 0.0
 
 
+def start_run(training_args: TrainingArguments) -> bool:
+    """Set up logging; True, after saying so, when ``output_dir`` already holds this run finished (the entry
+    scripts then stop before loading a model)."""
+    setup_logging(training_args)
+    return report_finished_run(training_args)
+
+
+def train_with_hooks(
+    trainer: Any,
+    processor: Any,
+    script_args: ScriptArguments,
+    training_args: TrainingArguments,
+    model_args: VerituneModelConfig,
+    *,
+    data_summary: str,
+) -> None:
+    """An entry script's last steps: bind the eval hook, log the run header, attach the model card, then
+    train and save (:func:`train_and_save`)."""
+    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
+    log_run_header(trainer, script_args, model_args, data_summary=data_summary)
+    attach_model_card(trainer, script_args, model_args)
+    train_and_save(trainer, processor, training_args)
+
+
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
     """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor.
 
@@ -571,6 +633,7 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
     trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
     logger.info("model saved to %s", training_args.output_dir)
     if training_args.push_to_hub:
-        # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above) to hub_model_id.
+        # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above)
+        # to hub_model_id.
         url = trainer.push_to_hub(commit_message=f"veritune: {Path(training_args.output_dir).name}")
         logger.info("pushed to the Hub: %s", getattr(url, "commit_url", url))

@@ -59,7 +59,8 @@ def main() -> None:
         mcq_s = time.perf_counter() - start
     built, pairs = manifest["counts"]["tuples_built"], bench["counts"]["pairs"]
     print(
-        f"tuples (scene-graph path): {args.images:,} images -> {built:,} tuples in {tuples_s:.1f} s = {built / tuples_s:,.0f} tuples/s"
+        f"tuples (scene-graph path): {args.images:,} images -> {built:,} tuples in {tuples_s:.1f} s "
+        f"= {built / tuples_s:,.0f} tuples/s"
     )
     print(
         f"MCQs (finer-bench): {args.images:,} images -> {pairs:,} pairs in {mcq_s:.1f} s = {pairs / mcq_s:,.0f} pairs/s"

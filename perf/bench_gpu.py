@@ -209,7 +209,8 @@ def main() -> None:
         args.size = "smoke"
     elif not torch.cuda.is_available():
         print(
-            "GPU section skipped: no CUDA device on this machine (run it where a GPU is lent; `--smoke` checks the code path on a CPU)."
+            "GPU section skipped: no CUDA device on this machine "
+            "(run it where a GPU is lent; `--smoke` checks the code path on a CPU)."
         )
         return
 
@@ -234,12 +235,14 @@ def main() -> None:
     print("| --- | --- | --- | --- | --- | --- |")
     for label, result in (("veritune", ours), ("plain TRL", plain)):
         print(
-            f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} | {tokens / result['step_time']:,.0f} | "
+            f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} "
+            f"| {tokens / result['step_time']:,.0f} | "
             f"{train_flops / result['step_time'] / peak_flops:.1%} | {result['peak_gib']:.1f} |"
         )
     decode_limit = bandwidth / (2 * n_params)
     print(
-        f"decode limit (HBM {bandwidth / 1e12:.2f} TB/s, bf16 weights read per step): {decode_limit:,.0f} steps/s per sequence batch"
+        f"decode limit (HBM {bandwidth / 1e12:.2f} TB/s, bf16 weights read per step): "
+        f"{decode_limit:,.0f} steps/s per sequence batch"
     )
     print(f"training limit (bf16 peak {peak_flops / 1e12:.0f} TFLOP/s): {peak_flops / (6 * n_params):,.0f} tokens/s")
     print("anchor: EasyR1 reports 1,600-2,000 tokens/s per GPU and 16-23% MFU for Qwen2.5-VL-7B GRPO on 8x H100")

@@ -120,7 +120,8 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
     from data_builders.oric.clip_negatives import ClipScorer
     from veritune.tiny.clip import build_tiny_clip
 
-    # Photo-like JPEGs of COCO's size and byte count (~100-200 KB): smooth noise, so decoding costs what it does on COCO.
+    # Photo-like JPEGs of COCO's size and byte count (~100-200 KB): smooth noise, so decoding costs what it
+    # does on COCO.
     rng = np.random.default_rng(0)
     paths = []
     for index in range(count):
@@ -159,7 +160,8 @@ def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, c
     print(
         f"openai judge vs local server (concurrency {concurrency}): {rate:.0f} requests/s; "
         f"{1000 * queries_per_image / rate:.1f} s per 1,000 query images ({queries_per_image:.2f} ROI queries each; "
-        f"client and cache overhead only, the model's latency comes on top); rerun from cache: {requests / cached:,.0f} answers/s"
+        "client and cache overhead only, the model's latency comes on top); "
+        f"rerun from cache: {requests / cached:,.0f} answers/s"
     )
 
 

@@ -40,6 +40,46 @@ def run(command: list[str]) -> None:
         raise SystemExit(f"benchmark run failed: {' '.join(command)}\n{result.stderr[-2000:]}")
 
 
+def commands(
+    model: Path, data: Path, images: Path, finer: Path, tmp_path: Path, repeat: int, steps: int
+) -> dict[str, tuple[list[str], Path]]:
+    """The four runs of one repeat, in the order they run: runner name -> (command, output directory)."""
+    common = ["--max_steps", str(steps), "--save_strategy", "no", "--report_to", "none"]
+    grpo = [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(model)]
+    grpo += [
+        "--dataset_path",
+        str(data),
+        "--image_root",
+        str(images),
+        "--output_dir",
+        str(tmp_path / f"veritune-{repeat}"),
+    ]
+    grpo += [*common, "--max_prompt_length", "100000"]
+    dpo = [sys.executable, "finetune/dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", str(model)]
+    dpo += ["--dataset_path", str(finer), "--output_dir", str(tmp_path / f"veritune-dpo-{repeat}"), *common]
+    plain_grpo = [sys.executable, "perf/plain_trl_grpo.py", str(model), str(data), str(images)]
+    plain_dpo = [sys.executable, "perf/plain_trl_dpo.py", str(model), str(finer)]
+    return {
+        "veritune GRPO": (grpo, tmp_path / f"veritune-{repeat}"),
+        "plain TRL GRPO": ([*plain_grpo, str(tmp_path / f"plain-{repeat}"), str(steps)], tmp_path / f"plain-{repeat}"),
+        "veritune DPO": (dpo, tmp_path / f"veritune-dpo-{repeat}"),
+        "plain TRL DPO": (
+            [*plain_dpo, str(tmp_path / f"plain-dpo-{repeat}"), str(steps)],
+            tmp_path / f"plain-dpo-{repeat}",
+        ),
+    }
+
+
+def print_report(times: dict[str, list[float]]) -> None:
+    """The table of mean step times and the veritune / plain TRL ratios."""
+    mean = {name: statistics.mean(values) for name, values in times.items()}
+    print("| runner | mean step time (s) | steps measured |\n| --- | --- | --- |")
+    for name, values in times.items():
+        print(f"| {name} | {mean[name]:.3f} | {len(values)} |")
+    print(f"\nGRPO ratio veritune / plain TRL: {mean['veritune GRPO'] / mean['plain TRL GRPO']:.3f} (target <= 1.05)")
+    print(f"DPO ratio veritune / plain TRL: {mean['veritune DPO'] / mean['plain TRL DPO']:.3f} (target <= 1.05)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=8)
@@ -54,86 +94,16 @@ def main() -> None:
         tmp_path = Path(tmp)
         model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0)
         data, images = write_oric_fixture(tmp_path / "data", num_items=16)
-        times: dict[str, list[float]] = {
-            "veritune GRPO": [],
-            "plain TRL GRPO": [],
-            "veritune DPO": [],
-            "plain TRL DPO": [],
-        }
         sys.path.insert(0, str(REPO_ROOT / "tests"))
         from helpers import write_finer_fixture
 
         finer = write_finer_fixture(tmp_path / "finer", num_images=16)
+        times: dict[str, list[float]] = {}
         for repeat in range(args.repeats):
-            out = tmp_path / f"veritune-{repeat}"
-            run(
-                [
-                    sys.executable,
-                    "finetune/grpo.py",
-                    "recipes/tiny_oric_demo.yaml",
-                    "--model_name_or_path",
-                    str(model),
-                    "--dataset_path",
-                    str(data),
-                    "--image_root",
-                    str(images),
-                    "--output_dir",
-                    str(out),
-                    "--max_steps",
-                    str(args.steps),
-                    "--save_strategy",
-                    "no",
-                    "--report_to",
-                    "none",
-                    "--max_prompt_length",
-                    "100000",
-                ]
-            )
-            times["veritune GRPO"] += step_times(out)
-            out = tmp_path / f"plain-{repeat}"
-            run(
-                [
-                    sys.executable,
-                    "perf/plain_trl_grpo.py",
-                    str(model),
-                    str(data),
-                    str(images),
-                    str(out),
-                    str(args.steps),
-                ]
-            )
-            times["plain TRL GRPO"] += step_times(out)
-            out = tmp_path / f"veritune-dpo-{repeat}"
-            run(
-                [
-                    sys.executable,
-                    "finetune/dpo.py",
-                    "recipes/tiny_finer_demo.yaml",
-                    "--model_name_or_path",
-                    str(model),
-                    "--dataset_path",
-                    str(finer),
-                    "--output_dir",
-                    str(out),
-                    "--max_steps",
-                    str(args.steps),
-                    "--save_strategy",
-                    "no",
-                    "--report_to",
-                    "none",
-                ]
-            )
-            times["veritune DPO"] += step_times(out)
-            out = tmp_path / f"plain-dpo-{repeat}"
-            run([sys.executable, "perf/plain_trl_dpo.py", str(model), str(finer), str(out), str(args.steps)])
-            times["plain TRL DPO"] += step_times(out)
-
-    mean = {name: statistics.mean(values) for name, values in times.items()}
-    print("| runner | mean step time (s) | steps measured |\n| --- | --- | --- |")
-    for name, values in times.items():
-        print(f"| {name} | {mean[name]:.3f} | {len(values)} |")
-    print(f"\nGRPO ratio veritune / plain TRL: {mean['veritune GRPO'] / mean['plain TRL GRPO']:.3f} (target <= 1.05)")
-    print(f"DPO ratio veritune / plain TRL: {mean['veritune DPO'] / mean['plain TRL DPO']:.3f} (target <= 1.05)")
+            for name, (command, out) in commands(model, data, images, finer, tmp_path, repeat, args.steps).items():
+                run(command)
+                times.setdefault(name, []).extend(step_times(out))
+    print_report(times)
 
 
 if __name__ == "__main__":

@@ -207,7 +207,9 @@ def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[st
     ('B', 'letter')
     >>> extract_option("(c)")
     ('C', 'letter')
-    >>> extract_option("No, but I can see a red cup.", {"A": "Yes, I can see a blue cup.", "B": "No, but I can see a red cup."})
+    >>> extract_option(
+    ...     "No, but I can see a red cup.", {"A": "Yes, I can see a blue cup.", "B": "No, but I can see a red cup."}
+    ... )
     ('B', 'option_text')
     """
     text = completion_text(text)
@@ -320,8 +322,8 @@ def extract_count(text: Any) -> tuple[int | None, str]:
     2. ``"digits"``: else the first run of digits anywhere ("2.5" reads 2);
     3. ``"roman"``: else a Roman numeral i..xx standing as a word, in any case, longest numeral first
        (the official quirk: a standalone "I", as in "I think", reads as 1);
-    4. ``"word"``: else a number word, searched in the order ten..nineteen then zero..nine, whatever comes first in the text
-       ("eleven" reads 11, never 0);
+    4. ``"word"``: else a number word, searched in the order ten..nineteen then zero..nine, whatever comes first
+       in the text ("eleven" reads 11, never 0);
     5. ``"tens_word"``: else twenty..ninety, optionally with a unit ("twenty-one" reads 21);
     6. otherwise ``(None, "unresolved")``: the official code then falls back to 0, and so do the scorers.
 

@@ -26,7 +26,8 @@ def check_oric_record(item: Any, where: str) -> YesNo:
     missing = [name for name in ORIC_FIELDS if name not in item]
     if missing:
         raise UserError(
-            f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}' (ORIC records have {', '.join(ORIC_FIELDS)})"
+            f"{where} (id {item.get('id', '?')}): missing field '{missing[0]}' "
+            f"(ORIC records have {', '.join(ORIC_FIELDS)})"
         )
     label = normalize_yes_no_label(item["solution"])
     if label is None:

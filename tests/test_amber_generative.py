@@ -54,8 +54,8 @@ def test_amber_generative_metrics_hand_computed(tmp_path: Path) -> None:
     items = benchmark.load(root / "query" / "query_generative.json", root / "image")
     assert [i.max_new_tokens for i in items] == [512, 512]
     predictions = {
-        # dogs -> dog (truth), men -> man (covers person), ground (covers grass), camera (safe word), cat (hallu: Cog, hallucinated),
-        # bench (vocabulary, not truth: hallucinated), "sunny" (not vocabulary: ignored)
+        # dogs -> dog (truth), men -> man (covers person), ground (covers grass), camera (safe word),
+        # cat (hallu: Cog, hallucinated), bench (vocabulary, not truth: hallucinated), "sunny" (not vocabulary: ignored)
         "1": "Two dogs and three men stand on the ground near a camera, a cat and a bench on a sunny day.",
         # desk covers table; nothing hallucinated
         "2": "A desk.",

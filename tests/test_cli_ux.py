@@ -32,7 +32,8 @@ def run_veritune(*argv: str, env: dict[str, str] | None = None) -> subprocess.Co
 def test_top_level_help_imports_no_command_module() -> None:
     code = (
         "import sys; from veritune.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-        "print(sorted(m for m in ('torch', 'transformers', 'eval_hooks.cli', 'data_builders.oric.cli') if m in sys.modules))"
+        "print(sorted(m for m in ('torch', 'transformers', 'eval_hooks.cli', 'data_builders.oric.cli') "
+        "if m in sys.modules))"
     )
     out = subprocess.run(
         [sys.executable, "-c", code],

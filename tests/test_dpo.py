@@ -21,9 +21,10 @@ from safetensors.torch import load_file
 from wandb_offline import offline_history
 
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
-from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets, sample_indices
+from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.recipe import parse_recipe
 from veritune.core.errors import UserError
+from veritune.core.sampling import sample_indices
 
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
 PAIRS = [("dog", "cat"), ("bench", "sofa"), ("cup", "bowl"), ("kite", "clock"), ("car", "bus"), ("apple", "orange")]
@@ -379,7 +380,10 @@ def test_only_equal_answers_is_an_error_naming_the_file(tmp_path: Path) -> None:
     script_args, training_args, _ = parse_tiny("--dataset_path", path)
     with pytest.raises(
         UserError,
-        match=r"same.jsonl: no usable preference rows \(0/1 preference rows kept; dropped: \{'chosen_equals_rejected': 1\}\)",
+        match=(
+            r"same.jsonl: no usable preference rows "
+            r"\(0/1 preference rows kept; dropped: \{'chosen_equals_rejected': 1\}\)"
+        ),
     ):
         get_preference_datasets(script_args, training_args)
 

@@ -407,7 +407,8 @@ def test_mmhal_judge_rubric_scores(tmp_path: Path, capsys: pytest.CaptureFixture
         assert main(command) == 0 and len(server.requests) == 3  # the rerun comes from the cache
     assert prompt.startswith("Please act as an impartial and objective judge")
     assert prompt.endswith(
-        "### Image Contents\nCat, Sofa\n\n### Question\nQuestion 0 about the cat?\n\n### Standard Human-Generated Answer\n"
+        "### Image Contents\nCat, Sofa\n\n### Question\nQuestion 0 about the cat?\n\n"
+        "### Standard Human-Generated Answer\n"
         "Human answer 0.\n\n### LMM Response to Evaluate\nAnswer 0.\n"
     )
     metrics = first["metrics"]
@@ -454,8 +455,8 @@ def test_haloquest_judge_scores_per_subset(tmp_path: Path) -> None:
         "Your task is to determine if the model response is correct given the question and groundtruth response.\n"
     )
     assert (
-        "\nquestion=What type of shoes is the girl wearing?,\nmodel_response=There is no such thing.\ngroundtruth_response=The girl's shoes"
-        in prompt
+        "\nquestion=What type of shoes is the girl wearing?,\nmodel_response=There is no such thing.\n"
+        "groundtruth_response=The girl's shoes" in prompt
     )
     metrics = result["metrics"]
     # rows: 0 generated/insufficient (right), 1 generated/false premises (wrong), 84 generated/visual (right),

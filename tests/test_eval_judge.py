@@ -133,12 +133,14 @@ def test_hallusionbench_judge_uses_gt_answer_details(tmp_path: Path, capsys: pyt
         )
         assert len(server.requests) == 3  # every answer is judged in this mode
     printed = json.loads((tmp_path / "p.metrics.json").read_text())
-    # "agree" is right, "disagree" wrong, "unsure" uncertain: right on a VS question asked without its figure (assign_correctness)
+    # "agree" is right, "disagree" wrong, "unsure" uncertain: right on a VS question asked without its figure
+    # (assign_correctness)
     assert printed["metrics"]["aAcc"] == pytest.approx(200 / 3)
     assert (
         printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
     )
-    # without a judge the rules see none of these words as yes/no: all uncertain, so all right on these figure-0 VS questions
+    # without a judge the rules see none of these words as yes/no: all uncertain, so all right on these
+    # figure-0 VS questions
     assert (
         main(
             [

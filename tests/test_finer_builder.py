@@ -296,7 +296,10 @@ def test_relation_to_missing_object_is_an_error_naming_it() -> None:
     record["objects"][0]["parsed_relation"][0]["object_b"] = 9
     with pytest.raises(
         UserError,
-        match=r"record 1 \(test_00001\): object 'dog' \(object_index 0\): relation 0 'is lying on the' points to missing object object_b 9",
+        match=(
+            r"record 1 \(test_00001\): object 'dog' \(object_index 0\): "
+            r"relation 0 'is lying on the' points to missing object object_b 9"
+        ),
     ):
         parse_scene_graph(record, "record 1")
 
@@ -306,7 +309,10 @@ def test_negative_lists_must_match_their_attributes() -> None:
     record["objects"][1]["neg_attribute"] = []
     with pytest.raises(
         UserError,
-        match=r"object 'rug' \(object_index 1\): neg_attribute must hold one list of negatives per attribute \(1\), got 0",
+        match=(
+            r"object 'rug' \(object_index 1\): "
+            r"neg_attribute must hold one list of negatives per attribute \(1\), got 0"
+        ),
     ):
         parse_scene_graph(record, "g")
 

@@ -35,9 +35,10 @@ WH_A = ("What is lying on a striped rug?", "a brown dog with a red collar")
 WH_B = ("What is the brown dog with a red collar lying on?", "a striped rug")
 WH_NEGATIVE = {
     WH_A[0]: "Q=What is lying on a plain rug? || A=The rug is not plain, but it is striped.",
-    WH_B[
-        0
-    ]: "Q=What is the brown dog with a blue collar lying on? || A=The dog does not have a blue collar, but it has a red collar.",
+    WH_B[0]: (
+        "Q=What is the brown dog with a blue collar lying on? "
+        "|| A=The dog does not have a blue collar, but it has a red collar."
+    ),
 }
 
 

@@ -113,7 +113,10 @@ def test_gradient_accumulation_follows_the_process_count(monkeypatch: pytest.Mon
 def test_global_batch_not_divisible_names_the_numbers() -> None:
     with pytest.raises(
         UserError,
-        match=r"global_batch_size: 64 is not a positive multiple of per_device_train_batch_size \(3\) x processes \(1\)",
+        match=(
+            r"global_batch_size: 64 is not a positive multiple of per_device_train_batch_size \(3\) "
+            r"x processes \(1\)"
+        ),
     ):
         parse("qwen25vl_7b_finer_lora", "--per_device_train_batch_size", "3")
 

@@ -351,8 +351,8 @@ def test_oric_bench_prompts_and_token_limit_are_the_papers(tmp_path: Path) -> No
         default.prompt == "Question: Is there a cup in the image?\nPlease answer the question based on the given image."
     )  # Fig. 7
     assert (
-        cot.prompt
-        == "Question: Is there a cup in the image?\nLet's think step-by-step and then answer the question based on the given image."
+        cot.prompt == "Question: Is there a cup in the image?\n"
+        "Let's think step-by-step and then answer the question based on the given image."
     )  # Fig. 12
     assert default.max_new_tokens == cot.max_new_tokens == 1024  # Sec. 4.1
     assert (

@@ -514,15 +514,18 @@ def run_cli(args: list[str], capsys) -> tuple[int, str]:
         ('{"images": [{"id": 1}], "annotations": [], "categories": []}', "images[0] has no 'file_name'"),
         ('{"images": [], "annotations": [], "categories": [{"id": 1}]}', "categories[0] has no 'name'"),
         (
-            '{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 0, 5]}], "categories": []}',
+            '{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 0, 5]}], '
+            '"categories": []}',
             "annotation 0 (id 7): box with zero or negative size",
         ),
         (
-            '{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, -1]}], "categories": []}',
+            '{"images": [], "annotations": [{"id": 7, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5, -1]}], '
+            '"categories": []}',
             "annotation 0 (id 7): box with zero or negative size",
         ),
         (
-            '{"images": [], "annotations": [{"id": 8, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5]}], "categories": []}',
+            '{"images": [], "annotations": [{"id": 8, "image_id": 1, "category_id": 1, "bbox": [0, 0, 5]}], '
+            '"categories": []}',
             "annotation 0 (id 8): bbox must be [x, y, width, height]",
         ),
     ],

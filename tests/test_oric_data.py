@@ -11,6 +11,7 @@ from helpers import run_entry
 from finetune.oric_data import ORIC_R1_INSTRUCTION, get_oric_dataset, prompt_length, question_from_problem
 from veritune.core.errors import UserError
 from veritune.core.images import load_image
+from veritune.core.sampling import sample_indices
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 
@@ -63,6 +64,45 @@ def test_long_prompts_are_dropped_and_counted(oric_fixture: tuple[Path, Path], t
     assert dataset[0]["id"] == "2"
     with pytest.raises(UserError, match="no usable training examples.*8 dropped as longer"):
         get_oric_dataset(*oric_fixture, processor=processor, max_pixels=4096, max_prompt_length=5)
+
+
+def test_max_samples_is_the_seeded_uniform_subsample_of_dpo(oric_fixture: tuple[Path, Path]) -> None:
+    import finetune.dpo_data
+
+    assert finetune.dpo_data.sample_indices is sample_indices  # one helper for every trainer's max_train_samples
+    path, images = oric_fixture
+    ids = [str(record["id"]) for record in json.loads(path.read_text())]
+    picks = []
+    for seed in range(4):
+        dataset, report = get_oric_dataset(path, images, max_samples=3, seed=seed)
+        picks.append([row["id"] for row in dataset])
+        assert picks[-1] == [ids[i] for i in sample_indices(len(ids), 3, seed)] and report.total == 3
+    assert picks[0] == [row["id"] for row in get_oric_dataset(path, images, max_samples=3, seed=0)[0]]
+    assert len({tuple(pick) for pick in picks}) > 1 and any(pick != ids[:3] for pick in picks)  # not the first rows
+
+
+def test_grpo_passes_max_train_samples_and_the_seed(
+    oric_fixture: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import finetune.grpo
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "tiny_oric_demo.yaml"
+    flags = ["--dataset_path", str(oric_fixture[0]), "--image_root", str(oric_fixture[1])]
+    flags += ["--output_dir", str(tmp_path / "run"), "--max_train_samples", "3", "--seed", "7", "--report_to", "none"]
+    args = parse_recipe([str(recipe), *flags], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
+    seen = {}
+
+    def capture(*_: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise KeyboardInterrupt  # stop before training
+
+    monkeypatch.setattr(finetune.grpo, "get_model_and_processor", lambda _: (None, None, None))
+    monkeypatch.setattr(finetune.grpo, "get_oric_dataset", capture)
+    with pytest.raises(KeyboardInterrupt):
+        finetune.grpo.main(*args)
+    assert seen["max_samples"] == 3 and seen["seed"] == 7
 
 
 def test_missing_dataset_file(tmp_path: Path) -> None:

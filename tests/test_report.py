@@ -55,3 +55,27 @@ def test_report_plots_training_and_eval(tmp_path: Path) -> None:
 def test_report_of_an_empty_directory(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json"):
         write_report(tmp_path)
+
+
+def test_report_command_is_wired_beside_the_report_not_in_the_eval_commands(tmp_path: Path) -> None:
+    """``veritune report`` lives in the top layer with the report: running it imports no eval command."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 1, "loss": 0.5}]}))
+    code = (
+        "import sys; from veritune.cli import main\n"
+        f"assert main(['report', {str(tmp_path)!r}]) == 0\n"
+        "print(sorted(m for m in sys.modules if m.startswith('eval_hooks') or m in ('torch', 'transformers')))"
+    )
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": str(root)},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]" and (tmp_path / "report.html").is_file()

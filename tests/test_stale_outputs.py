@@ -23,7 +23,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, s
     return int(code or 0), captured.out, captured.err
 
 
-# ---------------------------------------------------------------------------------------------- FINER (directory output)
+# ----------------------------------------------------------------------------------------- FINER (directory output)
 
 
 def finer_inputs(tmp_path: Path) -> dict[str, Path]:
@@ -51,8 +51,8 @@ def test_finer_out_holding_another_build_is_refused_and_force_clears_it(tmp_path
     code, _, err = run_cli([*common, "--scene-graphs", str(inputs["b"])], capsys)
     assert code == 2 and "Traceback" not in err
     assert (
-        f"error: --out {out}: holds a build with other inputs or settings (scene_graphs differ); choose another --out, or add --force"
-        in err
+        f"error: --out {out}: holds a build with other inputs or settings (scene_graphs differ); "
+        "choose another --out, or add --force" in err
     )
     code, _, err = run_cli([*common, "--scene-graphs", str(inputs["a"]), "--seed", "3"], capsys)
     assert code == 2 and "(seed differ)" in err

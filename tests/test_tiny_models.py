@@ -25,7 +25,8 @@ def test_tiny_model_loads_with_auto_classes(fixture: str, request: pytest.Fixtur
     messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is there a cat?"}]}]
     text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert text == (
-        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Is there a cat?<|im_end|>\n<|im_start|>assistant\n"
+        "<|im_start|>user\n<|vision_start|><|image_pad|><|vision_end|>Is there a cat?<|im_end|>\n"
+        "<|im_start|>assistant\n"
     )
     inputs = processor(text=[text], images=[Image.new("RGB", (120, 90), "red")], return_tensors="pt")
     with torch.no_grad():

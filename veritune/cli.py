@@ -85,7 +85,7 @@ COMMANDS: list[Command] = [
     Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),
     Command("eval", "score", "eval_hooks.cli:register", "score a predictions file (no model is loaded)"),
     Command(
-        None, "report", "eval_hooks.cli:register_report", "write a static HTML report of a training run (opens offline)"
+        None, "report", "veritune.report_cli:register", "write a static HTML report of a training run (opens offline)"
     ),
 ]
 
@@ -117,7 +117,7 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def show_defaults(parser: argparse.ArgumentParser) -> None:
-    """Give ``parser`` and every parser below it :class:`HelpFormatter`; options without help still show their default."""
+    """Give ``parser`` and every parser below it :class:`HelpFormatter`; options without help show their default."""
     parser.formatter_class = HelpFormatter
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):

@@ -35,14 +35,18 @@ TRAINING_CURVES = {
     "gradient norm": ("grad_norm",),
     "learning rate": ("learning_rate",),
 }
-STYLE = """
-body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#222;padding:0 16px}
-h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}h3{font-size:15px;margin:18px 0 6px}
-.grid{display:flex;flex-wrap:wrap;gap:8px}.muted{color:#666;font-size:13px}
-table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
-th{background:#f4f4f4}td.text{text-align:left;max-width:520px;white-space:pre-wrap;word-break:break-word}
-svg{background:#fff;border:1px solid #eee}
-"""
+STYLE = (
+    "\n"
+    "body{font-family:system-ui,-apple-system,'Segoe UI',sans-serif;margin:24px auto;max-width:1180px;color:#222;"
+    "padding:0 16px}\n"
+    "h1{font-size:22px}h2{font-size:18px;margin-top:32px;border-bottom:1px solid #ddd;padding-bottom:4px}"
+    "h3{font-size:15px;margin:18px 0 6px}\n"
+    ".grid{display:flex;flex-wrap:wrap;gap:8px}.muted{color:#666;font-size:13px}\n"
+    "table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}"
+    "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\n"
+    "th{background:#f4f4f4}td.text{text-align:left;max-width:520px;white-space:pre-wrap;word-break:break-word}\n"
+    "svg{background:#fff;border:1px solid #eee}\n"
+)
 
 
 # ---------------------------------------------------------------------------------------------- drawing
@@ -96,8 +100,8 @@ def svg_line_plot(
         return top + plot_h - (y - y0) / (y1 - y0) * plot_h
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="{html.escape(title)}" font-family="sans-serif">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}" font-family="sans-serif">',
         f'<text x="{left}" y="17" font-size="13" font-weight="bold">{html.escape(title)}</text>',
     ]
     for y in y_ticks:
@@ -110,11 +114,13 @@ def svg_line_plot(
             f'<line x1="{sx(x):.1f}" y1="{top + plot_h}" x2="{sx(x):.1f}" y2="{top + plot_h + 4}" stroke="#888"/>'
         )
         parts.append(
-            f'<text x="{sx(x):.1f}" y="{top + plot_h + 15}" font-size="10" text-anchor="middle" fill="#555">{_fmt(x)}</text>'
+            f'<text x="{sx(x):.1f}" y="{top + plot_h + 15}" font-size="10" text-anchor="middle" fill="#555">'
+            f"{_fmt(x)}</text>"
         )
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>')
     parts.append(
-        f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#333">{html.escape(x_label)}</text>'
+        f'<text x="{left + plot_w / 2:.1f}" y="{height - 4}" font-size="11" text-anchor="middle" fill="#333">'
+        f"{html.escape(x_label)}</text>"
     )
     for index, (name, values) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
@@ -123,11 +129,13 @@ def svg_line_plot(
             parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
         for x, y in values:
             parts.append(
-                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}"><title>{html.escape(name)} at {x_label} {_fmt(x)}: {y:.4g}</title></circle>'
+                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}">'
+                f"<title>{html.escape(name)} at {x_label} {_fmt(x)}: {y:.4g}</title></circle>"
             )
         ly = top + 10 + 15 * index
         parts.append(
-            f'<line x1="{width - legend_width}" y1="{ly - 4}" x2="{width - legend_width + 14}" y2="{ly - 4}" stroke="{colour}" stroke-width="3"/>'
+            f'<line x1="{width - legend_width}" y1="{ly - 4}" x2="{width - legend_width + 14}" y2="{ly - 4}" '
+            f'stroke="{colour}" stroke-width="3"/>'
         )
         parts.append(f'<text x="{width - legend_width + 18}" y="{ly}" font-size="11">{html.escape(name)}</text>')
     parts.append("</svg>")
@@ -146,20 +154,23 @@ def svg_confusion(title: str, rows: list[dict[str, Any]]) -> str:
     width, height = left + cell_w * len(columns) + 10, top + cell_h * len(rows) + 30
     peak = max((float(row.get(c, 0) or 0) for row in rows for c in columns), default=0.0) or 1.0
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
-        f'aria-label="{html.escape(title)}" font-family="sans-serif">',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}" font-family="sans-serif">',
         f'<text x="6" y="16" font-size="13" font-weight="bold">{html.escape(title)}</text>',
-        f'<text x="{left + cell_w * len(columns) / 2:.0f}" y="{top - 22}" font-size="11" text-anchor="middle">predicted</text>',
+        f'<text x="{left + cell_w * len(columns) / 2:.0f}" y="{top - 22}" font-size="11" text-anchor="middle">'
+        "predicted</text>",
         f'<text x="6" y="{top - 6}" font-size="11">true</text>',
     ]
     for j, column in enumerate(columns):
         parts.append(
-            f'<text x="{left + cell_w * (j + 0.5):.0f}" y="{top - 6}" font-size="11" text-anchor="middle">{html.escape(column.removeprefix("pred_"))}</text>'
+            f'<text x="{left + cell_w * (j + 0.5):.0f}" y="{top - 6}" font-size="11" text-anchor="middle">'
+            f"{html.escape(column.removeprefix('pred_'))}</text>"
         )
     for i, (label, row) in enumerate(zip(labels, rows)):
         y = top + cell_h * i
         parts.append(
-            f'<text x="{left - 6}" y="{y + cell_h / 2 + 4:.0f}" font-size="11" text-anchor="end">{html.escape(label)}</text>'
+            f'<text x="{left - 6}" y="{y + cell_h / 2 + 4:.0f}" font-size="11" text-anchor="end">'
+            f"{html.escape(label)}</text>"
         )
         for j, column in enumerate(columns):
             value = float(row.get(column, 0) or 0)
@@ -169,7 +180,8 @@ def svg_confusion(title: str, rows: list[dict[str, Any]]) -> str:
             x = left + cell_w * j
             parts.append(f'<rect x="{x}" y="{y}" width="{cell_w - 2}" height="{cell_h - 2}" fill="{fill}"/>')
             parts.append(
-                f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + cell_h / 2 + 4:.0f}" font-size="12" text-anchor="middle" fill="{text_colour}">{value:g}</text>'
+                f'<text x="{x + cell_w / 2 - 1:.0f}" y="{y + cell_h / 2 + 4:.0f}" font-size="12" '
+                f'text-anchor="middle" fill="{text_colour}">{value:g}</text>'
             )
     parts.append("</svg>")
     return "".join(parts)
@@ -270,7 +282,8 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     data = newest.get("data", {})
     if generation or data:
         parts.append(
-            f"<p class='muted'>data: {html.escape(str(data.get('path', '?')))}; limit: {html.escape(str(data.get('limit')))}; "
+            f"<p class='muted'>data: {html.escape(str(data.get('path', '?')))}; "
+            f"limit: {html.escape(str(data.get('limit')))}; "
             f"max new tokens: {html.escape(str(generation.get('max_new_tokens', '?')))}</p>"
         )
     table = []
@@ -333,7 +346,10 @@ def _thumbnail(path: Path, size: int = 64) -> str:
     image.thumbnail((size, size))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
-    return f"<img alt='{html.escape(path.name)}' src='data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}'>"
+    return (
+        f"<img alt='{html.escape(path.name)}' "
+        f"src='data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}'>"
+    )
 
 
 def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir: Path) -> list[str]:
@@ -404,7 +420,8 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         raise UserError(f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report")
     sections = [
         f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
-        f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; benchmarks: {html.escape(', '.join(results) or 'none evaluated')}</p>",
+        f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; "
+        f"benchmarks: {html.escape(', '.join(results) or 'none evaluated')}</p>",
     ]
     if state_file is not None and history:
         sections += training_section(history, state_file)
@@ -412,7 +429,8 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         sections += benchmark_section(name, by_step)
         sections += before_after_section(name, by_step, run_dir)
     page = (
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>veritune report: {html.escape(run_dir.resolve().name)}</title>"
         f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
     )
     return atomic_write_text(out or run_dir / "report.html", page)

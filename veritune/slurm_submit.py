@@ -71,7 +71,8 @@ def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: in
     keys = {str(key) for key in read_yaml(recipe, what="recipe file")}
     if not keys <= valid_keys(types) and keys <= valid_keys(_entry_types(other)):
         raise UserError(
-            f"--entry {entry}: {recipe} is a {other} recipe (it sets {', '.join(sorted(keys - valid_keys(types))[:3])}); use --entry {other}"
+            f"--entry {entry}: {recipe} is a {other} recipe "
+            f"(it sets {', '.join(sorted(keys - valid_keys(types))[:3])}); use --entry {other}"
         )
     load_recipe(recipe, types)
     _check_override_keys(overrides, valid_keys(types))

@@ -10,8 +10,9 @@ the target), the negative one a negative attribute A− (answer: the correction 
 shuffled with a seeded generator.
 
 Output: CSV with the columns of the public release, in order (``image, qtype, question, choice1..choice5,
-gt_index``, then veritune's ``k``), ``gt_index`` 0-based, ``qtype`` = ``<setting>_pos`` / ``<setting>_neg``, each positive row
-immediately followed by its negative row (the official paired-accuracy script pairs rows 2i and 2i+1).
+gt_index``, then veritune's ``k``), ``gt_index`` 0-based, ``qtype`` = ``<setting>_pos`` / ``<setting>_neg``,
+each positive row immediately followed by its negative row (the official paired-accuracy script pairs rows 2i
+and 2i+1).
 """
 
 from __future__ import annotations
@@ -262,6 +263,75 @@ def to_csv(rows: list[dict[str, Any]]) -> str:
     return buffer.getvalue()
 
 
+def filter_bench_negatives(
+    graphs: list[SceneGraph],
+    image_root: Path,
+    discriminator: Any,
+    thresholds: dict[str, float] | None,
+    client: Any,
+    attempts: int,
+    rounds: int,
+    seed: int,
+    out: Path,
+) -> dict[str, Any]:
+    """Filter (and with ``client`` regenerate) the graphs' negatives (App. B.3); returns the manifest's summary."""
+    thresholds = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
+    result = filter_negatives(
+        graphs,
+        image_root,
+        discriminator,
+        thresholds=thresholds,
+        client=client,
+        attempts=attempts,
+        rounds=rounds,
+        seed=seed,
+        log_path=out.with_name(out.stem + ".filter_log.jsonl"),
+    )
+    return {
+        "model": discriminator.name,
+        "thresholds": thresholds,
+        "rounds": rounds,
+        "regenerate_with_llm": client is not None,
+        "levels": result.summary(),
+    }
+
+
+def bench_manifest(
+    scene_graphs: Path,
+    image_root: Path | None,
+    settings: BenchSettings,
+    rows: list[dict[str, Any]],
+    stats: BenchStats,
+    filter_summary: dict[str, Any] | None,
+    build: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The manifest written beside the MCQ CSV: source, settings, counts, skips, filter and versions."""
+    return {
+        "format": "finer-mcq-csv",
+        "columns": list(CSV_COLUMNS + EXTRA_COLUMNS),
+        "source": str(scene_graphs),
+        "source_sha256": sha256_file(scene_graphs),
+        "image_root": str(image_root.resolve()) if image_root else None,
+        "settings": {
+            "max_objects": settings.max_objects,
+            "max_attributes": settings.max_attributes,
+            "max_relations": settings.max_relations,
+            "settings": list(settings.settings),
+        },
+        "seed": settings.seed,
+        "counts": {
+            "rows": len(rows),
+            "pairs": len(rows) // 2,
+            "pairs_by_setting_and_k": dict(sorted(stats.pairs.items())),
+        },
+        "skipped": dict(sorted(stats.skipped.items())),
+        "missing_images": stats.missing_images,
+        "filter": filter_summary,
+        "versions": package_versions(MANIFEST_PACKAGES),
+        "build": build,
+    }
+
+
 def build_finer_bench(
     scene_graphs: Path,
     out: Path,
@@ -290,52 +360,13 @@ def build_finer_bench(
     if discriminator is not None:
         if image_root is None:
             raise UserError("--filter-model: needs --image-root (the discriminator looks at the images)")
-        thresholds = {**DEFAULT_THRESHOLDS, **(thresholds or {})}
-        result = filter_negatives(
-            graphs,
-            image_root,
-            discriminator,
-            thresholds=thresholds,
-            client=client,
-            attempts=attempts,
-            rounds=filter_rounds,
-            seed=settings.seed,
-            log_path=out.with_name(out.stem + ".filter_log.jsonl"),
+        filter_summary = filter_bench_negatives(
+            graphs, image_root, discriminator, thresholds, client, attempts, filter_rounds, settings.seed, out
         )
-        filter_summary = {
-            "model": discriminator.name,
-            "thresholds": thresholds,
-            "rounds": filter_rounds,
-            "regenerate_with_llm": client is not None,
-            "levels": result.summary(),
-        }
     rows = build_mcqs(graphs, settings, stats)
     if not rows:
         raise UserError(f"{scene_graphs}: no MCQ could be built (skipped: {dict(stats.skipped)})")
     atomic_write_text(out, to_csv(rows))
-    manifest = {
-        "format": "finer-mcq-csv",
-        "columns": list(CSV_COLUMNS + EXTRA_COLUMNS),
-        "source": str(scene_graphs),
-        "source_sha256": sha256_file(scene_graphs),
-        "image_root": str(image_root.resolve()) if image_root else None,
-        "settings": {
-            "max_objects": settings.max_objects,
-            "max_attributes": settings.max_attributes,
-            "max_relations": settings.max_relations,
-            "settings": list(settings.settings),
-        },
-        "seed": settings.seed,
-        "counts": {
-            "rows": len(rows),
-            "pairs": len(rows) // 2,
-            "pairs_by_setting_and_k": dict(sorted(stats.pairs.items())),
-        },
-        "skipped": dict(sorted(stats.skipped.items())),
-        "missing_images": stats.missing_images,
-        "filter": filter_summary,
-        "versions": package_versions(MANIFEST_PACKAGES),
-        "build": build,
-    }
+    manifest = bench_manifest(scene_graphs, image_root, settings, rows, stats, filter_summary, build)
     atomic_write_json(out.with_name(out.stem + ".manifest.json"), manifest)
     return manifest

@@ -259,6 +259,47 @@ def build_finer_from_captions(
     missing: list[str] = []
     rng = random.Random(seed)
     reservoir = Reservoir(max_tuples, rng)
+    used = tuples_from_caption_file(
+        captions,
+        image_root,
+        client,
+        reservoir,
+        total=total,
+        seed=seed,
+        attempts=attempts,
+        chunk_size=chunk_size,
+        stats=stats,
+        missing=missing,
+    )
+    manifest["images"] = {"records": total, "used": used}
+    manifest["llm"] = _llm_manifest(client, attempts, stats)
+    return write_preference_dataset(
+        reservoir,
+        out_dir,
+        validation_ratio=validation_ratio,
+        rng=rng,
+        manifest=manifest,
+        skipped=skipped,
+        missing_images=missing,
+    )
+
+
+def tuples_from_caption_file(
+    captions: Path,
+    image_root: Path,
+    client: Any,
+    reservoir: Reservoir,
+    *,
+    total: int,
+    seed: int,
+    attempts: int,
+    chunk_size: int,
+    stats: LLMStats,
+    missing: list[str],
+) -> int:
+    """Send the usable captions to the LLM path in chunks and add their tuples to ``reservoir``; returns how
+    many captions were used (empty captions and missing images are counted in ``stats`` and ``missing``)."""
+    skipped = stats.skipped
     used = 0
 
     def run(chunk: list[Caption]) -> None:
@@ -286,8 +327,12 @@ def build_finer_from_captions(
         if pending:
             run(pending)
         progress.update(lines)
-    manifest["images"] = {"records": total, "used": used}
-    manifest["llm"] = {
+    return used
+
+
+def _llm_manifest(client: Any, attempts: int, stats: LLMStats) -> dict[str, Any]:
+    """The manifest's record of the LLM: endpoint, model, sampling, attempts, requests and rejected answers."""
+    return {
         "base_url": client.url.removesuffix("/chat/completions"),
         "model": client.model,
         "temperature": client.temperature,
@@ -297,12 +342,3 @@ def build_finer_from_captions(
         "cache_hits": client.cache_hits,
         "rejected_answers": dict(sorted(stats.rejected_answers.items())),
     }
-    return write_preference_dataset(
-        reservoir,
-        out_dir,
-        validation_ratio=validation_ratio,
-        rng=rng,
-        manifest=manifest,
-        skipped=skipped,
-        missing_images=missing,
-    )

@@ -154,7 +154,8 @@ def _build_finer(args: argparse.Namespace) -> int:
     if args.captions:
         if args.filter_model:
             raise UserError(
-                "--filter-model: negative filtering needs four negatives per entity, which scene graphs have; use it with --scene-graphs"
+                "--filter-model: negative filtering needs four negatives per entity, which scene graphs have; "
+                "use it with --scene-graphs"
             )
         manifest = build_finer_from_captions(
             args.captions,
@@ -183,7 +184,8 @@ def _build_finer(args: argparse.Namespace) -> int:
     counts = manifest["counts"]
     print(
         f"wrote {args.out}: {counts['train']} train + {counts['validation']} validation tuples "
-        f"({json.dumps(counts['by_subset'])}) of {counts['tuples_built']} built; skipped {json.dumps(manifest['skipped'])}"
+        f"({json.dumps(counts['by_subset'])}) of {counts['tuples_built']} built; "
+        f"skipped {json.dumps(manifest['skipped'])}"
     )
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
@@ -215,7 +217,8 @@ def _build_bench(args: argparse.Namespace) -> int:
         build=identity,
     )
     print(
-        f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs ({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
+        f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs "
+        f"({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
         f"skipped {json.dumps(manifest['skipped'])}"
     )
     for name in manifest["missing_images"][:5]:

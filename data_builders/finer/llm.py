@@ -159,8 +159,17 @@ def tuples_from_captions(
 ) -> list[tuple[Caption, list[PreferenceTuple]]]:
     """Preference tuples for a batch of captions (up to eight per caption)."""
     rngs = [c.rng(seed) for c in captions]
+    positives = extract_positives(captions, client, attempts=attempts, stats=stats)
+    negatives = generate_negatives(captions, rngs, positives, client, attempts=attempts, stats=stats)
+    wh_negatives = wh_negative_pairs(negatives, client, attempts=attempts, stats=stats)
+    return [
+        (c, compose_tuples(rng, pos, neg, wh_negatives.get(i)))
+        for i, (c, rng, pos, neg) in enumerate(zip(captions, rngs, positives, negatives))
+    ]
 
-    # 1. Positives (Figs. 16-18) and the WH sentence.
+
+def extract_positives(captions: list[Caption], client: Any, *, attempts: int, stats: LLMStats) -> list[dict[str, Any]]:
+    """Round 1: the positives Ψ+OBJ, Ψ+ATTR, Ψ+REL (Figs. 16-18) and the WH sentence of each caption."""
     first = []
     for c in captions:
         user = f"Caption:\n{c.caption}"
@@ -182,61 +191,64 @@ def tuples_from_captions(
                 "wh": _value(sentence, "wh", stats, "sentence"),
             }
         )
+    return positives
 
-    # 2. Negatives (Figs. 20-22) and the positive WH pair (Fig. 19). The unit to replace is drawn in code.
+
+def generate_negatives(
+    captions: list[Caption],
+    rngs: list[random.Random],
+    positives: list[dict[str, Any]],
+    client: Any,
+    *,
+    attempts: int,
+    stats: LLMStats,
+) -> list[dict[str, Any]]:
+    """Round 2: the negatives (Figs. 20-22) and the positive WH pair (Fig. 19) of each caption."""
     second: list[Ask] = []
-    owners: list[tuple[int, str, Any]] = []
+    owners: list[tuple[int, str]] = []
     for i, (c, rng, pos) in enumerate(zip(captions, rngs, positives)):
-        if pos["obj"]:
-            units: list[str] = pos["obj"]
-            k = rng.randint(1, len(units))
-            user = f"Caption:\n{c.caption}\nPHRASE={join_and(units)}\nREPLACE_INDEX={k}"
-            second.append(
-                Ask(
-                    OBJ_NEGATIVE,
-                    user,
-                    _check_tagged(
-                        "PHRASE", lambda v, u=units, k=k, c=c: phrases.check_object_negative(u, v, k, c.caption)
-                    ),
-                )
-            )
-            owners.append((i, "obj", k))
-        if pos["attr"]:
-            attr: AttributePhrase = pos["attr"]
-            k = rng.randint(1, len(attr.units))
-            user = f"ATTRIBUTE PHRASE={attr.text}\nATTRIBUTE_INDEX={k}"
-            second.append(
-                Ask(
-                    ATTR_NEGATIVE,
-                    user,
-                    _check_tagged("PHRASE", lambda v, a=attr, k=k: phrases.check_attribute_negative(a, v, k)),
-                )
-            )
-            owners.append((i, "attr", k))
-        if pos["rel"]:
-            rel: RelationPhrase = pos["rel"]
-            k = rng.randint(1, len(rel.clauses))
-            user = f"CLAUSE_INDEX={k}\nPHRASE={rel.head} {rel.rest}"
-            second.append(
-                Ask(
-                    REL_NEGATIVE,
-                    user,
-                    _check_tagged("PHRASE", lambda v, r=rel, k=k: phrases.check_relation_negative(r, v, k)),
-                )
-            )
-            owners.append((i, "rel", k))
-        if pos["wh"]:
-            task = rng.choice((WH_QA_A, WH_QA_B))
-            second.append(
-                Ask(task, f"Sentence:\n{pos['wh']}", _check_pair(lambda p, s=pos["wh"]: phrases.check_wh_answer(p, s)))
-            )
-            owners.append((i, "wh", None))
+        for subset, ask in negative_asks(c, rng, pos):
+            second.append(ask)
+            owners.append((i, subset))
     results = ask_all(client, second, attempts=attempts, desc="FINER: generate negatives", stats=stats)
     negatives: list[dict[str, Any]] = [{} for _ in captions]
-    for (i, subset, _k), outcome in zip(owners, results):
+    for (i, subset), outcome in zip(owners, results):
         negatives[i][subset] = _value(outcome, subset, stats, "negative" if subset != "wh" else "positive_pair")
+    return negatives
 
-    # 3. The negative WH pair (Fig. 23).
+
+def negative_asks(c: Caption, rng: random.Random, pos: dict[str, Any]) -> list[tuple[str, Ask]]:
+    """One caption's round-2 requests, by subset; the unit to replace (and the WH mode) is drawn in code."""
+    asks: list[tuple[str, Ask]] = []
+    if pos["obj"]:
+        units: list[str] = pos["obj"]
+        k = rng.randint(1, len(units))
+        user = f"Caption:\n{c.caption}\nPHRASE={join_and(units)}\nREPLACE_INDEX={k}"
+        check = _check_tagged("PHRASE", lambda v, u=units, k=k, c=c: phrases.check_object_negative(u, v, k, c.caption))
+        asks.append(("obj", Ask(OBJ_NEGATIVE, user, check)))
+    if pos["attr"]:
+        attr: AttributePhrase = pos["attr"]
+        k = rng.randint(1, len(attr.units))
+        user = f"ATTRIBUTE PHRASE={attr.text}\nATTRIBUTE_INDEX={k}"
+        check = _check_tagged("PHRASE", lambda v, a=attr, k=k: phrases.check_attribute_negative(a, v, k))
+        asks.append(("attr", Ask(ATTR_NEGATIVE, user, check)))
+    if pos["rel"]:
+        rel: RelationPhrase = pos["rel"]
+        k = rng.randint(1, len(rel.clauses))
+        user = f"CLAUSE_INDEX={k}\nPHRASE={rel.head} {rel.rest}"
+        check = _check_tagged("PHRASE", lambda v, r=rel, k=k: phrases.check_relation_negative(r, v, k))
+        asks.append(("rel", Ask(REL_NEGATIVE, user, check)))
+    if pos["wh"]:
+        task = rng.choice((WH_QA_A, WH_QA_B))
+        check = _check_pair(lambda p, s=pos["wh"]: phrases.check_wh_answer(p, s))
+        asks.append(("wh", Ask(task, f"Sentence:\n{pos['wh']}", check)))
+    return asks
+
+
+def wh_negative_pairs(
+    negatives: list[dict[str, Any]], client: Any, *, attempts: int, stats: LLMStats
+) -> dict[int, Any]:
+    """Round 3: the negative WH pair (Fig. 23) of each caption that has a positive one, by caption index."""
     third, wh_owners = [], []
     for i, neg in enumerate(negatives):
         if neg.get("wh"):
@@ -250,23 +262,24 @@ def tuples_from_captions(
             )
             wh_owners.append(i)
     results = ask_all(client, third, attempts=attempts, desc="FINER: WH negatives", stats=stats)
-    wh_negatives = {i: _value(outcome, "wh", stats, "negative_pair") for i, outcome in zip(wh_owners, results)}
+    return {i: _value(outcome, "wh", stats, "negative_pair") for i, outcome in zip(wh_owners, results)}
 
-    # Compose (App. G templates; WH symmetrised).
-    out = []
-    for i, (c, rng, pos, neg) in enumerate(zip(captions, rngs, positives, negatives)):
-        tuples: list[PreferenceTuple] = []
-        if pos["obj"] and neg.get("obj"):
-            tuples += compose("obj", join_and(pos["obj"]), join_and(neg["obj"]), rng)
-        if pos["attr"] and neg.get("attr"):
-            tuples += compose("attr", pos["attr"].text, neg["attr"].text, rng)
-        if pos["rel"] and neg.get("rel"):
-            tuples += compose("rel", pos["rel"].noun_phrase(), neg["rel"].noun_phrase(), rng)
-        if neg.get("wh") and wh_negatives.get(i):
-            (question_pos, answer_pos), (question_neg, answer_neg) = neg["wh"], wh_negatives[i]
-            tuples += compose_wh(question_pos, _sentence(answer_pos), question_neg, _sentence(answer_neg))
-        out.append((c, tuples))
-    return out
+
+def compose_tuples(
+    rng: random.Random, pos: dict[str, Any], neg: dict[str, Any], wh_negative: Any
+) -> list[PreferenceTuple]:
+    """Compose one caption's tuples (App. G templates; WH symmetrised)."""
+    tuples: list[PreferenceTuple] = []
+    if pos["obj"] and neg.get("obj"):
+        tuples += compose("obj", join_and(pos["obj"]), join_and(neg["obj"]), rng)
+    if pos["attr"] and neg.get("attr"):
+        tuples += compose("attr", pos["attr"].text, neg["attr"].text, rng)
+    if pos["rel"] and neg.get("rel"):
+        tuples += compose("rel", pos["rel"].noun_phrase(), neg["rel"].noun_phrase(), rng)
+    if neg.get("wh") and wh_negative:
+        (question_pos, answer_pos), (question_neg, answer_neg) = neg["wh"], wh_negative
+        tuples += compose_wh(question_pos, _sentence(answer_pos), question_neg, _sentence(answer_neg))
+    return tuples
 
 
 def _sentence(text: str) -> str:

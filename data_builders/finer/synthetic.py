@@ -1,6 +1,7 @@
 """Scene graphs of the synthetic image world in the FINER layout, so that the FINER builders run offline.
 
-    veritune build scene-graphs --annotations outputs/demo/world/train/annotations.json --out outputs/demo/finer_graphs.json
+    veritune build scene-graphs --annotations outputs/demo/world/train/annotations.json \
+        --out outputs/demo/finer_graphs.json
 
 Per image, each category appears once (the first box). Objects get four other categories that are absent
 from the image as negatives; attributes are the drawn colour and shape (``with a red color``, ``with a round

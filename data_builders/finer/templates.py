@@ -52,8 +52,10 @@ def compose(subset: str, positive: str, negative: str, rng: random.Random) -> li
     """Both configurations for one (Ψ+, Ψ−) pair, each with its own randomly drawn template.
 
     >>> pos, neg = compose("obj", "a dog", "a cat", random.Random(0))
-    >>> (pos.question, pos.chosen, pos.rejected)
-    ('Can you see a dog in this image?', 'Yes, I can see a dog in this image.', 'No, but I can see a cat in this image.')
+    >>> pos.question
+    'Can you see a dog in this image?'
+    >>> (pos.chosen, pos.rejected)
+    ('Yes, I can see a dog in this image.', 'No, but I can see a cat in this image.')
     """
     positive, negative = lower_first_word(positive), lower_first_word(negative)
     tuples = []

@@ -69,6 +69,55 @@ def build_items(
     images, as the public builder does); images with at least ``min_classes`` classes are the query
     images I, visited in a seeded random order until both counts are reached.
     """
+    present, embeddings = readable_images(images, image_root, clip, stats)
+    queries = query_positions(present, image_root, settings, stats)
+    rng = random.Random(settings.seed)
+    rng.shuffle(queries)
+    quota = Quota(settings)
+    items: list[dict[str, Any]] = []
+    seen_pairs: set[tuple[int, int]] = set()
+    seen_questions: set[tuple[str, str]] = set()
+    for start in range(0, len(queries), JUDGE_CHUNK):
+        if quota.done():
+            break
+        chunk = queries[start : start + JUDGE_CHUNK]
+        neighbours, similarities = most_similar(embeddings, chunk)  # exact, only for the images visited
+        verdicts = judge_roi_objects([present[i] for i in chunk], judge, stats)
+        for index, neighbour, similarity in zip(chunk, neighbours.tolist(), similarities.tolist()):
+            if quota.done():
+                break
+            query, similar = present[index], present[neighbour]
+            pair = (min(query.image_id, similar.image_id), max(query.image_id, similar.image_id))
+            if pair in seen_pairs:
+                stats.skipped["pair_already_used"] += 1
+                continue
+            candidates, areas = verdicts[query.image_id]
+            picked = pair_questions(
+                query, similar, candidates, class_names, embeddings[neighbour], clip, rng, settings, stats
+            )
+            if picked is None:
+                continue
+            positives, ranked = picked
+            positives = quota.take("yes", positives)
+            negatives = quota.take("no", [(similar, name) for name, _ in ranked])
+            if any((image.file_name, name) in seen_questions for image, name in positives + negatives):
+                stats.skipped["pair_repeats_a_question"] += 1  # as the public builder: the whole pair goes
+                continue
+            seen_pairs.add(pair)
+            items += pair_items(settings.kind, query, similar, positives, negatives, areas, dict(ranked), similarity)
+            for label, group in (("yes", positives), ("no", negatives)):
+                seen_questions.update((image.file_name, name) for image, name in group)
+                quota.add(label, len(group))
+    quota.close(stats)
+    for number, item in enumerate(items, start=1):
+        item["id"] = number
+    return items
+
+
+def readable_images(
+    images: list[ImageRecord], image_root: Path, clip: ClipScorer, stats: BuildStats
+) -> tuple[list[ImageRecord], Any]:
+    """The images whose file exists and decodes, with their CLIP embeddings; the others are counted as skipped."""
     present = []
     for record in images:
         if (image_root / record.file_name).is_file():
@@ -82,6 +131,13 @@ def build_items(
         stats.unreadable_images.extend(r.file_name for r in present if str(image_root / r.file_name) in bad)
         stats.skipped["unreadable_image_file"] += len(stats.unreadable_images)
         present = [r for r in present if str(image_root / r.file_name) not in bad]
+    return present, embeddings
+
+
+def query_positions(
+    present: list[ImageRecord], image_root: Path, settings: BuildSettings, stats: BuildStats
+) -> list[int]:
+    """Positions in ``present`` of the query images I (at least ``min_classes`` classes); too few is an error."""
     queries = [position for position, record in enumerate(present) if len(record.boxes) >= settings.min_classes]
     stats.skipped[f"fewer_than_{settings.min_classes}_classes"] += len(present) - len(queries)
     if not queries or len(present) < 2:
@@ -89,90 +145,84 @@ def build_items(
             f"{image_root}: too few usable images ({len(queries)} with at least {settings.min_classes} classes, "
             f"{len(present)} readable in all; skipped: {dict(stats.skipped)})"
         )
+    return queries
 
-    rng = random.Random(settings.seed)
-    rng.shuffle(queries)
-    items: list[dict[str, Any]] = []
-    seen_pairs: set[tuple[int, int]] = set()
-    seen_questions: set[tuple[str, str]] = set()
-    counts = Counter[str]()
-    wanted = {"yes": settings.num_yes, "no": settings.num_no}
-    progress = tqdm(total=settings.num_yes + settings.num_no, desc=f"ORIC {settings.kind} questions", unit="q")
 
-    def done() -> bool:
-        return all(counts[label] >= wanted[label] for label in wanted)
+class Quota:
+    """How many questions of each label are still wanted, with the progress bar that counts them."""
 
-    def take(label: str, group: list[tuple[ImageRecord, str]]) -> list[tuple[ImageRecord, str]]:
-        return group[: max(0, wanted[label] - counts[label])]
+    def __init__(self, settings: BuildSettings) -> None:
+        self.wanted = {"yes": settings.num_yes, "no": settings.num_no}
+        self.counts = Counter[str]()
+        self.progress = tqdm(total=settings.num_yes + settings.num_no, desc=f"ORIC {settings.kind} questions", unit="q")
 
-    for start in range(0, len(queries), JUDGE_CHUNK):
-        if done():
-            break
-        chunk = queries[start : start + JUDGE_CHUNK]
-        neighbours, similarities = most_similar(embeddings, chunk)  # exact, only for the images visited
-        verdicts = judge_roi_objects([present[i] for i in chunk], judge, stats)
-        for index, neighbour, similarity in zip(chunk, neighbours.tolist(), similarities.tolist()):
-            if done():
-                break
-            query, similar = present[index], present[neighbour]
-            pair = (min(query.image_id, similar.image_id), max(query.image_id, similar.image_id))
-            if pair in seen_pairs:
-                stats.skipped["pair_already_used"] += 1
-                continue
-            candidates, areas = verdicts[query.image_id]
-            if len(candidates) < settings.yes_per_image:
-                stats.skipped["too_few_unpredictable_roi_objects"] += 1
-                continue
-            absent = [name for name in class_names if name not in similar.boxes]
-            if len(absent) < settings.no_per_image:
-                stats.skipped["too_few_absent_classes"] += 1
-                continue
-            # Alg. 1, line 12: k objects at random among those judged unpredictable.
-            positives = take("yes", [(query, name) for name in rng.sample(candidates, settings.yes_per_image)])
-            # Alg. 2: the k absent classes CLIP finds most plausible in I' (stable sort: ties keep class order).
-            scores = clip.clip_scores(embeddings[neighbour], absent).tolist()
-            ranked = sorted(zip(absent, scores), key=lambda named: -named[1])[: settings.no_per_image]
-            negatives = take("no", [(similar, name) for name, _ in ranked])
-            if any((image.file_name, name) in seen_questions for image, name in positives + negatives):
-                stats.skipped["pair_repeats_a_question"] += 1  # as the public builder: the whole pair goes
-                continue
-            seen_pairs.add(pair)
-            clip_of = dict(ranked)
-            for image, name in positives:
-                items.append(
-                    oric_item(
-                        settings.kind,
-                        image,
-                        similar,
-                        name,
-                        "yes",
-                        roi_area=areas[name],
-                        verdict="no",
-                        similarity=similarity,
-                    )
-                )
-            for image, name in negatives:
-                items.append(
-                    oric_item(
-                        settings.kind,
-                        image,
-                        query,
-                        name,
-                        "no",
-                        clip_score=round(clip_of[name], 4),
-                        similarity=similarity,
-                    )
-                )
-            for label, group in (("yes", positives), ("no", negatives)):
-                seen_questions.update((image.file_name, name) for image, name in group)
-                counts[label] += len(group)
-                progress.update(len(group))
-    progress.close()
-    for label in wanted:
-        if counts[label] < wanted[label]:
-            stats.skipped[f"shortfall_{label}"] = wanted[label] - counts[label]
-    for number, item in enumerate(items, start=1):
-        item["id"] = number
+    def done(self) -> bool:
+        """Both counts reached."""
+        return all(self.counts[label] >= self.wanted[label] for label in self.wanted)
+
+    def take(self, label: str, group: list[tuple[ImageRecord, str]]) -> list[tuple[ImageRecord, str]]:
+        """The head of ``group`` that still fits in the count of ``label``."""
+        return group[: max(0, self.wanted[label] - self.counts[label])]
+
+    def add(self, label: str, count: int) -> None:
+        """Count ``count`` questions of ``label`` as built."""
+        self.counts[label] += count
+        self.progress.update(count)
+
+    def close(self, stats: BuildStats) -> None:
+        """Close the progress bar and record the shortfall of each label that was not reached."""
+        self.progress.close()
+        for label in self.wanted:
+            if self.counts[label] < self.wanted[label]:
+                stats.skipped[f"shortfall_{label}"] = self.wanted[label] - self.counts[label]
+
+
+def pair_questions(
+    query: ImageRecord,
+    similar: ImageRecord,
+    candidates: list[str],
+    class_names: list[str],
+    similar_embedding: Any,
+    clip: ClipScorer,
+    rng: random.Random,
+    settings: BuildSettings,
+    stats: BuildStats,
+) -> tuple[list[tuple[ImageRecord, str]], list[tuple[str, float]]] | None:
+    """A pair's positives (Alg. 1) and its CLIP-ranked negatives (Alg. 2), or None when it has too few (counted)."""
+    if len(candidates) < settings.yes_per_image:
+        stats.skipped["too_few_unpredictable_roi_objects"] += 1
+        return None
+    absent = [name for name in class_names if name not in similar.boxes]
+    if len(absent) < settings.no_per_image:
+        stats.skipped["too_few_absent_classes"] += 1
+        return None
+    # Alg. 1, line 12: k objects at random among those judged unpredictable.
+    positives = [(query, name) for name in rng.sample(candidates, settings.yes_per_image)]
+    # Alg. 2: the k absent classes CLIP finds most plausible in I' (stable sort: ties keep class order).
+    scores = clip.clip_scores(similar_embedding, absent).tolist()
+    ranked = sorted(zip(absent, scores), key=lambda named: -named[1])[: settings.no_per_image]
+    return positives, ranked
+
+
+def pair_items(
+    kind: str,
+    query: ImageRecord,
+    similar: ImageRecord,
+    positives: list[tuple[ImageRecord, str]],
+    negatives: list[tuple[ImageRecord, str]],
+    areas: dict[str, float],
+    clip_of: dict[str, float],
+    similarity: float,
+) -> list[dict[str, Any]]:
+    """A pair's questions in the official layout: its yes questions, then its no questions."""
+    items = [
+        oric_item(kind, image, similar, name, "yes", roi_area=areas[name], verdict="no", similarity=similarity)
+        for image, name in positives
+    ]
+    items += [
+        oric_item(kind, image, query, name, "no", clip_score=round(clip_of[name], 4), similarity=similarity)
+        for image, name in negatives
+    ]
     return items
 
 

@@ -114,13 +114,11 @@ class AmberDiscriminative(Benchmark):
                 raise UserError(f"{data_path}: row {row}: id {query['id']} has no discriminative annotation")
             image = root / query["image"]
             items.append(
-                EvalItem(
-                    id=str(query["id"]),
-                    prompt=query["query"],
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={"truth": truth["truth"], "type": TYPES.get(truth["type"], "relation")},
-                    missing_images=[] if image.is_file() else [image],
+                self.image_item(
+                    str(query["id"]),
+                    query["query"],
+                    image,
+                    {"truth": truth["truth"], "type": TYPES.get(truth["type"], "relation")},
                 )
             )
         if not items:

@@ -148,7 +148,10 @@ def score_response(
 class AmberGenerative(Benchmark):
     name = "amber_generative"
     default_max_new_tokens = 512
-    data_layout = "amber/query/query_generative.json + amber/annotations.json, relation.json, safe_words.txt (official), images in amber/image/"
+    data_layout = (
+        "amber/query/query_generative.json + amber/annotations.json, relation.json, safe_words.txt (official), "
+        "images in amber/image/"
+    )
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "amber" / "query" / "query_generative.json", data_root / "amber" / "image"
@@ -174,21 +177,20 @@ class AmberGenerative(Benchmark):
                 or not {"truth", "hallu"} <= truth.keys()
             ):
                 raise UserError(
-                    f"{data_path}: row {row}: id {query['id']} has no generative annotation (truth, hallu) in {annotation_file}"
+                    f"{data_path}: row {row}: id {query['id']} has no generative annotation (truth, hallu) "
+                    f"in {annotation_file}"
                 )
             image = root / query["image"]
             items.append(
-                EvalItem(
-                    id=str(query["id"]),
-                    prompt=query["query"],
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    str(query["id"]),
+                    query["query"],
+                    image,
+                    {
                         "truth": list(truth["truth"]),
                         "hallu": list(truth["hallu"]),
                         "resources": str(annotation_file.parent),
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         if not items:

@@ -24,7 +24,10 @@ SPLITS = ("human", "augmented")
 
 class ChartQA(VqaTsv):
     name = "chartqa"
-    data_layout = "ChartQA_TEST.tsv (VLMEvalKit layout) under the data root, or --data chartqa='ChartQA Dataset/test' (official JSON + png/)"
+    data_layout = (
+        "ChartQA_TEST.tsv (VLMEvalKit layout) under the data root, "
+        "or --data chartqa='ChartQA Dataset/test' (official JSON + png/)"
+    )
     file_name = "ChartQA_TEST.tsv"
     metric = "relaxed_accuracy"
 

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import Benchmark, EvalItem, release_file_paths
 from rewards.graders import single_character_option
 from veritune.core.errors import UserError
 from veritune.core.io import read_json_or_jsonl
@@ -46,10 +46,7 @@ class CrpeRelation(Benchmark):
         return data_root / "crpe" / "crpe_relation.jsonl", data_root / "crpe"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        if data_path.is_dir():
-            data_path = data_path / "crpe_relation.jsonl"
-        root = Path(image_root) if image_root else data_path.parent
+        data_path, root = release_file_paths(data_path, image_root, "crpe_relation.jsonl", images="")
         items, seen = [], set()
         for row, record in enumerate(read_json_or_jsonl(data_path, what="CRPE file")):
             if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
@@ -60,13 +57,11 @@ class CrpeRelation(Benchmark):
             seen.add(qid)
             image = root / record["image"]
             items.append(
-                EvalItem(
-                    id=qid,
-                    prompt=str(record["text"]),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={"category": str(record["category"]), "answer": str(record["correct_option"])},
-                    missing_images=[] if image.is_file() else [image],
+                self.image_item(
+                    qid,
+                    str(record["text"]),
+                    image,
+                    {"category": str(record["category"]), "answer": str(record["correct_option"])},
                 )
             )
         return items

@@ -45,7 +45,10 @@ def rates(truth: list[str], correct: list[bool]) -> dict[str, float]:
 class DashB(Benchmark):
     name = "dash_b"
     default_max_new_tokens = 16
-    data_layout = "dash_b/images/dash_benchmark_{neg,pos}.json (official) with images in dash_b/images/{neg,pos}/<source>/<object>/"
+    data_layout = (
+        "dash_b/images/dash_benchmark_{neg,pos}.json (official) "
+        "with images in dash_b/images/{neg,pos}/<source>/<object>/"
+    )
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "dash_b" / "images", data_root / "dash_b" / "images"
@@ -59,7 +62,8 @@ class DashB(Benchmark):
             file = folder / file_name
             if not file.is_file():
                 raise UserError(
-                    f"{folder}: {file_name} not found (DASH-B's images/ folder holds dash_benchmark_neg.json and dash_benchmark_pos.json)"
+                    f"{folder}: {file_name} not found "
+                    "(DASH-B's images/ folder holds dash_benchmark_neg.json and dash_benchmark_pos.json)"
                 )
             data = read_json(file, what="DASH-B file")
             if not isinstance(data, dict):
@@ -73,13 +77,11 @@ class DashB(Benchmark):
                     for image_name in images:
                         image = root / split / source / obj / str(image_name)
                         items.append(
-                            EvalItem(
-                                id=f"{split}/{source}/{obj}/{image_name}",
-                                prompt=PROMPT.format(object=obj),
-                                images=[image],
-                                max_new_tokens=self.default_max_new_tokens,
-                                meta={"label": label, "source": source, "object": obj},
-                                missing_images=[] if image.is_file() else [image],
+                            self.image_item(
+                                f"{split}/{source}/{obj}/{image_name}",
+                                PROMPT.format(object=obj),
+                                image,
+                                {"label": label, "source": source, "object": obj},
                             )
                         )
         return items

@@ -103,16 +103,16 @@ class Finer(Benchmark):
                     answer_index = int(str(row["gt_index"]).strip()) - base
                     if not 0 <= answer_index < len(options):
                         raise UserError(
-                            f"{path}: row {index + offset + 2}: gt_index {row['gt_index']} is outside the {len(options)} choices"
+                            f"{path}: row {index + offset + 2}: gt_index {row['gt_index']} "
+                            f"is outside the {len(options)} choices"
                         )
                     image = root / str(row["image"])
                     items.append(
-                        EvalItem(
-                            id=f"{path.stem}/{index + offset}",
-                            prompt=finer_prompt(str(row["question"]), options),
-                            images=[image],
-                            max_new_tokens=self.default_max_new_tokens,
-                            meta={
+                        self.image_item(
+                            f"{path.stem}/{index + offset}",
+                            finer_prompt(str(row["question"]), options),
+                            image,
+                            {
                                 "setting": setting,
                                 "k": k,
                                 "polarity": kind[2],
@@ -121,7 +121,6 @@ class Finer(Benchmark):
                                 "answer": "ABCDE"[answer_index],
                                 "index_base": base,
                             },
-                            missing_images=[] if image.is_file() else [image],
                         )
                     )
         return items

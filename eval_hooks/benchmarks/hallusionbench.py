@@ -53,7 +53,8 @@ class HallusionBench(Benchmark):
             missing = [f for f in FIELDS if not isinstance(record, dict) or f not in record]
             if missing:
                 raise UserError(
-                    f"{data_path}: row {row}: missing field '{missing[0]}' (HallusionBench records have {', '.join(FIELDS)})"
+                    f"{data_path}: row {row}: missing field '{missing[0]}' "
+                    f"(HallusionBench records have {', '.join(FIELDS)})"
                 )
             meta = {f: str(record[f]) for f in FIELDS}
             meta["gt_answer_details"] = str(record.get("gt_answer_details") or "")

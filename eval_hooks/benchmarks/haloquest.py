@@ -22,11 +22,10 @@ is wrong.
 
 from __future__ import annotations
 
-import textwrap
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import haloquest_verdict
 from veritune.core.errors import UserError
 from veritune.core.io import read_table
@@ -36,45 +35,46 @@ SUBSETS = ("false premises", "visual challenge", "insufficient context")
 VERDICT = {True: "[judge] correct", False: "[judge] incorrect"}
 
 # The auto-eval prompt of HaloQuest_Colab.ipynb (protocol data: wording reproduced exactly).
-JUDGE_PROMPT = textwrap.dedent("""
-  Your task is to determine if the model response is correct given the question and groundtruth response.
-  Ensure to interpret the model response in accordance to the the question.
-
-  If the question asks about a detail of an element that is not present in the image, A prediction of "yes", "no" or "nothing" should be considered incorrect because it inaccurately suggests that the element is presented in the image.
-  The correct prediction in such cases should acknowledge the absence of the element in question by stating the element is not present.
-  If prediction says that it can not assist or cannot provide an answer, then the prediction is incorrect.
-  If the question is about counting, then the prediction is correct only it matches the groundtruth counts exactly.
-
-  question={question},
-  model_response={model_response}
-  groundtruth_response={groundtruth_response},
-""").strip()
+JUDGE_PROMPT = (
+    "Your task is to determine if the model response is correct given the question and groundtruth response.\n"
+    "Ensure to interpret the model response in accordance to the the question.\n"
+    "\n"
+    'If the question asks about a detail of an element that is not present in the image, A prediction of "yes", '
+    '"no" or "nothing" should be considered incorrect because it inaccurately suggests that the element is '
+    "presented in the image.\n"
+    "The correct prediction in such cases should acknowledge the absence of the element in question by stating the "
+    "element is not present.\n"
+    "If prediction says that it can not assist or cannot provide an answer, then the prediction is incorrect.\n"
+    "If the question is about counting, then the prediction is correct only it matches the groundtruth counts "
+    "exactly.\n"
+    "\n"
+    "question={question},\n"
+    "model_response={model_response}\n"
+    "groundtruth_response={groundtruth_response},"
+)
 # veritune's stand-in for langfun's structured-output instructions (the notebook's PredictionEvaluation schema)
 SCHEMA_REQUEST = (
-    "\n\nReply with a JSON object with exactly these fields: question (str), model_response (str), groundtruth_response (str), "
+    "\n\nReply with a JSON object with exactly these fields: question (str), model_response (str), "
+    "groundtruth_response (str), "
     "sentence_interpret_model_response_main_point (str), sentence_interpret_groundtruth_response_main_point (str), "
     "is_prediction_correct (bool)."
 )
 
 
-class HaloQuest(Benchmark):
+class HaloQuest(RubricJudged):
     name = "haloquest"
+    title = "HaloQuest"
     default_max_new_tokens = 256
     requires_judge = True
-    judge_mode = "rubric"
-    judge_temperature = 0.0
-    judge_max_tokens: int | None = 512
+    judge_max_tokens = 512
     data_layout = "haloquest/haloquest-eval.csv (official) with images in haloquest/images/<image_name>"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "haloquest" / "haloquest-eval.csv", data_root / "haloquest" / "images"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        if data_path.is_dir():
-            data_path = data_path / "haloquest-eval.csv"
+        data_path, root = release_file_paths(data_path, image_root, "haloquest-eval.csv")
         rows = read_table(data_path, what="HaloQuest CSV")
-        root = Path(image_root) if image_root else data_path.parent / "images"
         items = []
         for index, row in enumerate(rows):
             if not set(FIELDS) <= row.keys():
@@ -82,18 +82,16 @@ class HaloQuest(Benchmark):
             image = root / str(row["image_name"])
             key = str(row.get("") or index)  # the release's unnamed index column
             items.append(
-                EvalItem(
-                    id=key,
-                    prompt=str(row["question"]),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    key,
+                    str(row["question"]),
+                    image,
+                    {
                         "question": str(row["question"]),
                         "answer": str(row["groundtruth responses"]),
                         "hallucination_type": str(row["hallucination type"]),
                         "image_type": str(row["image type"]),
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         if len({item.id for item in items}) != len(items):
@@ -113,11 +111,7 @@ class HaloQuest(Benchmark):
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         correct = []
         for item in items:
-            text = predictions.get(item.id, "")
-            if text and not item.missing_images and not text.startswith("[judge] "):
-                raise UserError(
-                    f"{self.name}: item {item.id}: not a judge verdict; HaloQuest is scored by an LLM judge (--llm-base-url, --llm-model)"
-                )
+            text = self.judged_prediction(item, predictions, prefix="[judge] ", what="verdict")
             correct.append(not item.missing_images and text == VERDICT[True])
         metrics = {"score": 100 * sum(correct) / len(items) if items else 0.0}
         tables = {}

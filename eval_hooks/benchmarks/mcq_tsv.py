@@ -62,7 +62,10 @@ def _writable_image_dir(preferred: Path, data_path: Path) -> Path:
 
 def mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
     head = f"Hint: {hint}\n" if hint else ""
-    return f"{head}Question: {question}\nOptions:\n{option_block(options)}\nAnswer with the option's letter ({letter_list(options)}) only."
+    return (
+        f"{head}Question: {question}\nOptions:\n{option_block(options)}\n"
+        f"Answer with the option's letter ({letter_list(options)}) only."
+    )
 
 
 def vlmeval_mcq_prompt(question: str, options: dict[str, str], hint: str | None = None) -> str:
@@ -116,19 +119,25 @@ def tsv_row_image(
     return target
 
 
-class McqTsv(Benchmark):
+class VlmevalTsv(Benchmark):
+    """A suite in one of VLMEvalKit's TSV layouts (MCQ here; Y/N and VQA in ``vlmeval_tsv.py``): its file under
+    the data root, read with :func:`read_vlmeval_tsv`."""
+
+    file_name = ""  # the suite's file under --data-root (default: <name>.tsv)
+
+    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
+        path = data_root / (self.file_name or f"{self.name}.tsv")
+        return path, path.parent
+
+
+class McqTsv(VlmevalTsv):
     """Any suite in VLMEvalKit's MCQ TSV layout; pass the file with ``--data mcq_tsv=FILE.tsv``."""
 
     name = "mcq_tsv"
     default_max_new_tokens = 16
     answer_format = "option"
     data_layout = "a VLMEvalKit MCQ .tsv (index, image (base64), question, A, B, ..., answer, category)"
-    file_name = ""
     vlmeval_prompt = False  # True: VLMEvalKit's MCQ prompt wording (vlmeval_mcq_prompt)
-
-    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
-        path = data_root / (self.file_name or f"{self.name}.tsv")
-        return path, path.parent
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path = Path(data_path)
@@ -145,7 +154,8 @@ class McqTsv(Benchmark):
             answer = str(row["answer"]).strip().upper()
             if answer not in options:
                 raise UserError(
-                    f"{data_path}: line {number}: answer {row['answer']!r} is not one of the options {', '.join(options)}"
+                    f"{data_path}: line {number}: answer {row['answer']!r} "
+                    f"is not one of the options {', '.join(options)}"
                 )
             image = image_of(number, row, image_root)
             hint = None if _blank(row.get("hint")) else str(row["hint"])
@@ -155,16 +165,7 @@ class McqTsv(Benchmark):
                 "category": str(row.get("category") or "all"),
                 "l2_category": None if _blank(row.get("l2-category")) else str(row["l2-category"]),
             }
-            items.append(
-                EvalItem(
-                    id=str(row["index"]),
-                    prompt=prompt(str(row["question"]), options, hint),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta=meta,
-                    missing_images=[] if image.is_file() else [image],
-                )
-            )
+            items.append(self.image_item(str(row["index"]), prompt(str(row["question"]), options, hint), image, meta))
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:

@@ -52,7 +52,10 @@ class Mioh(Benchmark):
     name = "mioh"
     answer_format = "option"
     default_max_new_tokens = 8
-    data_layout = "mioh/mioh.json (records: id, images, question, options, answer, task, pattern, pressure), images in mioh/images/"
+    data_layout = (
+        "mioh/mioh.json (records: id, images, question, options, answer, task, pattern, pressure), "
+        "images in mioh/images/"
+    )
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "mioh" / "mioh.json", data_root / "mioh" / "images"
@@ -74,7 +77,8 @@ class Mioh(Benchmark):
             answer = str(record["answer"]).strip().upper()
             if answer not in options:
                 raise UserError(
-                    f"{data_path}: row {row}: answer {record['answer']!r} is not one of the options {', '.join(options)}"
+                    f"{data_path}: row {row}: answer {record['answer']!r} "
+                    f"is not one of the options {', '.join(options)}"
                 )
             for field, allowed in (("task", TASKS), ("pattern", PATTERNS), ("pressure", PRESSURES)):
                 if record[field] not in allowed:

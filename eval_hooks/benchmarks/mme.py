@@ -42,7 +42,10 @@ def _release_questions(subtask_dir: Path) -> list[tuple[Path, Path]]:
 class MME(YnTsv):
     name = "mme"
     answer_format = ""  # the official parser decides every answer (MME's scorer has no judge)
-    data_layout = "MME.tsv (VLMEvalKit layout) under the data root, or --data mme=MME_Benchmark_release_version (official folders)"
+    data_layout = (
+        "MME.tsv (VLMEvalKit layout) under the data root, "
+        "or --data mme=MME_Benchmark_release_version (official folders)"
+    )
     file_name = "MME.tsv"
 
     def parse(self, text: str | None) -> str | None:
@@ -55,7 +58,8 @@ class MME(YnTsv):
         subtasks = [task for task in PERCEPTION + COGNITION if (data_path / task).is_dir()]
         if not subtasks:
             raise UserError(
-                f"{data_path}: no MME subtask folder ({', '.join(PERCEPTION + COGNITION)}) in it (expected the official release folder)"
+                f"{data_path}: no MME subtask folder ({', '.join(PERCEPTION + COGNITION)}) in it "
+                "(expected the official release folder)"
             )
         items = []
         for task in subtasks:
@@ -83,16 +87,7 @@ class MME(YnTsv):
                         "l2_category": None,
                         "image_key": f"{task}/{image.name}",
                     }
-                    items.append(
-                        EvalItem(
-                            id=f"{task}/{file.stem}/q{number}",
-                            prompt=question,
-                            images=[image],
-                            max_new_tokens=self.default_max_new_tokens,
-                            meta=meta,
-                            missing_images=[] if image.is_file() else [image],
-                        )
-                    )
+                    items.append(self.image_item(f"{task}/{file.stem}/q{number}", question, image, meta))
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import mmhal_rating
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
@@ -35,97 +35,133 @@ RATING = "[judge] rating: {}"  # what the scorer reads after the judge
 
 # The official judge prompt of Eval/eval_gpt_mmhal.py, reproduced exactly (protocol data, typos included);
 # its four {} are the image contents, the question, the human answer and the model's answer.
-TEMPLATE = """Please act as an impartial and objective judge and evaluate the quality of the response provided by a Large Multimodal Model (LMM) to the user question. Your evaluation should be mainly based on whether the response is informative, and whether the response contains any hallucination. Hallucination, in this context, refers to a situation where the LMM generates a response that includes information not present or implied in the image or previous conversation. A hallucination could be a false claim about an object, action, emotion, or any other detail that is not grounded in the image.
+TEMPLATE = (
+    "Please act as an impartial and objective judge and evaluate the quality of the response provided by a Large "
+    "Multimodal Model (LMM) to the user question. Your evaluation should be mainly based on whether the response is "
+    "informative, and whether the response contains any hallucination. Hallucination, in this context, refers to a "
+    "situation where the LMM generates a response that includes information not present or implied in the image or "
+    "previous conversation. A hallucination could be a false claim about an object, action, emotion, or any other "
+    "detail that is not grounded in the image.\n"
+    "\n"
+    "For clarity, consider these examples:\n"
+    "\n"
+    "### Example 1:\n"
+    "- Image Contents: Lynx, Cat\n"
+    "- Question: How many cats can you see in this image?\n"
+    "- Standard Human-Generated Answer: There are two cats visible in the image.\n"
+    "- LMM Response to Evaluate: There is one cat in the image.\n"
+    "- Analysis: The LMM's response is false because it claims there is only one cat in the image, when in fact there "
+    "are two.\n"
+    "- Hallucination: Yes.\n"
+    "\n"
+    "### Example 2:\n"
+    "- Image Contents: Tree, Plant, Panda, Animal\n"
+    "- Question: What can you see from this photo?\n"
+    "- Standard Human-Generated Answer: In this photo we can see branches. We can see a panda on a branch. The "
+    "background is blurry.\n"
+    "- LMM Response to Evaluate: In the photo, I can see a large black and white panda sitting on a tree branch. The "
+    "image captures the panda's unique appearance and its natural habitat, showcasing the beauty and rarity of these "
+    "animals.\n"
+    "- Analysis: The LMM's response is not false because it does not make any false claims about the image contents. "
+    "For example, it does not claim that the panda is eating bamboo.\n"
+    "- Hallucination: No.\n"
+    "\n"
+    "### Example 3:\n"
+    "- Image Contents: Fashion accessory, Mammal, Dog, Umbrella\n"
+    "- Question: Describe this image in details.\n"
+    "- Standard Human-Generated Answer: In this picture I can see a dog laying under a yellow umbrella on a beach, and "
+    "there is a rope on the right side. In the background I can see few persons talking or lying. At the top of the "
+    "image, I can see the blue and clear sky.\n"
+    "- LMM Response to Evaluate: The image features a brown dog laying on the sand at the beach, underneath a yellow "
+    "umbrella. The dog is positioned near the water, and there are people in the background. The beach is sandy, and "
+    "the sun is shining, creating a pleasant atmosphere. The dog is enjoying the shade provided by the umbrella, which "
+    "is a common way to protect pets from the sun's harmful rays. The presence of people in the background suggests "
+    "that the beach is a popular spot for leisure activities, such as sunbathing, swimming, and relaxing.\n"
+    "- Analysis: The LMM's response is false because it claims that the dog is positioned near the water, but there is "
+    "no water in the image.\n"
+    "- Hallucination: Yes.\n"
+    "\n"
+    "### Example 4:\n"
+    "- Image Contents: Clothing, Luggage and bags, Man, Building, Woman, Person\n"
+    "- Question: Where is this photo taken?\n"
+    '- Standard Human-Generated Answer: From the slogan "Welcome to Houston, Texas", we can infer that this photo is '
+    "taken at an airport in Houston, Texas.\n"
+    "- LMM Response to Evaluate: This photo is taken at an airport, specifically at the entrance of a terminal. "
+    "However, the specific location of this airport cannot be determined from the image.\n"
+    '- Analysis: Although the LMM\'s response does not explicitly mention the location "Houston, Texas" and does not '
+    "perfectly answer the question, it makes no false claims about the image contents. Therefore, this response is not "
+    "considered hallucination. It is OK if the LMM fails to directly answer the question, expresses uncertainty, or "
+    "cannot include all the objects or details in the human-generated answer.\n"
+    "- Hallucination: No.\n"
+    "\n"
+    "### Example 5:\n"
+    "- Image Contents: Tree, Tower\n"
+    "- Question: What environmental concerns are involved in this photo?\n"
+    "- Standard Human-Generated Answer: This photo shows a smokestack emitting smoke. It may cause severe air "
+    "pollution which threatens human health.\n"
+    "- LMM Response to Evaluate: In the photo, there are several environmental concerns related to the smokestack "
+    "emitting smoke. The smoke from the smokestack is a byproduct of industrial processes, which can contribute to air "
+    "pollution, climate change, and negative impacts on human health. The smoke contains harmful pollutants, such as "
+    "particulate matter, sulfur dioxide, nitrogen oxides, and carbon monoxide, which can lead to respiratory problems, "
+    "heart disease, and other health issues. Additionally, the smoke contributes to the greenhouse effect, which can "
+    "lead to global warming and climate change. The smokestack's emissions also affect the environment, as they can "
+    "harm wildlife, vegetation, and ecosystems. Therefore, it is essential to address these environmental concerns by "
+    "implementing measures to reduce emissions and promote sustainable practices in industrial processes.\n"
+    "- Analysis: Although the LMM's response is significantly longer than the standard human-generated answer, it does "
+    "not contain any false claims about the image contents. Instead, it provides additional general information about "
+    "the environmental concerns, which can be inferred from the smoke emission. Such detailed analysis or reasoning "
+    "should be considered as a positive aspect, as long as it contains no false claims.\n"
+    "- Hallucination: No.\n"
+    "\n"
+    "With these examples in mind, please help me evaluate whether the response by the LMM is informative, and whether "
+    "hallucination exists in it, based on the comparison between the LMM's response and the factual information "
+    "provided in the image contents, question, and the standard human-generated answer below.\n"
+    "\n"
+    "Please note that the standard human-generated answer may only contain factual information but may not give a "
+    "detailed analysis. Also, the standard human-generated answer may not be completely comprehensive in describing "
+    "all the objects and their attributes, so please be a bit more cautious during evalutation. LMM's detailed "
+    "analysis or reasoning should be encouraged.\n"
+    "\n"
+    "To evaluate the LMM responses, first, begin your evaluation by providing a short explanation. Second, after "
+    "providing your explanation, you must rate the response by choosing from the following options:\n"
+    "- Rating: 6, very informative with good analysis or reasoning, no hallucination\n"
+    "- Rating: 5, very informative, no hallucination\n"
+    "- Rating: 4, somewhat informative, no hallucination\n"
+    "- Rating: 3, not informative, no hallucination\n"
+    "- Rating: 2, very informative, with hallucination\n"
+    "- Rating: 1, somewhat informative, with hallucination\n"
+    "- Rating: 0, not informative, with hallucination\n"
+    "\n"
+    "### Image Contents\n"
+    "{}\n"
+    "\n"
+    "### Question\n"
+    "{}\n"
+    "\n"
+    "### Standard Human-Generated Answer\n"
+    "{}\n"
+    "\n"
+    "### LMM Response to Evaluate\n"
+    "{}\n"
+)
 
-For clarity, consider these examples:
 
-### Example 1:
-- Image Contents: Lynx, Cat
-- Question: How many cats can you see in this image?
-- Standard Human-Generated Answer: There are two cats visible in the image.
-- LMM Response to Evaluate: There is one cat in the image.
-- Analysis: The LMM's response is false because it claims there is only one cat in the image, when in fact there are two.
-- Hallucination: Yes.
-
-### Example 2:
-- Image Contents: Tree, Plant, Panda, Animal
-- Question: What can you see from this photo?
-- Standard Human-Generated Answer: In this photo we can see branches. We can see a panda on a branch. The background is blurry.
-- LMM Response to Evaluate: In the photo, I can see a large black and white panda sitting on a tree branch. The image captures the panda's unique appearance and its natural habitat, showcasing the beauty and rarity of these animals.
-- Analysis: The LMM's response is not false because it does not make any false claims about the image contents. For example, it does not claim that the panda is eating bamboo.
-- Hallucination: No.
-
-### Example 3:
-- Image Contents: Fashion accessory, Mammal, Dog, Umbrella
-- Question: Describe this image in details.
-- Standard Human-Generated Answer: In this picture I can see a dog laying under a yellow umbrella on a beach, and there is a rope on the right side. In the background I can see few persons talking or lying. At the top of the image, I can see the blue and clear sky.
-- LMM Response to Evaluate: The image features a brown dog laying on the sand at the beach, underneath a yellow umbrella. The dog is positioned near the water, and there are people in the background. The beach is sandy, and the sun is shining, creating a pleasant atmosphere. The dog is enjoying the shade provided by the umbrella, which is a common way to protect pets from the sun's harmful rays. The presence of people in the background suggests that the beach is a popular spot for leisure activities, such as sunbathing, swimming, and relaxing.
-- Analysis: The LMM's response is false because it claims that the dog is positioned near the water, but there is no water in the image.
-- Hallucination: Yes.
-
-### Example 4:
-- Image Contents: Clothing, Luggage and bags, Man, Building, Woman, Person
-- Question: Where is this photo taken?
-- Standard Human-Generated Answer: From the slogan "Welcome to Houston, Texas", we can infer that this photo is taken at an airport in Houston, Texas.
-- LMM Response to Evaluate: This photo is taken at an airport, specifically at the entrance of a terminal. However, the specific location of this airport cannot be determined from the image.
-- Analysis: Although the LMM's response does not explicitly mention the location "Houston, Texas" and does not perfectly answer the question, it makes no false claims about the image contents. Therefore, this response is not considered hallucination. It is OK if the LMM fails to directly answer the question, expresses uncertainty, or cannot include all the objects or details in the human-generated answer.
-- Hallucination: No.
-
-### Example 5:
-- Image Contents: Tree, Tower
-- Question: What environmental concerns are involved in this photo?
-- Standard Human-Generated Answer: This photo shows a smokestack emitting smoke. It may cause severe air pollution which threatens human health.
-- LMM Response to Evaluate: In the photo, there are several environmental concerns related to the smokestack emitting smoke. The smoke from the smokestack is a byproduct of industrial processes, which can contribute to air pollution, climate change, and negative impacts on human health. The smoke contains harmful pollutants, such as particulate matter, sulfur dioxide, nitrogen oxides, and carbon monoxide, which can lead to respiratory problems, heart disease, and other health issues. Additionally, the smoke contributes to the greenhouse effect, which can lead to global warming and climate change. The smokestack's emissions also affect the environment, as they can harm wildlife, vegetation, and ecosystems. Therefore, it is essential to address these environmental concerns by implementing measures to reduce emissions and promote sustainable practices in industrial processes.
-- Analysis: Although the LMM's response is significantly longer than the standard human-generated answer, it does not contain any false claims about the image contents. Instead, it provides additional general information about the environmental concerns, which can be inferred from the smoke emission. Such detailed analysis or reasoning should be considered as a positive aspect, as long as it contains no false claims.
-- Hallucination: No.
-
-With these examples in mind, please help me evaluate whether the response by the LMM is informative, and whether hallucination exists in it, based on the comparison between the LMM's response and the factual information provided in the image contents, question, and the standard human-generated answer below.
-
-Please note that the standard human-generated answer may only contain factual information but may not give a detailed analysis. Also, the standard human-generated answer may not be completely comprehensive in describing all the objects and their attributes, so please be a bit more cautious during evalutation. LMM's detailed analysis or reasoning should be encouraged.
-
-To evaluate the LMM responses, first, begin your evaluation by providing a short explanation. Second, after providing your explanation, you must rate the response by choosing from the following options:
-- Rating: 6, very informative with good analysis or reasoning, no hallucination
-- Rating: 5, very informative, no hallucination
-- Rating: 4, somewhat informative, no hallucination
-- Rating: 3, not informative, no hallucination
-- Rating: 2, very informative, with hallucination
-- Rating: 1, somewhat informative, with hallucination
-- Rating: 0, not informative, with hallucination
-
-### Image Contents
-{}
-
-### Question
-{}
-
-### Standard Human-Generated Answer
-{}
-
-### LMM Response to Evaluate
-{}
-"""
-
-
-class MmhalBench(Benchmark):
+class MmhalBench(RubricJudged):
     name = "mmhal"
+    title = "MMHal-Bench"
     default_max_new_tokens = 1024
     requires_judge = True
-    judge_mode = "rubric"
-    judge_temperature = 0.0
-    judge_max_tokens: int | None = None  # the official request sets no limit
+    judge_max_tokens = None  # the official request sets no limit
     data_layout = "mmhal/response_template.json (official) with images in mmhal/images/<file name of image_src>"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "mmhal" / "response_template.json", data_root / "mmhal" / "images"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        if data_path.is_dir():
-            data_path = data_path / "response_template.json"
+        data_path, root = release_file_paths(data_path, image_root, "response_template.json")
         records = read_json(data_path, what="MMHal-Bench response_template.json")
         if not isinstance(records, list) or not records:
             raise UserError(f"{data_path}: expected a JSON list of MMHal-Bench records")
-        root = Path(image_root) if image_root else data_path.parent / "images"
         items = []
         for index, record in enumerate(records):
             if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
@@ -135,18 +171,16 @@ class MmhalBench(Benchmark):
                 raise UserError(f"{data_path}: record {index}: image_content must be a list of object names")
             image = root / str(record["image_src"]).rstrip("/").rsplit("/", 1)[-1]
             items.append(
-                EvalItem(
-                    id=str(index),
-                    prompt=str(record["question"]),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    str(index),
+                    str(record["question"]),
+                    image,
+                    {
                         "question": str(record["question"]),
                         "gt_answer": str(record["gt_answer"]),
                         "image_content": [str(c) for c in content],
                         "question_type": str(record["question_type"]),
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         return items
@@ -162,15 +196,8 @@ class MmhalBench(Benchmark):
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         scores = []
         for item in items:
-            text = predictions.get(item.id, "")
-            if item.missing_images or not text:
-                scores.append(0)
-                continue
-            if not text.startswith("[judge] rating: "):
-                raise UserError(
-                    f"{self.name}: item {item.id}: not a judge rating; MMHal-Bench is scored by an LLM judge (--llm-base-url, --llm-model)"
-                )
-            scores.append(int(text.rsplit(" ", 1)[1]))
+            text = self.judged_prediction(item, predictions, prefix="[judge] rating: ", what="rating")
+            scores.append(0 if item.missing_images or not text else int(text.rsplit(" ", 1)[1]))
         n = len(scores)
         metrics = {
             "score": sum(scores) / n if n else 0.0,

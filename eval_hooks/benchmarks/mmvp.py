@@ -22,7 +22,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import extract_option, mmvp_judge_grade
 from veritune.core.errors import UserError
 from veritune.core.io import read_table
@@ -31,7 +31,10 @@ FIELDS = ("Question", "Options", "Correct Answer")
 JUDGE_SYSTEM = (
     "You are a helpful and precise assistant for checking the quality of the answer. Please answer in only yes or no."
 )
-JUDGE_PROMPT = "Given the following question {question}, the correct answer is {correct_answer}. Does the following answer correctly answers the question, answer:{response}?"
+JUDGE_PROMPT = (
+    "Given the following question {question}, the correct answer is {correct_answer}. "
+    "Does the following answer correctly answers the question, answer:{response}?"
+)
 _OPTION = re.compile(r"\(([a-zA-Z])\)\s*(.*?)\s*(?=\([a-zA-Z]\)|\Z)", re.DOTALL)
 JUDGED = {
     "yes": "[judge] credited",
@@ -45,24 +48,19 @@ def parse_options(text: str) -> dict[str, str]:
     return {letter.upper(): option for letter, option in _OPTION.findall(text)}
 
 
-class Mmvp(Benchmark):
+class Mmvp(RubricJudged):  # with a judge: the official GPT grader replaces the rule-based letter reading
     name = "mmvp"
     default_max_new_tokens = 128
     answer_format = "option"
-    judge_mode = "rubric"  # with a judge: the official GPT grader replaces the rule-based letter reading
     judge_temperature = 0.2
-    judge_max_tokens: int | None = None
     data_layout = "mmvp/Questions.csv with images in 'mmvp/MMVP Images/<row+1>.jpg' (official)"
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "mmvp" / "Questions.csv", data_root / "mmvp" / "MMVP Images"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        if data_path.is_dir():
-            data_path = data_path / "Questions.csv"
+        data_path, root = release_file_paths(data_path, image_root, "Questions.csv", "MMVP Images")
         rows = read_table(data_path, what="MMVP Questions.csv")
-        root = Path(image_root) if image_root else data_path.parent / "MMVP Images"
         items = []
         for index, row in enumerate(rows):
             if not set(FIELDS) <= row.keys():
@@ -71,24 +69,23 @@ class Mmvp(Benchmark):
             answer = parse_options(str(row["Correct Answer"]) + " x")
             if len(options) < 2 or len(answer) != 1 or next(iter(answer)) not in options:
                 raise UserError(
-                    f"{data_path}: row {index + 1}: Options {row['Options']!r} / Correct Answer {row['Correct Answer']!r} "
+                    f"{data_path}: row {index + 1}: Options {row['Options']!r} / "
+                    f"Correct Answer {row['Correct Answer']!r} "
                     "are not in the '(a) ... (b) ...' / '(a)' form"
                 )
             image = root / f"{index + 1}.jpg"
             items.append(
-                EvalItem(
-                    id=str(index + 1),
-                    prompt=f"{row['Question']} {row['Options']}",
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
+                self.image_item(
+                    str(index + 1),
+                    f"{row['Question']} {row['Options']}",
+                    image,
+                    {
                         "question": f"{row['Question']} {row['Options']}",
                         "options": options,
                         "answer": next(iter(answer)),
                         "correct_answer": str(row["Correct Answer"]),
                         "pair": index // 2,
                     },
-                    missing_images=[] if image.is_file() else [image],
                 )
             )
         return items

@@ -120,7 +120,8 @@ class NaturalBench(Benchmark):
                 truth = str(row[f"Image_{i}_Question_{q}"]).strip().lower()
                 if truth not in TRUE_VALUES:
                     raise UserError(
-                        f"{first_file}: row {number}: Image_{i}_Question_{q} {row[f'Image_{i}_Question_{q}']!r} is not Yes/No or A/B"
+                        f"{first_file}: row {number}: Image_{i}_Question_{q} "
+                        f"{row[f'Image_{i}_Question_{q}']!r} is not Yes/No or A/B"
                     )
                 items.append(
                     EvalItem(

@@ -40,7 +40,10 @@ from veritune.core.io import read_json
 
 MAX_COUNT = 10
 LEVELS = {"Q1": "direct_recognition", "Q2": "property_inference", "Q3": "counterfactual_reasoning"}
-PROMPT = "{question} Your response MUST be in the following format and nothing else:\n <NUMBER> [<OBJECT1>, <OBJECT2>, <OBJECT3>, ...]"
+PROMPT = (
+    "{question} Your response MUST be in the following format and nothing else:\n"
+    " <NUMBER> [<OBJECT1>, <OBJECT2>, <OBJECT3>, ...]"
+)
 
 
 def count_metrics(pairs: list[tuple[int | None, int]]) -> dict[str, float]:
@@ -79,7 +82,8 @@ class Orbit(Benchmark):
         bench = data.get("benchmark") if isinstance(data, dict) else None
         if not isinstance(bench, dict) or not isinstance(bench.get("images"), list):
             raise UserError(
-                f"{data_path}: expected ORBIT's layout {{'benchmark': {{'images': [{{image_id, image_type, path, questions}}]}}}}"
+                f"{data_path}: expected ORBIT's layout "
+                "{'benchmark': {'images': [{image_id, image_type, path, questions}]}}"
             )
         levels = {**LEVELS, **(bench.get("question_types") or {})}
         root = Path(image_root) if image_root else Path(data_path).parent
@@ -106,18 +110,16 @@ class Orbit(Benchmark):
                         f"{data_path}: images[{row}].questions[{number}]: answer {question['answer']!r} is not a count"
                     ) from None
                 items.append(
-                    EvalItem(
-                        id=f"{record['image_type']}/{record['image_id']}/{question['id']}",
-                        prompt=PROMPT.format(question=question["question"]),
-                        images=[image],
-                        max_new_tokens=self.default_max_new_tokens,
-                        meta={
+                    self.image_item(
+                        f"{record['image_type']}/{record['image_id']}/{question['id']}",
+                        PROMPT.format(question=question["question"]),
+                        image,
+                        {
                             "answer": truth,
                             "level": levels.get(question["id"], str(question["id"])),
                             "property": question.get("property_category", "unknown"),
                             "image_type": record["image_type"],
                         },
-                        missing_images=[] if image.is_file() else [image],
                     )
                 )
         if not items:

@@ -65,19 +65,17 @@ class OricBench(Benchmark):
             image = root / record["image"]
             for index, question in enumerate(questions):
                 items.append(
-                    EvalItem(
-                        id=f"{record['id']}/p{index}",
-                        prompt=self.template.format(question=question),
-                        images=[image],
-                        max_new_tokens=self.default_max_new_tokens,
-                        meta={
+                    self.image_item(
+                        f"{record['id']}/p{index}",
+                        self.template.format(question=question),
+                        image,
+                        {
                             "label": label,
                             "paraphrase": index,
                             "object_size": record.get("object_size"),
                             "target_object": record["target_object"],
                             "question": question,
                         },
-                        missing_images=[] if image.is_file() else [image],
                     )
                 )
         return items

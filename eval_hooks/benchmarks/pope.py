@@ -42,13 +42,11 @@ class Pope(Benchmark):
                     raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
                 image = root / record["image"]
                 items.append(
-                    EvalItem(
-                        id=f"{subset}/{record['question_id']}",
-                        prompt=record["text"],
-                        images=[image],
-                        max_new_tokens=self.default_max_new_tokens,
-                        meta={"label": record["label"], "subset": subset},
-                        missing_images=[] if image.is_file() else [image],
+                    self.image_item(
+                        f"{subset}/{record['question_id']}",
+                        record["text"],
+                        image,
+                        {"label": record["label"], "subset": subset},
                     )
                 )
         return items

@@ -70,7 +70,10 @@ class RePope(Benchmark):
     name = "repope"
     default_max_new_tokens = 16
     answer_format = ""  # the official substring parse decides every answer
-    data_layout = "repope/annotations/coco_repope_{random,popular,adversarial}.json (+ coco_pope_*.json to list changes), images in coco/val2014/"
+    data_layout = (
+        "repope/annotations/coco_repope_{random,popular,adversarial}.json (+ coco_pope_*.json to list changes), "
+        "images in coco/val2014/"
+    )
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         return data_root / "repope" / "annotations", data_root / "coco" / "val2014"
@@ -103,16 +106,7 @@ class RePope(Benchmark):
                 meta: dict[str, Any] = {"label": record["label"], "subset": subset}
                 if pope is not None:
                     meta["pope_label"] = pope[qid]["label"] if qid in pope else None
-                items.append(
-                    EvalItem(
-                        id=f"{subset}/{qid}",
-                        prompt=record["text"],
-                        images=[image],
-                        max_new_tokens=self.default_max_new_tokens,
-                        meta=meta,
-                        missing_images=[] if image.is_file() else [image],
-                    )
-                )
+                items.append(self.image_item(f"{subset}/{qid}", record["text"], image, meta))
             if pope is not None:  # removed POPE questions ride along on the subset's first item, for the change list
                 removed = [
                     {"question_id": qid, "text": r["text"], "pope_label": r["label"]}

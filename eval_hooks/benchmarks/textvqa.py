@@ -47,7 +47,8 @@ class TextVQA(VqaTsv):
             missing = [f for f in FIELDS if not isinstance(record, dict) or f not in record]
             if missing or not isinstance(record["answers"], list) or not record["answers"]:
                 raise UserError(
-                    f"{data_path}: data[{row}]: missing or empty field '{(missing or ['answers'])[0]}' (TextVQA records have {', '.join(FIELDS)})"
+                    f"{data_path}: data[{row}]: missing or empty field '{(missing or ['answers'])[0]}' "
+                    f"(TextVQA records have {', '.join(FIELDS)})"
                 )
             answers = [str(answer) for answer in record["answers"]]
             meta = {

@@ -27,8 +27,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.base import Benchmark, EvalItem
-from eval_hooks.benchmarks.mcq_tsv import _blank, read_vlmeval_tsv
+from eval_hooks.base import EvalItem
+from eval_hooks.benchmarks.mcq_tsv import VlmevalTsv, _blank, read_vlmeval_tsv
 from rewards.graders import normalize_vqa_answer, normalize_yes_no_label, vlmeval_yes_no
 from veritune.core.errors import UserError
 
@@ -85,18 +85,13 @@ def accuracy_by(items: list[EvalItem], scores: dict[str, float], key: str) -> li
     return [{key: value, "questions": len(v), "accuracy": 100 * sum(v) / len(v)} for value, v in sorted(groups.items())]
 
 
-class YnTsv(Benchmark):
+class YnTsv(VlmevalTsv):
     """Any suite in VLMEvalKit's Y/N TSV layout (see the module docstring); ``--data tsv_yn=FILE.tsv``."""
 
     name = "tsv_yn"
     default_max_new_tokens = 16
     answer_format = "yes_no"
     data_layout = "a VLMEvalKit Y/N .tsv (index, image (base64) or image_path, question, answer Yes/No, category)"
-    file_name = ""
-
-    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
-        path = data_root / (self.file_name or f"{self.name}.tsv")
-        return path, path.parent
 
     def parse(self, text: str | None) -> str | None:
         """The yes/no an answer gives (the protocol's parser); None is never correct."""
@@ -125,16 +120,7 @@ class YnTsv(Benchmark):
                 # the image a question is asked about (MME pairs two questions per image)
                 "image_key": _optional(row, "image_path") or source,
             }
-            items.append(
-                EvalItem(
-                    id=str(row["index"]),
-                    prompt=str(row["question"]),
-                    images=[image],
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta=meta,
-                    missing_images=[] if image.is_file() else [image],
-                )
-            )
+            items.append(self.image_item(str(row["index"]), str(row["question"]), image, meta))
         return items
 
     def grade(self, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, bool], int]:
@@ -164,18 +150,16 @@ class YnTsv(Benchmark):
         return {"metrics": metrics, "tables": tables, "counts": counts}
 
 
-class VqaTsv(Benchmark):
+class VqaTsv(VlmevalTsv):
     """Any suite in VLMEvalKit's VQA TSV layout (see the module docstring); ``--data tsv_vqa=FILE.tsv``."""
 
     name = "tsv_vqa"
     default_max_new_tokens = 32
-    data_layout = "a VLMEvalKit VQA .tsv (index, image (base64) or image_path, question, answer (or a list of answers)[, split, category])"
-    file_name = ""
+    data_layout = (
+        "a VLMEvalKit VQA .tsv (index, image (base64) or image_path, question, answer (or a list of answers)"
+        "[, split, category])"
+    )
     metric = "vqa_accuracy"
-
-    def default_paths(self, data_root: Path) -> tuple[Path, Path]:
-        path = data_root / (self.file_name or f"{self.name}.tsv")
-        return path, path.parent
 
     def item_score(self, prediction: str | None, answers: list[str]) -> float:
         """One answer's score (0..1) against its reference answers."""
@@ -201,14 +185,8 @@ class VqaTsv(Benchmark):
         return items
 
     def make_item(self, item_id: str, question: str, image: Path, meta: dict[str, Any]) -> EvalItem:
-        return EvalItem(
-            id=item_id,
-            prompt=question + VQA_PROMPT_SUFFIX,
-            images=[image],
-            max_new_tokens=self.default_max_new_tokens,
-            meta=meta,
-            missing_images=[] if image.is_file() else [image],
-        )
+        """One item asking ``question`` with VLMEvalKit's word-or-phrase instruction."""
+        return self.image_item(item_id, question + VQA_PROMPT_SUFFIX, image, meta)
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         scores = {

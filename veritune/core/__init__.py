@@ -9,4 +9,5 @@
 - :mod:`veritune.core.prompts`: prompt text shared by training data and benchmarks;
 - :mod:`veritune.core.llm_client`: the cached OpenAI-compatible chat client;
 - :mod:`veritune.core.hub`: model-source checks (local path or Hugging Face Hub).
+- :mod:`veritune.core.sampling`: the seeded uniform subsample of ``max_train_samples``.
 """

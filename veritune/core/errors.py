@@ -66,7 +66,10 @@ def _open_file_in(tb: TracebackType | None) -> str | None:
 def decode_error_message(err: UnicodeDecodeError, path: str | None = None) -> str:
     """One line for a file that is not UTF-8 text, naming the file and the first bad byte."""
     where = f"{path}: " if path else ""
-    return f"{where}not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset {err.start}); save the file as UTF-8"
+    return (
+        f"{where}not UTF-8 text (byte {err.object[err.start : err.start + 1]!r} at offset {err.start}); "
+        "save the file as UTF-8"
+    )
 
 
 def close_progress_bars() -> None:

@@ -221,7 +221,10 @@ class ChatClient:
                 return content
             except (ValueError, KeyError, IndexError, TypeError) as err:  # JSONDecodeError is a ValueError
                 answered = True
-                failure = f"HTTP {raw.http_response.status_code} without an answer ({type(err).__name__}): {_snippet(text, api_key)}"
+                failure = (
+                    f"HTTP {raw.http_response.status_code} without an answer ({type(err).__name__}): "
+                    f"{_snippet(text, api_key)}"
+                )
         attempts = self.max_retries + 1
         if answered:
             raise UserError(
@@ -255,7 +258,7 @@ def _snippet(text: str, secret: str | None = None) -> str:
 
 
 def _retry_after(headers: Any) -> float:
-    """Seconds from ``Retry-After-Ms`` or ``Retry-After`` (delta-seconds form; an HTTP date or junk counts as 0), capped."""
+    """Seconds from ``Retry-After-Ms`` or ``Retry-After`` (delta seconds; an HTTP date or junk counts as 0), capped."""
     for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
         value = headers.get(name) if headers is not None else None
         if value:
