@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import random
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,18 +28,12 @@ from trl import SFTConfig, SFTTrainer
 
 from data_builders.oric.questions import PARAPHRASES, with_article
 from finetune.configs import ScriptArguments, VerituneModelConfig
-from finetune.recipe import parse_recipe
-from finetune.training import (
-    bind_callbacks,
-    get_callbacks,
-    get_model_and_processor,
-    log_run_header,
-    setup_logging,
-    train_and_save,
-)
-from veritune.core.errors import UserError, exit_on_user_error
+from finetune.recipe import run_entry_script
+from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
+from veritune.core.errors import UserError
 from veritune.core.io import read_json
 from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.sampling import sample_indices
 
 logger = logging.getLogger("veritune.sft")
 
@@ -147,24 +140,31 @@ def conventional_examples(
     return examples
 
 
-def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
-    setup_logging(training_args)
-    if not script_args.dataset_path:
-        raise UserError("dataset_path: required (a COCO-format instances.json of the train split)")
-    if not script_args.image_root:
-        raise UserError("image_root: required (the folder holding the annotation file's images)")
-    model, processor, peft_config = get_model_and_processor(model_args)
+def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[str, Any]]:
+    """The run's examples: :func:`conventional_examples` of the recipe's data, then, with
+    ``max_train_samples``, the seeded uniform subsample every trainer draws (``sample_indices``)."""
     examples = conventional_examples(
         script_args.dataset_path,
         script_args.image_root,
         questions_per_image=script_args.questions_per_image,
         captions=script_args.captions,
         styles=script_args.answer_styles,
-        seed=training_args.seed,
+        seed=seed,
     )
     if script_args.max_train_samples:
-        examples = examples[: script_args.max_train_samples]
-    summary = f"{len(examples)} conventional examples (captions and POPE-random-style questions) from {script_args.dataset_path}"
+        examples = [examples[i] for i in sample_indices(len(examples), script_args.max_train_samples, seed)]
+    return examples
+
+
+def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
+    if start_run(training_args):
+        return
+    if not script_args.dataset_path:
+        raise UserError("dataset_path: required (a COCO-format instances.json of the train split)")
+    if not script_args.image_root:
+        raise UserError("image_root: required (the folder holding the annotation file's images)")
+    model, processor, peft_config = get_model_and_processor(model_args)
+    examples = training_examples(script_args, training_args.seed)
     trainer = SFTTrainer(
         model=model,
         args=training_args,
@@ -173,11 +173,12 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
-    bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
-    log_run_header(trainer, script_args, model_args, data_summary=summary)
-    train_and_save(trainer, processor, training_args)
+    summary = (
+        f"{len(examples)} conventional examples (captions and POPE-random-style questions) "
+        f"from {script_args.dataset_path}"
+    )
+    train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 
 
 if __name__ == "__main__":
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], (SFTScriptArguments, SFTConfig, VerituneModelConfig))
-    exit_on_user_error(main)(*args)
+    run_entry_script(main, (SFTScriptArguments, SFTConfig, VerituneModelConfig))

@@ -223,3 +223,21 @@ def test_sft_recipe_loads() -> None:
     )
     assert script_args.answer_styles == ["plain", "r1"] and training_args.completion_only_loss is True
     assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1000
+
+
+def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:
+    from finetune.sft import SFTScriptArguments, training_examples
+    from veritune.core.sampling import sample_indices
+
+    def args(limit: int | None) -> SFTScriptArguments:
+        return SFTScriptArguments(
+            dataset_path=str(world["train_annotations"]),
+            image_root=str(world["train_images"]),
+            max_train_samples=limit,
+        )
+
+    everything = training_examples(args(None), seed=3)
+    picked = training_examples(args(10), seed=3)
+    expected = [everything[i] for i in sample_indices(len(everything), 10, 3)]
+    assert [row["prompt"] for row in picked] == [row["prompt"] for row in expected]
+    assert [row["prompt"] for row in picked] != [row["prompt"] for row in everything[:10]]  # not the first rows
