@@ -284,8 +284,9 @@ def build_synthetic_world(
 
     Each image shows one scene: a background colour and usually its typical classes (each present with
     probability ``IN_CONTEXT_RATE``, at least two, some twice), plus, with probability ``OUT_OF_CONTEXT_RATE``,
-    one smaller object of another scene (two with probability ``SECOND_OUT_OF_CONTEXT_RATE``). So classes co-occur strongly as in COCO, and the incongruous cases
-    ORIC asks about (out-of-context present, in-context absent) exist but are rare. About 5% of boxes are
+    one smaller object of another scene (two with probability ``SECOND_OUT_OF_CONTEXT_RATE``). So classes
+    co-occur strongly as in COCO, and the incongruous cases ORIC asks about (out-of-context present, in-context
+    absent) exist but are rare. About 5% of boxes are
     ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
     ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
 

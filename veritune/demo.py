@@ -90,8 +90,6 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
-    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
-    from veritune.tiny.models import build_tiny_model
 
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = {
@@ -106,7 +104,6 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         "finer_bench": out / "finer-bench" / "finer_bench.csv",
         "dpo": out / "dpo",
     }
-    world = paths["world"]
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -116,11 +113,52 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         clock = time.monotonic()
 
     _step("1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)")
-    if not (world / "val" / "coco_pope_random.json").is_file():
-        _veritune("build", "synthetic-world", "--out", str(world), "--seed", str(seed))
+    _build_world(paths, seed)
     lap("world")
 
     _step("2/7 tiny models: random-initialised Qwen3-VL, tiny CLIP trained on the train split")
+    _build_tiny_models(paths, seed)
+    lap("tiny models")
+
+    _step("3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain and R1)")
+    _warm_start(paths, out, seed, use_cache)
+    lap("warm-start")
+
+    _step(
+        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives"
+    )
+    _build_oric(paths, out, seed)
+    lap("ORIC build")
+
+    _step("5/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
+    _train_grpo(paths, steps, seed)
+    lap("GRPO")
+
+    _step("6/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
+    _train_dpo(paths, seed)
+    lap("FINER build + DPO")
+
+    _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
+    _write_reports(paths)
+    lap("report")
+    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
+    _summarise(paths, rows, timings, out)
+    return paths
+
+
+def _build_world(paths: dict[str, Path], seed: int) -> None:
+    """The synthetic world with scene priors (both splits)."""
+    world = paths["world"]
+    if not (world / "val" / "coco_pope_random.json").is_file():
+        _veritune("build", "synthetic-world", "--out", str(world), "--seed", str(seed))
+
+
+def _build_tiny_models(paths: dict[str, Path], seed: int) -> None:
+    """The random-initialised demo-size Qwen3-VL and the tiny CLIP trained on the train split."""
+    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+    from veritune.tiny.models import build_tiny_model
+
+    world = paths["world"]
     if not (paths["model"] / "model.safetensors").is_file():
         # the "demo" size: wider than the tests' model, which never learned to use the image (docs/RESULTS.md)
         build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0, size="demo")
@@ -130,12 +168,13 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
             paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed
         )
         (paths["clip"] / "trained.json").write_text(json.dumps(stats) + "\n")
-    print(
-        f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
-    )
-    lap("tiny models")
+    clip_stats = (paths["clip"] / "trained.json").read_text().strip()
+    print(f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']} ({clip_stats})")
 
-    _step("3/7 base model: supervised warm-start on conventional data (captions, POPE-random-style questions)")
+
+def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
+    """The base model: the SFT warm-start, reused from the cache when its inputs are unchanged."""
+    world = paths["world"]
     key = warmstart_key(
         REPO_ROOT / SFT_RECIPE,
         REPO_ROOT / "finetune" / "sft.py",
@@ -167,11 +206,11 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
                 shutil.copytree(out / "sft", cached.with_suffix(".tmp"), dirs_exist_ok=True)
                 cached.with_suffix(".tmp").replace(cached)
         shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
-    lap("warm-start")
 
-    _step(
-        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives"
-    )
+
+def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
+    """ORIC training data (train images), ORIC-Bench (val images) and the leakage check between them."""
+    world = paths["world"]
     common = [
         "--context-judge",
         "cooccurrence",
@@ -223,9 +262,11 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
             *common,
         )
     _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
-    lap("ORIC build")
 
-    _step("5/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
+
+def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
+    """GRPO from the base model, with the eval hook at step 0 and at every save."""
+    world = paths["world"]
     overrides = [
         "--model_name_or_path",
         str(paths["base"]),
@@ -257,9 +298,11 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         overrides += ["--max_steps", str(steps), "--save_steps", str(steps)]
     if not (paths["run"] / "trainer_state.json").is_file():
         _launch("finetune/grpo.py", RECIPE, overrides)
-    lap("GRPO")
 
-    _step("6/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
+
+def _train_dpo(paths: dict[str, Path], seed: int) -> None:
+    """FINER-Tuning tuples and FINER-bench from the scene graphs, then DPO from the base model."""
+    world = paths["world"]
     if not (paths["finer"] / "train.jsonl").is_file():
         _veritune(
             "build",
@@ -319,15 +362,12 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
                 str(DPO_STEPS),
             ],
         )
-    lap("FINER build + DPO")
 
-    _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
+
+def _write_reports(paths: dict[str, Path]) -> None:
+    """The HTML run reports of both training runs."""
     _veritune("report", str(paths["run"]))
     _veritune("report", str(paths["dpo"]))
-    lap("report")
-    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
-    _summarise(paths, rows, timings, out)
-    return paths
 
 
 def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
@@ -380,11 +420,13 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
     if rewards:
         head, tail = rewards[: max(1, len(rewards) // 4)], rewards[-max(1, len(rewards) // 4) :]
         print(
-            f"GRPO reward:       {sum(head) / len(head):.2f} in the first steps -> {sum(tail) / len(tail):.2f} in the last "
+            f"GRPO reward:       {sum(head) / len(head):.2f} in the first steps -> "
+            f"{sum(tail) / len(tail):.2f} in the last "
             f"(mean reward std within groups {sum(stds) / max(len(stds), 1):.2f})"
         )
     print(
-        f"reports:           {paths['run'] / 'report.html'}, {paths['dpo'] / 'report.html'} (step-0 baseline and every checkpoint)"
+        f"reports:           {paths['run'] / 'report.html'}, {paths['dpo'] / 'report.html'} "
+        "(step-0 baseline and every checkpoint)"
     )
     print(f"results:           {out / 'results.json'}\n")
     print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")

@@ -205,7 +205,10 @@ def _build_tokenizer(family: str) -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import Qwen2Tokenizer
 
-    pretokenize = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    pretokenize = (  # the Qwen2 tokenizer's pre-tokenisation pattern
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+        r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+    )
     bpe = Tokenizer(models.BPE())
     bpe.normalizer = normalizers.NFC()
     bpe.pre_tokenizer = pre_tokenizers.Sequence(
@@ -245,8 +248,8 @@ def _build_tokenizer(family: str) -> Any:
 
 
 def _build_config(family: str, tokenizer: Any, dims: dict[str, float] | None = None) -> Any:
-    dims = dims or SIZES["test"]
-    init_std = dims.get("initializer_range", 0.02)
+    """The model config of a tiny ``family`` checkpoint with ``dims`` (a value of :data:`SIZES`) and the
+    tokenizer's special-token ids."""
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in QWEN_SPECIAL_TOKENS}
     vocab_size = len(tokenizer)
     vocab_size += -vocab_size % 64  # round up, as real checkpoints pad their embedding tables
@@ -257,44 +260,55 @@ def _build_config(family: str, tokenizer: Any, dims: dict[str, float] | None = N
         "vision_end_token_id": ids["<|vision_end|>"],
     }
     if family == "qwen3vl":
-        from transformers import Qwen3VLConfig
+        return _qwen3vl_config(tokenizer, dims or SIZES["test"], vocab_size, common_ids)
+    return _qwen25vl_config(tokenizer, ids, vocab_size, common_ids)
 
-        return Qwen3VLConfig(
-            text_config={
-                "vocab_size": vocab_size,
-                "hidden_size": dims["text_hidden"],
-                "intermediate_size": 2 * dims["text_hidden"],
-                "num_hidden_layers": dims["text_layers"],
-                "num_attention_heads": dims["text_heads"],
-                "num_key_value_heads": 2,
-                "head_dim": 16,  # mrope_section [2, 3, 3] covers head_dim / 2 = 8
-                "max_position_embeddings": 4096,
-                "rope_parameters": {
-                    "rope_type": "default",
-                    "rope_theta": 5_000_000.0,
-                    "mrope_section": [2, 3, 3],
-                    "mrope_interleaved": True,
-                },
-                "pad_token_id": tokenizer.pad_token_id,
-                "tie_word_embeddings": False,
-                "initializer_range": init_std,
+
+def _qwen3vl_config(tokenizer: Any, dims: dict[str, float], vocab_size: int, common_ids: dict[str, int]) -> Any:
+    """A Qwen3-VL config: a ``dims``-sized LM and vision tower (16-px patches, merge 2, deepstack at block 0)."""
+    init_std = dims.get("initializer_range", 0.02)
+    from transformers import Qwen3VLConfig
+
+    return Qwen3VLConfig(
+        text_config={
+            "vocab_size": vocab_size,
+            "hidden_size": dims["text_hidden"],
+            "intermediate_size": 2 * dims["text_hidden"],
+            "num_hidden_layers": dims["text_layers"],
+            "num_attention_heads": dims["text_heads"],
+            "num_key_value_heads": 2,
+            "head_dim": 16,  # mrope_section [2, 3, 3] covers head_dim / 2 = 8
+            "max_position_embeddings": 4096,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 5_000_000.0,
+                "mrope_section": [2, 3, 3],
+                "mrope_interleaved": True,
             },
-            vision_config={
-                "depth": 2,
-                "hidden_size": dims["vision_hidden"],
-                "intermediate_size": 2 * dims["vision_hidden"],
-                "num_heads": dims["vision_heads"],
-                "patch_size": 16,
-                "spatial_merge_size": 2,
-                "temporal_patch_size": 2,
-                "out_hidden_size": dims["text_hidden"],
-                "num_position_embeddings": 64,
-                "deepstack_visual_indexes": [0],
-                "initializer_range": init_std,
-            },
-            tie_word_embeddings=False,
-            **common_ids,
-        )
+            "pad_token_id": tokenizer.pad_token_id,
+            "tie_word_embeddings": False,
+            "initializer_range": init_std,
+        },
+        vision_config={
+            "depth": 2,
+            "hidden_size": dims["vision_hidden"],
+            "intermediate_size": 2 * dims["vision_hidden"],
+            "num_heads": dims["vision_heads"],
+            "patch_size": 16,
+            "spatial_merge_size": 2,
+            "temporal_patch_size": 2,
+            "out_hidden_size": dims["text_hidden"],
+            "num_position_embeddings": 64,
+            "deepstack_visual_indexes": [0],
+            "initializer_range": init_std,
+        },
+        tie_word_embeddings=False,
+        **common_ids,
+    )
+
+
+def _qwen25vl_config(tokenizer: Any, ids: dict[str, int], vocab_size: int, common_ids: dict[str, int]) -> Any:
+    """A Qwen2.5-VL config at the test size (14-px patches, windowed attention with one full block)."""
     from transformers import Qwen2_5_VLConfig
 
     return Qwen2_5_VLConfig(
