@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import string
 from pathlib import Path
+from typing import Any
 
 
 def build_tiny_clip(out_dir: str | Path, seed: int = 0) -> Path:
@@ -67,37 +68,15 @@ def train_tiny_clip(
     import random
 
     import torch
-    from PIL import Image
     from transformers import CLIPModel, CLIPProcessor
 
     from data_builders.oric.clip_negatives import TEXT_TEMPLATE, _features
-    from veritune.core.errors import UserError
-    from veritune.core.io import read_json
 
-    data = read_json(annotations, what="annotation file")
-    try:
-        names = [c["name"] for c in data["categories"]]
-        index = {c["id"]: i for i, c in enumerate(data["categories"])}
-        rows = {image["id"]: i for i, image in enumerate(data["images"])}
-        targets = torch.zeros(len(rows), len(names))
-        for ann in data["annotations"]:
-            targets[rows[ann["image_id"]], index[ann["category_id"]]] = 1.0
-        files = [Path(image_root) / image["file_name"] for image in data["images"]]
-    except (KeyError, TypeError) as err:
-        raise UserError(
-            f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}"
-        ) from None
     torch.manual_seed(seed)
     rng = random.Random(seed)
     model = CLIPModel.from_pretrained(clip_dir)
     processor = CLIPProcessor.from_pretrained(clip_dir)
-    images = []
-    for path in files:
-        try:
-            with Image.open(path) as opened:
-                images.append(opened.convert("RGB"))
-        except OSError as err:
-            raise UserError(f"{path}: cannot read this image of {annotations} ({err})") from None
+    names, targets, images = _labelled_images(annotations, image_root)
     pixels = processor(images=images, return_tensors="pt")["pixel_values"]
     text = processor(text=[TEXT_TEMPLATE.format(name=n) for n in names], return_tensors="pt", padding=True)
     scale, bias = torch.nn.Parameter(torch.tensor(10.0)), torch.nn.Parameter(torch.tensor(-5.0))
@@ -123,3 +102,34 @@ def train_tiny_clip(
         accuracy = ((scale * image_features @ text_features.T + bias > 0).float() == targets).float().mean().item()
     model.save_pretrained(clip_dir)
     return {"first_loss": losses[0], "last_loss": losses[-1], "pair_accuracy": accuracy}
+
+
+def _labelled_images(annotations: str | Path, image_root: str | Path) -> tuple[list[str], Any, list[Any]]:
+    """``(class names, image × class presence matrix, RGB images)`` of a COCO-format split."""
+    import torch
+    from PIL import Image
+
+    from veritune.core.errors import UserError
+    from veritune.core.io import read_json
+
+    data = read_json(annotations, what="annotation file")
+    try:
+        names = [c["name"] for c in data["categories"]]
+        index = {c["id"]: i for i, c in enumerate(data["categories"])}
+        rows = {image["id"]: i for i, image in enumerate(data["images"])}
+        targets = torch.zeros(len(rows), len(names))
+        for ann in data["annotations"]:
+            targets[rows[ann["image_id"]], index[ann["category_id"]]] = 1.0
+        files = [Path(image_root) / image["file_name"] for image in data["images"]]
+    except (KeyError, TypeError) as err:
+        raise UserError(
+            f"{annotations}: expected a COCO instances file (images, annotations, categories); missing {err}"
+        ) from None
+    images = []
+    for path in files:
+        try:
+            with Image.open(path) as opened:
+                images.append(opened.convert("RGB"))
+        except OSError as err:
+            raise UserError(f"{path}: cannot read this image of {annotations} ({err})") from None
+    return names, targets, images
