@@ -211,56 +211,23 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
 def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
     """ORIC training data (train images), ORIC-Bench (val images) and the leakage check between them."""
     world = paths["world"]
-    common = [
-        "--context-judge",
-        "cooccurrence",
-        "--context-judge-threshold",
-        "0.5",
-        "--clip-model",
-        str(paths["clip"]),
-        "--clip-cache",
-        str(out / "cache" / "clip"),
-        "--yes-per-image",
-        "1",
-        "--no-per-image",
-        "1",
-        "--seed",
-        str(seed),
+    # the co-occurrence judge picks the hard present objects, the trained CLIP the plausible absent ones
+    common = "--context-judge cooccurrence --context-judge-threshold 0.5 --yes-per-image 1 --no-per-image 1".split()
+    common += ["--clip-model", str(paths["clip"]), "--clip-cache", str(out / "cache" / "clip"), "--seed", str(seed)]
+    builds = [  # (builder, split, output, questions per answer, further arguments)
+        ("oric", "train", paths["oric_train"], 64, ["--review-html", str(out / "oric" / "review.html")]),
+        ("oric-bench", "val", paths["oric_bench"], 30, []),
     ]
-    if not paths["oric_train"].is_file():
-        _veritune(
-            "build",
-            "oric",
-            "--annotations",
-            str(world / "train" / "instances.json"),
-            "--image-root",
-            str(world / "train" / "images"),
-            "--out",
-            str(paths["oric_train"]),
-            "--num-yes",
-            "64",
-            "--num-no",
-            "64",
-            "--review-html",
-            str(out / "oric" / "review.html"),
-            *common,
-        )
-    if not paths["oric_bench"].is_file():
-        _veritune(
-            "build",
-            "oric-bench",
-            "--annotations",
-            str(world / "val" / "instances.json"),
-            "--image-root",
-            str(world / "val" / "images"),
-            "--out",
-            str(paths["oric_bench"]),
-            "--num-yes",
-            "30",
-            "--num-no",
-            "30",
-            *common,
-        )
+    for builder, split, output, per_answer, further in builds:
+        if not output.is_file():
+            data = [
+                "--annotations",
+                str(world / split / "instances.json"),
+                "--image-root",
+                str(world / split / "images"),
+            ]
+            counts = ["--num-yes", str(per_answer), "--num-no", str(per_answer)]
+            _veritune("build", builder, *data, "--out", str(output), *counts, *further, *common)
     _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
 
 
