@@ -31,12 +31,12 @@ from typing import IO, Any, Protocol
 
 import torch
 from PIL import Image, UnidentifiedImageError
-from tqdm import tqdm
 
 from eval_hooks.base import EvalItem
 from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
 from veritune.core.io import iter_jsonl
+from veritune.core.progress import progress_bar
 
 logger = logging.getLogger("veritune.eval")
 
@@ -463,7 +463,7 @@ def run_items(
     batches = plan_batches(todo, batch_size * state.num_processes, lengths)
     state.wait_for_everyone()  # every process has read the file before the main one appends to it
     handle = open_for_appending(predictions_path, provenance) if state.is_main_process and todo else None
-    bar = tqdm(
+    bar = progress_bar(
         total=len(eligible),
         initial=len(eligible) - len(todo),
         desc=desc,

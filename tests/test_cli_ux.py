@@ -400,3 +400,20 @@ def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
         .splitlines()[-1]
         .startswith("error: --clip-model: 'openai/clip-vit-base-patch32' is not a local directory")
     )
+
+
+def test_progress_bars_redraw_rarely_into_a_log_file(tmp_path: Path) -> None:
+    import io
+
+    from veritune.core.progress import LOG_INTERVAL_S, progress_bar, redraw_interval
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert redraw_interval(Terminal()) == 0.1 and redraw_interval(io.StringIO()) == LOG_INTERVAL_S
+    log = io.StringIO()
+    with progress_bar(total=1000, file=log, desc="items") as bar:
+        for _ in range(1000):
+            bar.update(1)
+    assert log.getvalue().count("\r") <= 3  # opening, (at most one redraw), closing: not one per update

@@ -21,14 +21,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, filter_negatives
 from data_builders.finer.llm import DEFAULT_ATTEMPTS, Caption, LLMStats, read_captions, tuples_from_captions
 from data_builders.finer.scene_graph import SceneGraph, load_scene_graphs, tuples_for_image
 from data_builders.finer.templates import PreferenceTuple
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
+from veritune.core.progress import progress_bar
 
 VALIDATION_RATIO = 0.005  # FINER App. C / Table 10: "Val. ratio 0.005"
 DEFAULT_MAX_TUPLES = 160_000  # FINER App. C: at most 160K tuples
@@ -214,7 +213,7 @@ def build_finer_from_scene_graphs(
         }
     rng = random.Random(seed)
     reservoir = Reservoir(max_tuples, rng)
-    for graph in tqdm(graphs, desc="FINER tuples", unit="image", disable=len(graphs) < 500):
+    for graph in progress_bar(graphs, desc="FINER tuples", unit="image", disable=len(graphs) < 500):
         tuples = tuples_for_image(graph, random.Random(f"{seed}\0{graph.example_id}\0{graph.image}"), skipped)
         if not _add_tuples(reservoir, graph.image, graph.example_id, tuples, skipped):
             skipped["image_without_usable_units"] += 1
@@ -309,7 +308,7 @@ def tuples_from_caption_file(
 
     pending: list[Caption] = []
     lines = 0
-    with tqdm(total=total, desc="FINER captions", unit="caption") as progress:
+    with progress_bar(total=total, desc="FINER captions", unit="caption") as progress:
         for caption in read_captions(captions):
             lines += 1
             if not caption.caption:

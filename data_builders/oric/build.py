@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, size_tier
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
 from data_builders.oric.questions import paraphrases, r1_prompt
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
+from veritune.core.progress import progress_bar
 
 JUDGE_CHUNK = 256  # query images whose judge queries are sent together (bounded memory, steady progress)
 
@@ -154,7 +153,9 @@ class Quota:
     def __init__(self, settings: BuildSettings) -> None:
         self.wanted = {"yes": settings.num_yes, "no": settings.num_no}
         self.counts = Counter[str]()
-        self.progress = tqdm(total=settings.num_yes + settings.num_no, desc=f"ORIC {settings.kind} questions", unit="q")
+        self.progress = progress_bar(
+            total=settings.num_yes + settings.num_no, desc=f"ORIC {settings.kind} questions", unit="q"
+        )
 
     def done(self) -> bool:
         """Both counts reached."""

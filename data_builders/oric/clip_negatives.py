@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
-from tqdm import tqdm
 
 from veritune.core.errors import UserError
 from veritune.core.hub import require_model_source
+from veritune.core.progress import progress_bar
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch32"  # the encoder of the public ORIC builder
 TEXT_TEMPLATE = "an image contains {name}"
@@ -98,7 +98,9 @@ class ClipScorer:
         with ThreadPoolExecutor(max_workers=self.workers) as loaders:
             ahead = self.workers + 1
             pending = [loaders.submit(self._prepare, batch) for batch in batches[:ahead]]
-            for number in tqdm(range(len(batches)), desc="CLIP image embeddings", unit="batch", disable=not batches):
+            for number in progress_bar(
+                range(len(batches)), desc="CLIP image embeddings", unit="batch", disable=not batches
+            ):
                 good, bad, inputs = pending[number].result()
                 pending[number] = None  # free the batch's pixels
                 if number + ahead < len(batches):

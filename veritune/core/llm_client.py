@@ -28,9 +28,8 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 from veritune.core.errors import UserError
+from veritune.core.progress import progress_bar
 
 Prompt = str | list[dict[str, Any]]
 RETRYABLE_STATUS = {408, 409, 429}  # plus every 5xx
@@ -116,7 +115,7 @@ class ChatClient:
                 self.cache_hits += 1
                 del unique[key]
         if unique:
-            with tqdm(total=len(found) + len(unique), initial=len(found), desc=desc, unit="req") as bar:
+            with progress_bar(total=len(found) + len(unique), initial=len(found), desc=desc, unit="req") as bar:
                 found.update(_run(self._send_all(unique, bar=bar)))
         return [found[key] for key in keys]
 
@@ -149,7 +148,7 @@ class ChatClient:
         row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
-    async def _send_all(self, payloads: dict[str, dict[str, Any]], bar: tqdm | None) -> dict[str, str]:
+    async def _send_all(self, payloads: dict[str, dict[str, Any]], bar: Any | None) -> dict[str, str]:
         """Send ``payloads`` (none cached), at most ``concurrency`` at once; each answer is cached as it arrives."""
         import openai
 
