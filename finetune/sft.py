@@ -3,8 +3,8 @@
     accelerate launch --config_file recipes/accelerate/single.yaml finetune/sft.py recipes/tiny_sft_warmstart.yaml
 
 The data are what a VLM is conventionally trained on, made from a COCO-format ``instances.json`` of the
-train split (``veritune build synthetic-world``): per image one caption listing the annotated classes and
-POPE-random-style yes/no questions, positives sampled from the present classes and negatives drawn
+train split (``veritune build synthetic-world``): per image POPE-random-style yes/no questions (and, with
+``captions``, one caption listing the annotated classes), positives sampled from the present classes and negatives drawn
 uniformly from the absent ones, each answered once plainly and once in the R1 tags of ORIC Fig. 11.
 Nothing in the labels is flipped or rule-based: every answer is true of its image. The contextual bias
 comes from the statistics of such data, as in COCO: present objects are mostly in context and uniformly
