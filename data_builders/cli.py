@@ -27,6 +27,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     world.add_argument("--val-images", type=int, default=120, help="images in the val split")
     world.add_argument("--image-size", type=int, default=64, help="image side in pixels")
     world.add_argument("--seed", type=int, default=0, help="random seed (same seed, same world)")
+    world.add_argument(
+        "--backgrounds",
+        choices=["shared", "scene"],
+        default="shared",
+        help="shared: one grey for every scene (the scene is told by its objects); scene: a colour per scene",
+    )
+    world.add_argument(
+        "--in-context-rate", type=float, default=0.6, help="probability of each of a scene's typical classes"
+    )
+    world.add_argument(
+        "--out-of-context-rate", type=float, default=0.7, help="probability of an object of another scene"
+    )
     world.set_defaults(handler=_synthetic_world)
 
     graphs = subparsers.add_parser("scene-graphs", help=command_help("build", "scene-graphs"))
@@ -44,6 +56,9 @@ def _synthetic_world(args: argparse.Namespace) -> int:
         num_val_images=args.val_images,
         seed=args.seed,
         image_size=args.image_size,
+        backgrounds=args.backgrounds,
+        in_context_rate=args.in_context_rate,
+        out_of_context_rate=args.out_of_context_rate,
     )
     print(json.dumps({key: str(value) for key, value in paths.items()}, indent=2))
     return 0

@@ -19,6 +19,7 @@ from typing import Any
 from PIL import Image, ImageDraw
 from tqdm import tqdm
 
+from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, atomic_write_text
 
 # (name, shape, colour): one distinct shape + colour per class, so that a class is recognisable from its
@@ -53,15 +54,19 @@ COLOUR_NAMES = {
 }
 SHADES = ("light", "dark")  # the colour variants of every class (an attribute in the scene graphs)
 SHAPE_WORDS = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
-# Each scene: a background colour (the cheap global cue) and its three typical classes (the strong prior).
+# Each scene: a background colour and its three typical classes (the strong prior). The demo's world draws
+# every scene on one grey instead (``backgrounds="shared"``): the scene can then only be told from its objects,
+# so the prior rests on object co-occurrence, as in COCO, and not on a cheap global colour cue.
 SCENES: dict[str, tuple[tuple[int, int, int], list[str]]] = {
     "kitchen": ((236, 222, 196), ["cup", "bowl", "oven"]),
     "street": ((150, 150, 156), ["car", "traffic light", "bench"]),
     "park": ((168, 214, 150), ["kite", "dog", "elephant"]),
     "office": ((196, 206, 236), ["laptop", "umbrella", "apple"]),
 }
-IN_CONTEXT_RATE = 0.8  # each of the scene's classes is present with this probability ...
-OUT_OF_CONTEXT_RATE = 0.35  # ... and one class of another scene (drawn smaller) with this one,
+SHARED_BACKGROUND = (200, 200, 200)
+BACKGROUNDS = ("shared", "scene")
+IN_CONTEXT_RATE = 0.6  # each of the scene's classes is present with this probability (default) ...
+OUT_OF_CONTEXT_RATE = 0.7  # ... and one class of another scene (drawn smaller) with this one (default),
 SECOND_OUT_OF_CONTEXT_RATE = 0.3  # ... and then a second one with this one
 SECOND_INSTANCE_RATE = 0.15  # a present in-context class gets a second box
 CROWD_RATE = 0.05  # share of boxes marked iscrowd
@@ -113,14 +118,16 @@ def _place(
     return min(candidates, key=lambda xy: sum(_overlap([xy[0], xy[1], w, h], box) for box in placed))
 
 
-def _scene_objects(scene: str, rng: random.Random) -> list[tuple[str, bool]]:
-    """The classes drawn in one image of ``scene``, each with whether it is in context."""
+def _scene_objects(scene: str, rng: random.Random, rates: tuple[float, float]) -> list[tuple[str, bool]]:
+    """The classes drawn in one image of ``scene``, each with whether it is in context; ``rates`` are the
+    in-context and out-of-context rates."""
     _, typical = SCENES[scene]
-    names = [(name, True) for name in typical if rng.random() < IN_CONTEXT_RATE]
+    in_context_rate, out_of_context_rate = rates
+    names = [(name, True) for name in typical if rng.random() < in_context_rate]
     while len(names) < 2:  # at least two in-context classes: the scene stays recognisable
         names.append((rng.choice([n for n in typical if (n, True) not in names]), True))
     names += [(name, True) for name, _ in list(names) if rng.random() < SECOND_INSTANCE_RATE]
-    if rng.random() < OUT_OF_CONTEXT_RATE:
+    if rng.random() < out_of_context_rate:
         others = [c[0] for c in CATEGORIES if c[0] not in typical]
         # Usually one incongruous object, sometimes two (ORIC asks up to two per query image).
         for name in rng.sample(others, 2 if rng.random() < SECOND_OUT_OF_CONTEXT_RATE else 1):
@@ -177,7 +184,9 @@ def _scene_graph(image: dict[str, Any], drawn: list[dict[str, Any]], rng: random
     }
 
 
-def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image_size: int) -> dict[str, Path]:
+def _split(
+    out_dir: Path, split: str, num_images: int, rng: random.Random, image_size: int, look: dict[str, Any]
+) -> dict[str, Path]:
     category_ids = {name: index + 1 for index, (name, _, _) in enumerate(CATEGORIES)}
     styles = {name: (shape, colour) for name, shape, colour in CATEGORIES}
     image_dir = out_dir / split / "images"
@@ -190,12 +199,12 @@ def _split(out_dir: Path, split: str, num_images: int, rng: random.Random, image
         range(1, num_images + 1), desc=f"drawing {split} images", unit="img", disable=num_images < 200
     ):
         scene = scene_names[(image_id - 1) % len(scene_names)]
-        background, _ = SCENES[scene]
+        background = SHARED_BACKGROUND if look["backgrounds"] == "shared" else SCENES[scene][0]
         width = height = image_size
         image = Image.new("RGB", (width, height), background)
         draw = ImageDraw.Draw(image)
         drawn: list[dict[str, Any]] = []
-        for name, in_context in _scene_objects(scene, rng):
+        for name, in_context in _scene_objects(scene, rng, look["rates"]):
             # In-context objects are large (the scene's main objects); out-of-context ones medium-sized, so
             # that they fall in ORIC's region of interest (below the image's median class area).
             low, high = (0.28, 0.42) if in_context else (0.2, 0.28)
@@ -279,14 +288,19 @@ def build_synthetic_world(
     num_val_images: int = 120,
     seed: int = 0,
     image_size: int = 64,
+    backgrounds: str = "shared",
+    in_context_rate: float = IN_CONTEXT_RATE,
+    out_of_context_rate: float = OUT_OF_CONTEXT_RATE,
 ) -> dict[str, Path]:
     """Draw a train and a val split with COCO-format annotations, scene graphs and a POPE-random-style file.
 
-    Each image shows one scene: a background colour and usually its typical classes (each present with
-    probability ``IN_CONTEXT_RATE``, at least two, some twice), plus, with probability ``OUT_OF_CONTEXT_RATE``,
-    one smaller object of another scene (two with probability ``SECOND_OUT_OF_CONTEXT_RATE``). So classes
-    co-occur strongly as in COCO, and the incongruous cases ORIC asks about (out-of-context present, in-context
-    absent) exist but are rare. About 5% of boxes are
+    Each image shows one scene: usually its typical classes (each present with probability
+    ``in_context_rate``, at least two, some twice), plus, with probability ``out_of_context_rate``, one smaller
+    object of another scene (two with probability ``SECOND_OUT_OF_CONTEXT_RATE``). So classes co-occur strongly
+    as in COCO, and the incongruous cases ORIC asks about (out-of-context present, in-context absent) exist
+    but are the minority. ``backgrounds="shared"`` draws every scene on one grey, so the scene is known only
+    from its objects; ``"scene"`` gives each scene its own colour, a global cue a tiny model learns instead
+    of the objects (docs/RESULTS.md). About 5% of boxes are
     ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
     ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
 
@@ -295,8 +309,14 @@ def build_synthetic_world(
     """
     out_dir = Path(out_dir)
     rng = random.Random(seed)
-    paths = _split(out_dir, "train", num_train_images, rng, image_size)
-    paths.update(_split(out_dir, "val", num_val_images, rng, image_size))
+    if backgrounds not in BACKGROUNDS:
+        raise UserError(f"backgrounds: expected one of {', '.join(BACKGROUNDS)}, got {backgrounds!r}")
+    for key, rate in (("in_context_rate", in_context_rate), ("out_of_context_rate", out_of_context_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise UserError(f"{key}: expected a probability in [0, 1], got {rate}")
+    look = {"backgrounds": backgrounds, "rates": (in_context_rate, out_of_context_rate)}
+    paths = _split(out_dir, "train", num_train_images, rng, image_size, look)
+    paths.update(_split(out_dir, "val", num_val_images, rng, image_size, look))
     return paths
 
 

@@ -114,6 +114,16 @@ class GRPOScriptArguments(ScriptArguments):
         default=1024,
         metadata={"help": "Drop prompts longer than this many tokens, image tokens included (TRL no longer does)."},
     )
+    replay_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Conventional yes/no questions in POPE's layout (images under `image_root`) mixed into the "
+            "GRPO data; off in the paper recipes, on in the tiny miniature (docs/RESULTS.md)."
+        },
+    )
+    replay_ratio: float = field(
+        default=1.0, metadata={"help": "Replayed questions per ORIC question (with `replay_path`)."}
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["accuracy", "format"],
         metadata={"help": "Reward names from `rewards.REWARD_FUNCS` or dotted paths `pkg.module.func`."},
@@ -123,6 +133,8 @@ class GRPOScriptArguments(ScriptArguments):
         super().__post_init__()
         if not self.reward_funcs:
             raise UserError("reward_funcs: at least one reward function is required")
+        if self.replay_ratio < 0:
+            raise UserError(f"replay_ratio: expected a number >= 0, got {self.replay_ratio}")
 
 
 # Recipe switches that need a GPU extra (`pip install -e '.[gpu]'`): TRL's own options, checked up front so

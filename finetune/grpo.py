@@ -54,6 +54,8 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         skip_bad_examples=script_args.skip_bad_examples,
         max_samples=script_args.max_train_samples,
         seed=training_args.seed,
+        replay_path=script_args.replay_path,
+        replay_ratio=script_args.replay_ratio,
     )
     logger.info("data: %s", report.summary())
     for line in report.dropped_bad_image[:10]:

@@ -91,6 +91,32 @@ def load_oric_records(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, Any]]:
+    """Conventional yes/no questions to replay during GRPO, from a file in POPE's layout (read by the POPE
+    benchmark's loader, the format's one home), as ORIC-format records with absolute image paths.
+
+    Replay is not in the ORIC paper: its 8B model keeps its ordinary recognition while GRPO shifts its
+    answers on incongruous questions. A tiny model trained on ORIC's questions alone learns the reverse of
+    its prior instead and loses ordinary accuracy (docs/RESULTS.md); mixing in questions of the warm-start's
+    kind, which the prior answers right, leaves the image evidence as the only way to earn both rewards.
+    """
+    from eval_hooks.benchmarks.pope import Pope
+
+    records = []
+    for item in Pope().load(Path(path), image_root):
+        words = item.prompt.removesuffix(" in the image?").split()
+        records.append(
+            {
+                "id": f"replay/{item.id}",
+                "image": str(item.images[0].resolve()),
+                "target_object": " ".join(words[3:]) if words[:2] == ["Is", "there"] else "",
+                "solution": item.meta["label"],
+                "question": item.prompt,
+            }
+        )
+    return records
+
+
 def _image_problem(path: Path) -> str | None:
     if not path.is_file():
         return "missing"
@@ -126,6 +152,8 @@ def get_oric_dataset(
     skip_bad_examples: bool = False,
     max_samples: int | None = None,
     seed: int = 0,
+    replay_path: str | Path | None = None,
+    replay_ratio: float = 1.0,
 ) -> tuple[Dataset, DataReport]:
     """Prepare an ORIC-format file for TRL's GRPOTrainer.
 
@@ -133,7 +161,9 @@ def get_oric_dataset(
     lists the first bad rows and the count, unless ``skip_bad_examples`` drops them. Prompts longer than
     ``max_prompt_length`` tokens (image tokens included; needs ``processor``) are dropped and counted.
     ``max_samples`` keeps at most that many records, drawn uniformly at random with ``seed`` (in file order),
-    before the images are checked.
+    before the images are checked. ``replay_path`` (a POPE-layout file, images under ``image_root``) adds
+    ``replay_ratio`` conventional questions per ORIC question, drawn uniformly with ``seed``: see
+    :func:`load_replay_records`.
 
     Returns:
         A dataset with columns ``prompt`` (conversational), ``solution`` (``yes``/``no``), ``id``,
@@ -144,6 +174,12 @@ def get_oric_dataset(
     root = Path(image_root) if image_root else path.parent
     records = load_oric_records(path)
     records = [records[i] for i in sample_indices(len(records), max_samples, seed)]
+    if replay_path:
+        replay = load_replay_records(replay_path, root)
+        wanted = round(replay_ratio * len(records))
+        if wanted > len(replay):
+            raise UserError(f"{replay_path}: {len(replay)} questions, fewer than the {wanted} replay_ratio asks for")
+        records += [replay[i] for i in sample_indices(len(replay), wanted, seed + 1)]
     report = DataReport(total=len(records))
     rows = rows_with_images(records, root, resolve_template(template), path, skip_bad_examples, report)
     if max_prompt_length is not None and processor is not None:

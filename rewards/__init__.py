@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rewards.oric import accuracy_reward, format_reward
+from rewards.oric import accuracy_reward, format_reward, plain_accuracy_reward
 from veritune.core.registry import import_dotted
 
 RewardFunc = Callable[..., list[float | None]]
@@ -17,6 +17,7 @@ RewardFunc = Callable[..., list[float | None]]
 REWARD_FUNCS: dict[str, RewardFunc] = {
     "accuracy": accuracy_reward,
     "format": format_reward,
+    "plain_accuracy": plain_accuracy_reward,
 }
 
 

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from rewards.graders import YesNo, grade_tagged_yes_no, has_reasoning_solution_format, normalize_yes_no_label
+from rewards.graders import (
+    YesNo,
+    extract_yes_no,
+    grade_tagged_yes_no,
+    has_reasoning_solution_format,
+    normalize_yes_no_label,
+)
 from veritune.core.errors import UserError
 
 # The ORIC record (training file and ORIC-Bench alike): its ``solution`` is what the accuracy reward verifies.
@@ -59,6 +65,23 @@ def accuracy_reward(completions: list[Any], solution: list[Any], **kwargs: Any) 
             rewards.append(None)
             continue
         rewards.append(1.0 if grade_tagged_yes_no(completion) == label else 0.0)
+    return rewards
+
+
+def plain_accuracy_reward(completions: list[Any], solution: list[Any], **kwargs: Any) -> list[float | None]:
+    """1.0 when a plain answer ("Yes.", "No, there is not.") says the ``solution``, read by the free-form
+    grader that scores ORIC-Bench's plain prompt (:func:`rewards.graders.extract_yes_no`); for models asked
+    without the R1 tags (``prompt_template: plain``), such as the tiny miniature's. None where the ground
+    truth is not yes/no.
+
+    Example:
+        >>> plain_accuracy_reward(["No, there is not.", "Yes.", "Maybe."], ["no", "no", "yes"])
+        [1.0, 0.0, 0.0]
+    """
+    rewards: list[float | None] = []
+    for completion, truth in zip(completions, solution, strict=False):
+        label = normalize_yes_no_label(truth)
+        rewards.append(None if label is None else 1.0 if extract_yes_no(completion) == label else 0.0)
     return rewards
 
 

@@ -105,6 +105,38 @@ def test_grpo_passes_max_train_samples_and_the_seed(
     assert seen["max_samples"] == 3 and seen["seed"] == 7
 
 
+def write_pope_file(path: Path, images: Path, count: int) -> Path:
+    """``count`` questions in POPE's official JSON-lines layout about the fixture's images."""
+    names = sorted(p.name for p in images.iterdir())
+    lines = [
+        {"question_id": i + 1, "image": names[i % len(names)], "text": "Is there an apple in the image?", "label": "no"}
+        for i in range(count)
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_replay_adds_conventional_questions_per_oric_question(oric_fixture: tuple[Path, Path]) -> None:
+    path, images = oric_fixture
+    pope = write_pope_file(path.parent / "coco_pope_random.json", images, 20)
+    dataset, report = get_oric_dataset(path, images, replay_path=pope, replay_ratio=0.5, seed=3)
+    replayed = [row for row in dataset if row["id"].startswith("replay/")]
+    assert report.total == report.kept == 8 + 4 and len(replayed) == 4
+    chosen = sorted(int(row["id"].rsplit("/", 1)[1]) - 1 for row in replayed)
+    assert chosen == sorted(sample_indices(20, 4, 3 + 1))  # seeded, and not the ORIC subsample's draw
+    row = replayed[0]
+    assert row["prompt"] == [{"role": "user", "content": f"Is there an apple in the image? {ORIC_R1_INSTRUCTION}"}]
+    assert row["solution"] == "no" and row["target_object"] == "apple" and row["image"].mode == "RGB"
+    assert get_oric_dataset(path, images)[1].total == 8  # off unless asked
+
+
+def test_replay_asking_for_more_than_the_file_holds(oric_fixture: tuple[Path, Path]) -> None:
+    path, images = oric_fixture
+    pope = write_pope_file(path.parent / "coco_pope_random.json", images, 3)
+    with pytest.raises(UserError, match=r"coco_pope_random.json: 3 questions, fewer than the 8 replay_ratio asks for"):
+        get_oric_dataset(path, images, replay_path=pope, replay_ratio=1.0)
+
+
 def test_missing_dataset_file(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="dataset file not found"):
         get_oric_dataset(tmp_path / "none.json", tmp_path)

@@ -41,9 +41,11 @@ ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
 CACHE = Path(os.environ.get("VERITUNE_CACHE", Path.home() / ".cache" / "veritune"))
 # The before/after table: (benchmark, metric) in the units the scorers report.
 POPE_QUESTIONS, FINER_QUESTIONS, DPO_STEPS = 240, 240, 16  # hook limits (FINER: 120 q+/q- pairs) and DPO steps
+TRAIN_IMAGES = 1000  # the world's train split (val: 120 images)
+ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 30  # the paper's 600 training questions (300 yes, 300 no)
 TABLE = [
-    ("oric_bench_r1", "macro/f1"),
-    ("oric_bench_r1", "yes_proportion"),
+    ("oric_bench", "macro/f1"),
+    ("oric_bench", "yes_proportion"),
     ("pope", "accuracy"),
     ("finer", "paired_accuracy"),
 ]
@@ -150,7 +152,9 @@ def _build_world(paths: dict[str, Path], seed: int) -> None:
     """The synthetic world with scene priors (both splits)."""
     world = paths["world"]
     if not (world / "val" / "coco_pope_random.json").is_file():
-        _veritune("build", "synthetic-world", "--out", str(world), "--seed", str(seed))
+        _veritune(
+            "build", "synthetic-world", "--out", str(world), "--train-images", str(TRAIN_IMAGES), "--seed", str(seed)
+        )
 
 
 def _build_tiny_models(paths: dict[str, Path], seed: int) -> None:
@@ -215,8 +219,14 @@ def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
     common = "--context-judge cooccurrence --context-judge-threshold 0.5 --yes-per-image 1 --no-per-image 1".split()
     common += ["--clip-model", str(paths["clip"]), "--clip-cache", str(out / "cache" / "clip"), "--seed", str(seed)]
     builds = [  # (builder, split, output, questions per answer, further arguments)
-        ("oric", "train", paths["oric_train"], 64, ["--review-html", str(out / "oric" / "review.html")]),
-        ("oric-bench", "val", paths["oric_bench"], 30, []),
+        (
+            "oric",
+            "train",
+            paths["oric_train"],
+            ORIC_TRAIN_PER_ANSWER,
+            ["--review-html", str(out / "oric" / "review.html")],
+        ),
+        ("oric-bench", "val", paths["oric_bench"], ORIC_BENCH_PER_ANSWER, []),
     ]
     for builder, split, output, per_answer, further in builds:
         if not output.is_file():
@@ -241,6 +251,8 @@ def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
         str(paths["oric_train"]),
         "--image_root",
         str(world / "train" / "images"),
+        "--replay_path",  # conventional questions replayed beside ORIC's (the recipe's replay_ratio)
+        str(world / "train" / "coco_pope_random.json"),
         "--output_dir",
         str(paths["run"]),
         "--resume_from_checkpoint",
@@ -253,10 +265,10 @@ def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
         "--eval_at_start",
         "true",
         "--eval_benchmarks",
-        "oric_bench_r1",
+        "oric_bench",
         f"pope:{POPE_QUESTIONS}",
         "--eval_data",
-        f"oric_bench_r1={paths['oric_bench']}",
+        f"oric_bench={paths['oric_bench']}",
         f"pope={world / 'val' / 'coco_pope_random.json'}",
         "--eval_image_root",
         str(world / "val" / "images"),
