@@ -50,4 +50,11 @@ def _resolve(name: str) -> RewardFunc:
     return func
 
 
-__all__ = ["REWARD_FUNCS", "UnknownRewardError", "accuracy_reward", "format_reward", "get_reward_funcs"]
+__all__ = [
+    "REWARD_FUNCS",
+    "UnknownRewardError",
+    "accuracy_reward",
+    "format_reward",
+    "get_reward_funcs",
+    "plain_accuracy_reward",
+]

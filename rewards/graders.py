@@ -10,6 +10,7 @@ it returns a value and never raises.
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, Literal
 
 YesNo = Literal["yes", "no"]
@@ -147,8 +148,11 @@ def extract_yes_no(text: Any) -> YesNo | None:
     True
     """
     text = completion_text(text)
-    if text is None:
-        return None
+    return None if text is None else _extract_yes_no_text(text)
+
+
+@lru_cache(maxsize=65536)  # the bootstrap re-scores the same answers a thousand times
+def _extract_yes_no_text(text: str) -> YesNo | None:
     text = text[:_MAX_SCAN_CHARS]
     blocks = solution_blocks(text)
     if len(blocks) == 1:
@@ -172,7 +176,11 @@ def pope_yes_no(text: Any) -> YesNo:
 
     Unlike :func:`extract_yes_no` this never abstains: POPE counts every unparsable answer as "yes".
     """
-    text = completion_text(text) or ""
+    return _pope_yes_no_text(completion_text(text) or "")
+
+
+@lru_cache(maxsize=65536)
+def _pope_yes_no_text(text: str) -> YesNo:
     first_sentence = text[:_MAX_SCAN_CHARS].split(".")[0].replace(",", "")
     words = first_sentence.split(" ")  # split on spaces only, as the official script does
     return "no" if any(w in ("No", "not", "no") for w in words) else "yes"

@@ -1,10 +1,10 @@
 """The embedded default's outcome, measured: `veritune demo` end to end on fixed seed 0, from nothing cached.
 
-What it asserts is the part of the miniature ORIC experiment that holds today (docs/RESULTS.md): the
-conventionally warm-started base model shows the paper's phenomenon, answering POPE-random-style questions
-far better than ORIC-Bench's incongruous ones. Measured on seeds 0, 1, 2: gaps of 50.3, 32.6 and 31.7 points
-between POPE accuracy and ORIC-Bench macro-F1, so the 15-point bound of the issue sits well inside the
-spread. That GRPO closes the gap is NOT asserted: it does not yet (RESULTS.md, "Third pass").
+The miniature ORIC experiment (docs/RESULTS.md, "Current measurements"): the conventionally warm-started base
+model answers POPE-random-style questions far better than ORIC-Bench's incongruous ones, and GRPO on ORIC's
+questions raises its ORIC-Bench macro-F1 (the paired bootstrap interval above zero), moves its
+yes-proportion toward 50 and keeps its POPE accuracy. The bounds sit inside the three seeds' spread
+(GAP_MIN, GAIN_MIN, POPE_DROP_MAX below; measured values in RESULTS.md).
 """
 
 from __future__ import annotations
@@ -17,12 +17,15 @@ import pytest
 from helpers import REPO_ROOT, entry_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+GAP_MIN = 15.0  # the issue's bound on POPE accuracy minus ORIC-Bench macro-F1, base model
+GAIN_MIN = 5.0  # ORIC-Bench macro-F1 after GRPO minus before
+POPE_DROP_MAX = 4.0  # POPE accuracy points GRPO may cost here (the issue's target is 2: RESULTS.md)
 
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = tmp_path_factory.mktemp("demo")
-    command = [sys.executable, "-m", "veritune.cli", "demo", "--out", str(out / "run"), "--seed", "0", "--steps", "2"]
+    command = [sys.executable, "-m", "veritune.cli", "demo", "--out", str(out / "run"), "--seed", "0"]
     env = entry_env(VERITUNE_CACHE=str(out / "cache"), OMP_NUM_THREADS="2")
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=2300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -35,16 +38,25 @@ def _row(demo: dict[str, object], benchmark: str, metric: str) -> dict[str, floa
 
 
 def test_base_model_hallucinates_under_contextual_incongruity(demo: dict[str, object]) -> None:
-    oric = _row(demo, "oric_bench_r1", "macro/f1")
+    oric = _row(demo, "oric_bench", "macro/f1")
     pope = _row(demo, "pope", "accuracy")
-    assert pope["base"] >= 60.0, pope  # the base model answers from the image's scene, not at chance
-    assert oric["base"] <= pope["base"] - 15.0, (oric, pope)  # ... and that prior fails on ORIC's questions
+    assert pope["base"] >= 70.0, pope  # the base model sees the objects, not at chance ...
+    assert oric["base"] <= pope["base"] - GAP_MIN, (oric, pope)  # ... and its prior fails on ORIC's questions
+
+
+def test_grpo_reduces_the_hallucination_and_keeps_pope(demo: dict[str, object]) -> None:
+    oric = _row(demo, "oric_bench", "macro/f1")
+    yes = _row(demo, "oric_bench", "yes_proportion")
+    pope = _row(demo, "pope", "accuracy")
+    assert oric["difference"] >= GAIN_MIN and oric["low"] > 0.0, oric  # up, the 95% interval above zero
+    assert abs(yes["trained"] - 50.0) < abs(yes["base"] - 50.0), yes  # toward 50
+    assert pope["difference"] >= -POPE_DROP_MAX, pope
 
 
 def test_demo_prints_the_before_after_table(demo: dict[str, object]) -> None:
     stdout = str(demo["stdout"])
     assert "metric" in stdout and "95% interval" in stdout
-    for benchmark, metric in [("oric_bench_r1", "macro/f1"), ("pope", "accuracy"), ("finer", "paired_accuracy")]:
+    for benchmark, metric in [("oric_bench", "macro/f1"), ("pope", "accuracy"), ("finer", "paired_accuracy")]:
         row = _row(demo, benchmark, metric)
         assert row["low"] <= row["high"], row
         assert f"{benchmark} {metric}" in stdout

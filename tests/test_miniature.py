@@ -221,8 +221,22 @@ def test_sft_recipe_loads() -> None:
     script_args, training_args, model_args = parse_recipe(
         ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     )
-    assert script_args.answer_styles == ["plain", "r1"] and training_args.completion_only_loss is True
-    assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1000
+    assert script_args.answer_styles == ["plain"] and training_args.completion_only_loss is True
+    assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1400
+    assert training_args.per_device_train_batch_size == 32 and training_args.learning_rate == 3e-4
+
+
+def test_miniature_grpo_recipe_loads() -> None:
+    """Plain answers, the plain-answer reward and one replayed conventional question per ORIC question."""
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+
+    script_args, training_args, _ = parse_recipe(
+        ["recipes/tiny_oric_miniature.yaml"], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+    )
+    assert script_args.prompt_template == "plain" and script_args.reward_funcs == ["plain_accuracy"]
+    assert script_args.replay_path == "outputs/demo/world/train/coco_pope_random.json"
+    assert script_args.replay_ratio == 1.0 and training_args.beta == 0.0
 
 
 def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:

@@ -188,12 +188,29 @@ def test_randomised_completions_never_raise() -> None:
             assert score in (0.0, 1.0)
 
 
+# ---- plain answers
+
+
+def test_plain_accuracy_reads_answers_as_oric_bench_plain_does() -> None:
+    from eval_hooks.benchmarks.oric_bench import OricBench
+    from rewards import plain_accuracy_reward
+    from rewards.graders import extract_yes_no
+
+    answers = ["Yes.", "No, there is not.", "yes or no", "There is no cat.", "", None, "<SOLUTION>no</SOLUTION>"]
+    truths = ["yes", "no", "yes", "no", "no", "yes", "<SOLUTION>no</SOLUTION>"]
+    rewards = plain_accuracy_reward([conversational(a) for a in answers], truths)
+    assert rewards == [1.0, 1.0, 0.0, 1.0, 0.0, 0.0, 1.0]
+    # the grader of the benchmark the miniature evaluates with (one grader per answer format)
+    assert OricBench.grader is extract_yes_no
+    assert plain_accuracy_reward(["Yes."], ["maybe"]) == [None]  # an unverifiable label is not rewarded
+
+
 # ---- registry
 
 
 def test_registry_resolves_names_in_order() -> None:
     assert get_reward_funcs(["format", "accuracy"]) == [format_reward, accuracy_reward]
-    assert set(REWARD_FUNCS) >= {"accuracy", "format"}
+    assert set(REWARD_FUNCS) >= {"accuracy", "format", "plain_accuracy"}
 
 
 def test_registry_dotted_path_fallback() -> None:

@@ -7,8 +7,8 @@
 3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
    ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
 4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage check;
-5. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_demo.yaml``), with the eval hook's
-   step-0 baseline;
+5. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_miniature.yaml``: plain answers, one
+   conventional question of the train split replayed per ORIC question), with the eval hook's step-0 baseline;
 6. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
    (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
 7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
@@ -40,9 +40,9 @@ DPO_RECIPE = "recipes/tiny_finer_demo.yaml"
 ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
 CACHE = Path(os.environ.get("VERITUNE_CACHE", Path.home() / ".cache" / "veritune"))
 # The before/after table: (benchmark, metric) in the units the scorers report.
-POPE_QUESTIONS, FINER_QUESTIONS, DPO_STEPS = 240, 240, 16  # hook limits (FINER: 120 q+/q- pairs) and DPO steps
-TRAIN_IMAGES = 1000  # the world's train split (val: 120 images)
-ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 30  # the paper's 600 training questions (300 yes, 300 no)
+FINER_QUESTIONS, DPO_STEPS = 240, 16  # the FINER hook's limit (120 q+/q- pairs) and DPO steps
+TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
+ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 60  # the paper's 600 training questions (300 yes, 300 no)
 TABLE = [
     ("oric_bench", "macro/f1"),
     ("oric_bench", "yes_proportion"),
@@ -122,7 +122,7 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     _build_tiny_models(paths, seed)
     lap("tiny models")
 
-    _step("3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain and R1)")
+    _step("3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)")
     _warm_start(paths, out, seed, use_cache)
     lap("warm-start")
 
@@ -152,9 +152,8 @@ def _build_world(paths: dict[str, Path], seed: int) -> None:
     """The synthetic world with scene priors (both splits)."""
     world = paths["world"]
     if not (world / "val" / "coco_pope_random.json").is_file():
-        _veritune(
-            "build", "synthetic-world", "--out", str(world), "--train-images", str(TRAIN_IMAGES), "--seed", str(seed)
-        )
+        sizes = ["--train-images", str(TRAIN_IMAGES), "--val-images", str(VAL_IMAGES)]
+        _veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed))
 
 
 def _build_tiny_models(paths: dict[str, Path], seed: int) -> None:
@@ -266,7 +265,7 @@ def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
         "true",
         "--eval_benchmarks",
         "oric_bench",
-        f"pope:{POPE_QUESTIONS}",
+        "pope",
         "--eval_data",
         f"oric_bench={paths['oric_bench']}",
         f"pope={world / 'val' / 'coco_pope_random.json'}",
