@@ -227,7 +227,7 @@ def test_sft_recipe_loads() -> None:
 
 
 def test_miniature_grpo_recipe_loads() -> None:
-    """Plain answers, the plain-answer reward and one replayed conventional question per ORIC question."""
+    """Plain answers, the plain-answer reward and one replayed conventional question per four ORIC questions."""
     from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
@@ -236,7 +236,7 @@ def test_miniature_grpo_recipe_loads() -> None:
     )
     assert script_args.prompt_template == "plain" and script_args.reward_funcs == ["plain_accuracy"]
     assert script_args.replay_path == "outputs/demo/world/train/coco_pope_random.json"
-    assert script_args.replay_ratio == 1.0 and training_args.beta == 0.0
+    assert script_args.replay_ratio == 0.25 and training_args.beta == 0.0
 
 
 def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:
