@@ -11,6 +11,9 @@ in the R1-style prompt of ORIC Fig. 11; the reward is ``accuracy + format`` (bot
 paper. Where this departs from the paper: TRL's GRPO computes the group z-score with the group's standard
 deviation plus a small constant (``scale_rewards: group``) and the per-sequence 1/|o_i| normalisation is
 ``loss_type: grpo``; with ``beta: 0`` no reference model is loaded, exactly as Eq. 6 reduces to.
+``replay_path`` (not in the paper, off in its recipes) mixes conventional questions in POPE's layout into the
+data, ``replay_ratio`` per ORIC question: the tiny miniature needs them to keep its ordinary accuracy
+(docs/RESULTS.md).
 """
 
 from __future__ import annotations

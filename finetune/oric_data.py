@@ -42,14 +42,16 @@ class DataReport:
     """What preparing the training data kept and dropped, and why."""
 
     total: int = 0
+    replayed: int = 0
     kept: int = 0
     dropped_bad_image: list[str] = field(default_factory=list)
     dropped_too_long: int = 0
 
     def summary(self) -> str:
+        replayed = f" ({self.replayed} of them replayed conventional questions)" if self.replayed else ""
         return (
-            f"{self.kept}/{self.total} examples kept; {len(self.dropped_bad_image)} dropped for missing or unreadable "
-            f"images; {self.dropped_too_long} dropped as longer than max_prompt_length"
+            f"{self.kept}/{self.total} examples kept{replayed}; {len(self.dropped_bad_image)} dropped for missing or "
+            f"unreadable images; {self.dropped_too_long} dropped as longer than max_prompt_length"
         )
 
 
@@ -97,8 +99,8 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
 
     Replay is not in the ORIC paper: its 8B model keeps its ordinary recognition while GRPO shifts its
     answers on incongruous questions. A tiny model trained on ORIC's questions alone learns the reverse of
-    its prior instead and loses ordinary accuracy (docs/RESULTS.md); mixing in questions of the warm-start's
-    kind, which the prior answers right, leaves the image evidence as the only way to earn both rewards.
+    its prior instead and loses ordinary accuracy; questions of the warm-start's kind, which the prior
+    answers right, penalise that reverse rule (the ratios measured: docs/RESULTS.md).
     """
     from eval_hooks.benchmarks.pope import Pope
 
@@ -180,7 +182,7 @@ def get_oric_dataset(
         if wanted > len(replay):
             raise UserError(f"{replay_path}: {len(replay)} questions, fewer than the {wanted} replay_ratio asks for")
         records += [replay[i] for i in sample_indices(len(replay), wanted, seed + 1)]
-    report = DataReport(total=len(records))
+    report = DataReport(total=len(records), replayed=sum(str(r["id"]).startswith("replay/") for r in records))
     rows = rows_with_images(records, root, resolve_template(template), path, skip_bad_examples, report)
     if max_prompt_length is not None and processor is not None:
         rows = drop_long_prompts(rows, processor, max_pixels, max_prompt_length, report)

@@ -121,7 +121,8 @@ def test_replay_adds_conventional_questions_per_oric_question(oric_fixture: tupl
     pope = write_pope_file(path.parent / "coco_pope_random.json", images, 20)
     dataset, report = get_oric_dataset(path, images, replay_path=pope, replay_ratio=0.5, seed=3)
     replayed = [row for row in dataset if row["id"].startswith("replay/")]
-    assert report.total == report.kept == 8 + 4 and len(replayed) == 4
+    assert report.total == report.kept == 8 + 4 and len(replayed) == report.replayed == 4
+    assert report.summary().startswith("12/12 examples kept (4 of them replayed conventional questions);")
     chosen = sorted(int(row["id"].rsplit("/", 1)[1]) - 1 for row in replayed)
     assert chosen == sorted(sample_indices(20, 4, 3 + 1))  # seeded, and not the ORIC subsample's draw
     row = replayed[0]
