@@ -104,8 +104,12 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
     """
     from eval_hooks.benchmarks.pope import Pope
 
+    try:
+        items = Pope().load(Path(path), image_root)
+    except UserError as err:
+        raise UserError(f"replay_path: {err}") from None
     records = []
-    for item in Pope().load(Path(path), image_root):
+    for item in items:
         words = item.prompt.removesuffix(" in the image?").split()
         records.append(
             {

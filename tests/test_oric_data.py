@@ -136,6 +136,8 @@ def test_replay_asking_for_more_than_the_file_holds(oric_fixture: tuple[Path, Pa
     pope = write_pope_file(path.parent / "coco_pope_random.json", images, 3)
     with pytest.raises(UserError, match=r"coco_pope_random.json: 3 questions, fewer than the 8 replay_ratio asks for"):
         get_oric_dataset(path, images, replay_path=pope, replay_ratio=1.0)
+    with pytest.raises(UserError, match=r"replay_path: POPE file not found: .*none.json"):
+        get_oric_dataset(path, images, replay_path=path.parent / "none.json")
 
 
 def test_missing_dataset_file(tmp_path: Path) -> None:
