@@ -25,6 +25,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     world.add_argument("--train-images", type=int, default=400, help="images in the train split")
     world.add_argument("--val-images", type=int, default=120, help="images in the val split")
+    world.add_argument(
+        "--dev-images",
+        type=int,
+        default=0,
+        help="images in a third split, dev, held out from training and benchmarks for selecting hyperparameters",
+    )
     world.add_argument("--image-size", type=int, default=64, help="image side in pixels")
     world.add_argument("--seed", type=int, default=0, help="random seed (same seed, same world)")
     world.add_argument(
@@ -54,6 +60,7 @@ def _synthetic_world(args: argparse.Namespace) -> int:
         args.out,
         num_train_images=args.train_images,
         num_val_images=args.val_images,
+        num_dev_images=args.dev_images,
         seed=args.seed,
         image_size=args.image_size,
         backgrounds=args.backgrounds,

@@ -286,6 +286,7 @@ def build_synthetic_world(
     *,
     num_train_images: int = 400,
     num_val_images: int = 120,
+    num_dev_images: int = 0,
     seed: int = 0,
     image_size: int = 64,
     backgrounds: str = "shared",
@@ -304,11 +305,17 @@ def build_synthetic_world(
     ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
     ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
 
+    ``num_dev_images > 0`` adds a third split, ``dev``, drawn after the other two (so train and val do not
+    change): images from the same distribution that neither training nor the benchmarks see, on which
+    hyperparameters are selected (``scripts/select_replay_ratio.py``).
+
     Returns the paths ``{split}_annotations``, ``{split}_images``, ``{split}_scene_graphs`` and
-    ``{split}_pope_random`` for the splits train and val.
+    ``{split}_pope_random`` for the splits train and val (and dev).
     """
     out_dir = Path(out_dir)
     rng = random.Random(seed)
+    if min(num_train_images, num_val_images, num_dev_images) < 0:
+        raise UserError("train/val/dev images: expected counts >= 0")
     if backgrounds not in BACKGROUNDS:
         raise UserError(f"backgrounds: expected one of {', '.join(BACKGROUNDS)}, got {backgrounds!r}")
     for key, rate in (("in_context_rate", in_context_rate), ("out_of_context_rate", out_of_context_rate)):
@@ -317,6 +324,8 @@ def build_synthetic_world(
     look = {"backgrounds": backgrounds, "rates": (in_context_rate, out_of_context_rate)}
     paths = _split(out_dir, "train", num_train_images, rng, image_size, look)
     paths.update(_split(out_dir, "val", num_val_images, rng, image_size, look))
+    if num_dev_images > 0:
+        paths.update(_split(out_dir, "dev", num_dev_images, rng, image_size, look))
     return paths
 
 

@@ -224,6 +224,7 @@ def test_sft_recipe_loads() -> None:
     assert script_args.answer_styles == ["plain"] and training_args.completion_only_loss is True
     assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1400
     assert training_args.per_device_train_batch_size == 32 and training_args.learning_rate == 3e-4
+    assert training_args.bf16 is False and training_args.dataloader_num_workers == 1
 
 
 def test_miniature_grpo_recipe_loads() -> None:
@@ -237,6 +238,27 @@ def test_miniature_grpo_recipe_loads() -> None:
     assert script_args.prompt_template == "plain" and script_args.reward_funcs == ["plain_accuracy"]
     assert script_args.replay_path == "outputs/demo/world/train/coco_pope_random.json"
     assert script_args.replay_ratio == 0.25 and training_args.beta == 0.0
+    assert training_args.bf16 is False  # TRL's default bf16 autocast made a CPU step about 8x slower
+
+
+def test_replay_ratio_selection_rule() -> None:
+    """demo-select's rule: the largest mean dev gain among ratios that keep POPE, else the smallest POPE drop."""
+    from veritune.demo_selection import choose_ratio, format_selection
+
+    means = [
+        {"ratio": 0.0, "oric_gain": 12.0, "pope_change": -4.0},
+        {"ratio": 0.25, "oric_gain": 9.0, "pope_change": -1.5},
+        {"ratio": 0.5, "oric_gain": 7.0, "pope_change": 0.5},
+        {"ratio": 1.0, "oric_gain": 9.0, "pope_change": 1.0},
+    ]
+    assert choose_ratio(means) == 0.25  # ties on gain go to the smaller ratio
+    assert choose_ratio(means, max_pope_drop=5.0) == 0.0
+    assert choose_ratio([{"ratio": 0.5, "oric_gain": 3.0, "pope_change": -3.0}, means[0]]) == 0.5
+    run = {"seed": 0, "ratio": 0.25, "oric_base": 45.0, "oric_gain": 9.0, "yes_proportion": [80.0, 60.0]}
+    text = format_selection(
+        {"runs": [{**run, "pope_base": 76.0, "pope_change": -1.5}], "means": means, "chosen": 0.25, "max_pope_drop": 2}
+    )
+    assert "chosen replay_ratio: 0.25" in text and "80.0 ->  60.0" in text
 
 
 def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:

@@ -94,6 +94,21 @@ def test_world_is_deterministic(tmp_path: Path) -> None:
     assert all((first["train_images"] / n).read_bytes() == (second["train_images"] / n).read_bytes() for n in names)
 
 
+def test_dev_split_is_held_out_and_leaves_train_and_val_unchanged(tmp_path: Path) -> None:
+    """The dev split (hyperparameter selection) is drawn after train and val, so adding it changes neither."""
+    plain = build_synthetic_world(tmp_path / "a", num_train_images=4, num_val_images=2, seed=3)
+    with_dev = build_synthetic_world(tmp_path / "b", num_train_images=4, num_val_images=2, num_dev_images=3, seed=3)
+    assert "dev_annotations" not in plain
+    for split in ("train", "val"):
+        assert plain[f"{split}_annotations"].read_bytes() == with_dev[f"{split}_annotations"].read_bytes()
+    dev = json.loads(with_dev["dev_annotations"].read_text())
+    assert len(dev["images"]) == 3
+    assert all(image["file_name"].startswith("SYN_dev2014_") for image in dev["images"])
+    assert with_dev["dev_pope_random"].is_file() and with_dev["dev_scene_graphs"].is_file()
+    val_names = {image["file_name"] for image in json.loads(with_dev["val_annotations"].read_text())["images"]}
+    assert val_names.isdisjoint(image["file_name"] for image in dev["images"])
+
+
 def test_seed_changes_the_world(tmp_path: Path) -> None:
     first = build_synthetic_world(tmp_path / "a", num_train_images=4, num_val_images=1, seed=1)
     second = build_synthetic_world(tmp_path / "b", num_train_images=4, num_val_images=1, seed=2)
@@ -175,6 +190,8 @@ def test_bad_world_settings_are_one_line_errors(tmp_path: Path) -> None:
         build_synthetic_world(tmp_path, num_train_images=1, num_val_images=1, backgrounds="studio")
     with pytest.raises(UserError, match=r"out_of_context_rate: expected a probability in \[0, 1\], got 1.5"):
         build_synthetic_world(tmp_path, num_train_images=1, num_val_images=1, out_of_context_rate=1.5)
+    with pytest.raises(UserError, match="expected counts >= 0"):
+        build_synthetic_world(tmp_path, num_train_images=1, num_val_images=1, num_dev_images=-1)
 
 
 def test_scene_graphs_match_the_drawn_images(big_world: dict[str, Path]) -> None:

@@ -38,6 +38,12 @@ COMMANDS: list[Command] = [
     ),
     Command(
         None,
+        "demo-select",
+        "veritune.demo_selection:register",
+        "select the miniature GRPO recipe's replay ratio on the world's dev split (never the benchmarks)",
+    ),
+    Command(
+        None,
         "tiny-model",
         "veritune.tiny.cli:register_tiny_model",
         "build a tiny random-initialised VLM checkpoint offline",

@@ -42,6 +42,7 @@ CACHE = Path(os.environ.get("VERITUNE_CACHE", Path.home() / ".cache" / "veritune
 # The before/after table: (benchmark, metric) in the units the scorers report.
 FINER_QUESTIONS, DPO_STEPS = 240, 16  # the FINER hook's limit (120 q+/q- pairs) and DPO steps
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
+DEV_IMAGES = 240  # a third split, held out from training and benchmarks: hyperparameters are selected on it
 ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 60  # the paper's 600 training questions (300 yes, 300 no)
 TABLE = [
     ("oric_bench", "macro/f1"),
@@ -59,6 +60,9 @@ def _run(command: list[str]) -> None:
     print("$ " + " ".join(command), flush=True)
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")
+    # one torch thread per process: the numbers in docs/RESULTS.md then reproduce on any machine (float sums
+    # do not depend on the core count), and the warm-start's data worker takes the second core
+    env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     result = subprocess.run(command, cwd=REPO_ROOT, env=env)
     if result.returncode != 0:
@@ -87,6 +91,23 @@ def warmstart_key(*files: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def demo_paths(out: Path) -> dict[str, Path]:
+    """Where the demo's stages write under ``out``."""
+    return {
+        "model": out / "tiny-qwen3vl",
+        "clip": out / "tiny-clip",
+        "world": out / "world",
+        "base": out / "base",
+        "oric_train": out / "oric" / "oric_train.json",
+        "oric_bench": out / "oric-bench" / "oric_bench.json",
+        "oric_dev": out / "oric-dev" / "oric_bench.json",
+        "run": out / "grpo",
+        "finer": out / "finer",
+        "finer_bench": out / "finer-bench" / "finer_bench.csv",
+        "dpo": out / "dpo",
+    }
+
+
 def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True) -> dict[str, Path]:
     """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and training)."""
     from finetune.training import use_cpu_accelerator_without_gpu
@@ -94,18 +115,7 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
 
     out = out if out.is_absolute() else REPO_ROOT / out
-    paths = {
-        "model": out / "tiny-qwen3vl",
-        "clip": out / "tiny-clip",
-        "world": out / "world",
-        "base": out / "base",
-        "oric_train": out / "oric" / "oric_train.json",
-        "oric_bench": out / "oric-bench" / "oric_bench.json",
-        "run": out / "grpo",
-        "finer": out / "finer",
-        "finer_bench": out / "finer-bench" / "finer_bench.csv",
-        "dpo": out / "dpo",
-    }
+    paths = demo_paths(out)
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -151,8 +161,8 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
 def _build_world(paths: dict[str, Path], seed: int) -> None:
     """The synthetic world with scene priors (both splits)."""
     world = paths["world"]
-    if not (world / "val" / "coco_pope_random.json").is_file():
-        sizes = ["--train-images", str(TRAIN_IMAGES), "--val-images", str(VAL_IMAGES)]
+    if not (world / "dev" / "coco_pope_random.json").is_file():
+        sizes = ["--train-images", str(TRAIN_IMAGES), "--val-images", str(VAL_IMAGES), "--dev-images", str(DEV_IMAGES)]
         _veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed))
 
 
@@ -211,11 +221,16 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
         shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
 
 
+# the co-occurrence judge picks the hard present objects, the trained CLIP the plausible absent ones
+_ORIC_COMMON = tuple(
+    "--context-judge cooccurrence --context-judge-threshold 0.5 --yes-per-image 1 --no-per-image 1".split()
+)
+
+
 def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
     """ORIC training data (train images), ORIC-Bench (val images) and the leakage check between them."""
     world = paths["world"]
-    # the co-occurrence judge picks the hard present objects, the trained CLIP the plausible absent ones
-    common = "--context-judge cooccurrence --context-judge-threshold 0.5 --yes-per-image 1 --no-per-image 1".split()
+    common = list(_ORIC_COMMON)
     common += ["--clip-model", str(paths["clip"]), "--clip-cache", str(out / "cache" / "clip"), "--seed", str(seed)]
     builds = [  # (builder, split, output, questions per answer, further arguments)
         (
@@ -240,9 +255,49 @@ def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
     _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
 
 
-def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
-    """GRPO from the base model, with the eval hook at step 0 and at every save."""
+def _build_dev_bench(paths: dict[str, Path], out: Path, seed: int) -> None:
+    """ORIC-Bench's questions on the dev split (hyperparameter selection), checked against the training data."""
     world = paths["world"]
+    if not paths["oric_dev"].is_file():
+        _veritune(
+            "build",
+            "oric-bench",
+            "--annotations",
+            str(world / "dev" / "instances.json"),
+            "--image-root",
+            str(world / "dev" / "images"),
+            "--out",
+            str(paths["oric_dev"]),
+            "--num-yes",
+            str(ORIC_BENCH_PER_ANSWER),
+            "--num-no",
+            str(ORIC_BENCH_PER_ANSWER),
+            *_ORIC_COMMON,
+            "--clip-model",
+            str(paths["clip"]),
+            "--clip-cache",
+            str(out / "cache" / "clip"),
+            "--seed",
+            str(seed),
+        )
+    _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_dev"]))
+
+
+def _train_grpo(
+    paths: dict[str, Path],
+    steps: int | None,
+    seed: int,
+    *,
+    split: str = "val",
+    run: Path | None = None,
+    extra: tuple[str, ...] = (),
+) -> Path:
+    """GRPO from the base model, with the eval hook at step 0 and at every save on ORIC-Bench and the
+    POPE-random-style questions of ``split`` (``val``: the benchmarks; ``dev``: hyperparameter selection).
+    ``extra`` overrides further recipe keys. Returns the run directory."""
+    world = paths["world"]
+    run = run or paths["run"]
+    bench = paths["oric_bench"] if split == "val" else paths["oric_dev"]
     overrides = [
         "--model_name_or_path",
         str(paths["base"]),
@@ -253,7 +308,7 @@ def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
         "--replay_path",  # conventional questions replayed beside ORIC's (the recipe's replay_ratio)
         str(world / "train" / "coco_pope_random.json"),
         "--output_dir",
-        str(paths["run"]),
+        str(run),
         "--resume_from_checkpoint",
         "auto",
         "--seed",
@@ -267,15 +322,17 @@ def _train_grpo(paths: dict[str, Path], steps: int | None, seed: int) -> None:
         "oric_bench",
         "pope",
         "--eval_data",
-        f"oric_bench={paths['oric_bench']}",
-        f"pope={world / 'val' / 'coco_pope_random.json'}",
+        f"oric_bench={bench}",
+        f"pope={world / split / 'coco_pope_random.json'}",
         "--eval_image_root",
-        str(world / "val" / "images"),
+        str(world / split / "images"),
+        *extra,
     ]
     if steps is not None:
         overrides += ["--max_steps", str(steps), "--save_steps", str(steps)]
-    if not (paths["run"] / "trainer_state.json").is_file():
+    if not (run / "trainer_state.json").is_file():
         _launch("finetune/grpo.py", RECIPE, overrides)
+    return run
 
 
 def _train_dpo(paths: dict[str, Path], seed: int) -> None:
@@ -348,7 +405,7 @@ def _write_reports(paths: dict[str, Path]) -> None:
     _veritune("report", str(paths["dpo"]))
 
 
-def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
+def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, str]] = TABLE) -> list[dict[str, Any]]:
     """The before/after rows from the eval hooks of the GRPO run (ORIC-Bench, POPE) and the DPO run (FINER):
     step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
     (questions resampled), on exactly the items the hooks evaluated."""
@@ -359,7 +416,7 @@ def results_table(runs: dict[str, Path], seed: int = 0) -> list[dict[str, Any]]:
     from veritune.report import collect_eval
 
     rows = []
-    for benchmark, metric in TABLE:
+    for benchmark, metric in table:
         trained_by = "dpo" if benchmark == "finer" else "grpo"
         run_dir = runs[trained_by]
         by_step = collect_eval(run_dir).get(benchmark, {})
