@@ -223,6 +223,12 @@ def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[st
     text = completion_text(text)
     if not text:
         return None, "unresolved"
+    return _extract_option(text, tuple((str(k), str(v)) for k, v in options.items()) if options else None)
+
+
+@lru_cache(maxsize=65536)  # the bootstrap re-scores the same answers a thousand times
+def _extract_option(text: str, pairs: tuple[tuple[str, str], ...] | None) -> tuple[str | None, str]:
+    options = dict(pairs) if pairs else None
     text = _SOLUTION_TAG.sub(" ", text[:_MAX_SCAN_CHARS]).strip()
     valid = set(options) if options else set(OPTION_LETTERS)
     for pattern in (_LETTER_ALONE, _LETTER_PAREN, _LETTER_PHRASE):
