@@ -137,7 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from veritune.cli import command_help
 
     parser = subparsers.add_parser("demo-select", help=command_help(None, "demo-select"))
-    parser.add_argument("--out", type=Path, default=Path("outputs/demo-select"), help="where the sweep is written")
+    parser.add_argument("--out", type=Path, default=Path("outputs/selection"), help="where the sweep is written")
     parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="seeds of the world and training")
     parser.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS), help="replay ratios to compare")
     parser.add_argument(
