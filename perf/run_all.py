@@ -32,6 +32,11 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("finer_builder", ["perf/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
     ("eval_runner", ["perf/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
     ("answer_extraction", ["perf/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
+    (
+        "cpu_training",
+        ["perf/bench_cpu_training.py"],
+        "the miniature's CPU training settings: GRPO bf16 autocast vs fp32, SFT data worker (issue 14)",
+    ),
     ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
     (
         "cli_help",

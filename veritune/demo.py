@@ -1,7 +1,8 @@
 """``veritune demo``: the miniature ORIC and FINER experiments, end to end on a CPU, offline.
 
 1. a synthetic world with scene priors (``veritune build synthetic-world``): COCO ``instances.json``,
-   FINER-layout scene graphs and a POPE-random-style question file per split;
+   FINER-layout scene graphs and a POPE-random-style question file per split (train, val, and dev, on which
+   ``veritune demo-select`` chose the GRPO recipe's replay ratio; the demo itself never reads dev);
 2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
    train split so that ORIC's CLIP-guided negatives mean something;
 3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under

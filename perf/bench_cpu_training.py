@@ -1,0 +1,93 @@
+"""CPU training settings of the miniature: GRPO with TRL's default bf16 autocast against fp32, and the SFT
+warm-start with and without a data worker, on the demo-size tiny Qwen3-VL, one torch thread, run alternately.
+
+    python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40]
+
+Prints min and median step times per side (TRL's logged ``step_time`` for GRPO, first step excluded as
+warm-up; train_runtime / steps for SFT) and the ratios. These figures chose ``bf16: false`` in the tiny GRPO
+recipes and ``dataloader_num_workers: 1`` in ``recipes/tiny_sft_warmstart.yaml``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT / "tests"))
+
+
+def run(command: list[str]) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"benchmark run failed: {' '.join(command)}\n{result.stderr[-2000:]}")
+
+
+def grpo_step_times(output_dir: Path) -> list[float]:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    return [row["step_time"] for row in state["log_history"] if "step_time" in row][1:]
+
+
+def sft_step_time(output_dir: Path) -> float:
+    state = json.loads((output_dir / "trainer_state.json").read_text())
+    runtime = next(row["train_runtime"] for row in state["log_history"] if "train_runtime" in row)
+    return runtime / state["global_step"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--grpo-steps", type=int, default=4)
+    parser.add_argument("--sft-steps", type=int, default=40)
+    args = parser.parse_args()
+
+    from conftest import write_oric_fixture
+
+    from data_builders.synthetic_world import build_synthetic_world
+    from veritune.tiny.models import build_tiny_model
+
+    times: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp_path = Path(tmp)
+        model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0, format_warmup_steps=0, size="demo")
+        data, images = write_oric_fixture(tmp_path / "oric", num_items=64)
+        world = build_synthetic_world(tmp_path / "world", num_train_images=200, num_val_images=1)
+        common = ["--model_name_or_path", str(model), "--save_strategy", "no", "--report_to", "none"]
+        for repeat in range(args.repeats):
+            for bf16 in ("true", "false"):  # alternately, so load on the machine hits both sides alike
+                out = tmp_path / f"grpo-{bf16}-{repeat}"
+                grpo = [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_miniature.yaml", *common]
+                grpo += ["--dataset_path", str(data), "--image_root", str(images), "--replay_path", ""]
+                grpo += ["--max_steps", str(args.grpo_steps), "--bf16", bf16, "--output_dir", str(out)]
+                run(grpo)
+                times.setdefault(f"GRPO step, bf16={bf16}", []).extend(grpo_step_times(out))
+            for workers in ("0", "1"):
+                out = tmp_path / f"sft-{workers}-{repeat}"
+                sft = [sys.executable, "finetune/sft.py", "recipes/tiny_sft_warmstart.yaml", *common]
+                sft += ["--dataset_path", str(world["train_annotations"]), "--image_root", str(world["train_images"])]
+                sft += ["--max_steps", str(args.sft_steps), "--dataloader_num_workers", workers]
+                sft += ["--dataloader_persistent_workers", "true" if workers != "0" else "false"]
+                sft += ["--output_dir", str(out)]
+                run(sft)
+                times.setdefault(f"SFT step (batch 32), data workers={workers}", []).append(sft_step_time(out))
+
+    print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
+    for name, values in times.items():
+        print(f"| {name} | {min(values):.3f} | {statistics.median(values):.3f} | {len(values)} |")
+    median = {name: statistics.median(values) for name, values in times.items()}
+    print(
+        f"\nGRPO bf16 autocast / fp32 (median): {median['GRPO step, bf16=true'] / median['GRPO step, bf16=false']:.1f}"
+    )
+    sft_ratio = median["SFT step (batch 32), data workers=0"] / median["SFT step (batch 32), data workers=1"]
+    print(f"SFT no worker / one worker (median): {sft_ratio:.2f}")
+
+
+if __name__ == "__main__":
+    main()
