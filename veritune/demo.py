@@ -61,9 +61,7 @@ def _run(command: list[str]) -> None:
     print("$ " + " ".join(command), flush=True)
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")
-    # one torch thread per process: the numbers in docs/RESULTS.md then reproduce on any machine (float sums
-    # do not depend on the core count), and the warm-start's data worker takes the second core
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("OMP_NUM_THREADS", "1")  # pin_threads; the warm-start's data worker takes the second core
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     result = subprocess.run(command, cwd=REPO_ROOT, env=env)
     if result.returncode != 0:
@@ -81,6 +79,16 @@ def _launch(script: str, recipe: str, overrides: list[str]) -> None:
     else:
         launcher += ["--num_processes", "1", "--cpu", "--mixed_precision", "no"]
     _run([*launcher, script, recipe, *overrides])
+
+
+def pin_threads() -> None:
+    """One torch thread, here (the tiny CLIP trains in this process) and in every subprocess, unless
+    ``OMP_NUM_THREADS`` says otherwise: float sums then do not depend on the core count, so the numbers in
+    docs/RESULTS.md reproduce (the tiny CLIP trained on two threads picks other ORIC negatives than on one)."""
+    import torch
+
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def warmstart_key(*files: Path) -> str:
@@ -114,6 +122,7 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
+    pin_threads()
 
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = demo_paths(out)

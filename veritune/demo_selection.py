@@ -63,10 +63,12 @@ def select_replay_ratio(
         _train_grpo,
         _warm_start,
         demo_paths,
+        pin_threads,
         results_table,
     )
 
     use_cpu_accelerator_without_gpu()
+    pin_threads()
     if any(ratio < 0 for ratio in ratios):
         raise UserError(f"--ratios: expected values >= 0, got {list(ratios)}")
     out = out.resolve()
