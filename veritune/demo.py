@@ -231,16 +231,12 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
         shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
 
 
-# the co-occurrence judge picks the hard present objects, the trained CLIP the plausible absent ones
-_ORIC_COMMON = tuple(
-    "--context-judge cooccurrence --context-judge-threshold 0.5 --yes-per-image 1 --no-per-image 1".split()
-)
-
-
-def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
-    """ORIC training data (train images), ORIC-Bench (val images) and the leakage check between them."""
+def _build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) -> None:
+    """ORIC training data (train images), ORIC-Bench (val images) and the leakage check between them; with
+    ``dev``, also ORIC-Bench's questions on the dev split (``veritune demo-select``), checked the same way."""
     world = paths["world"]
-    common = list(_ORIC_COMMON)
+    # the co-occurrence judge picks the hard present objects, the trained CLIP the plausible absent ones
+    common = "--context-judge cooccurrence --context-judge-threshold 0.5 --yes-per-image 1 --no-per-image 1".split()
     common += ["--clip-model", str(paths["clip"]), "--clip-cache", str(out / "cache" / "clip"), "--seed", str(seed)]
     builds = [  # (builder, split, output, questions per answer, further arguments)
         (
@@ -252,6 +248,8 @@ def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
         ),
         ("oric-bench", "val", paths["oric_bench"], ORIC_BENCH_PER_ANSWER, []),
     ]
+    if dev:
+        builds.append(("oric-bench", "dev", paths["oric_dev"], ORIC_BENCH_PER_ANSWER, []))
     for builder, split, output, per_answer, further in builds:
         if not output.is_file():
             data = [
@@ -262,35 +260,8 @@ def _build_oric(paths: dict[str, Path], out: Path, seed: int) -> None:
             ]
             counts = ["--num-yes", str(per_answer), "--num-no", str(per_answer)]
             _veritune("build", builder, *data, "--out", str(output), *counts, *further, *common)
-    _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_bench"]))
-
-
-def _build_dev_bench(paths: dict[str, Path], out: Path, seed: int) -> None:
-    """ORIC-Bench's questions on the dev split (hyperparameter selection), checked against the training data."""
-    world = paths["world"]
-    if not paths["oric_dev"].is_file():
-        _veritune(
-            "build",
-            "oric-bench",
-            "--annotations",
-            str(world / "dev" / "instances.json"),
-            "--image-root",
-            str(world / "dev" / "images"),
-            "--out",
-            str(paths["oric_dev"]),
-            "--num-yes",
-            str(ORIC_BENCH_PER_ANSWER),
-            "--num-no",
-            str(ORIC_BENCH_PER_ANSWER),
-            *_ORIC_COMMON,
-            "--clip-model",
-            str(paths["clip"]),
-            "--clip-cache",
-            str(out / "cache" / "clip"),
-            "--seed",
-            str(seed),
-        )
-    _veritune("build", "check-leakage", str(paths["oric_train"]), str(paths["oric_dev"]))
+    for bench in builds[1:]:
+        _veritune("build", "check-leakage", str(paths["oric_train"]), str(bench[2]))
 
 
 def _train_grpo(

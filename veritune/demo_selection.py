@@ -55,7 +55,6 @@ def select_replay_ratio(
     """Run the dev-split sweep under ``out`` (one directory per seed, one GRPO run per ratio) and choose."""
     from finetune.training import use_cpu_accelerator_without_gpu
     from veritune.demo import (
-        _build_dev_bench,
         _build_oric,
         _build_tiny_models,
         _build_world,
@@ -80,8 +79,7 @@ def select_replay_ratio(
         _build_world(paths, seed)
         _build_tiny_models(paths, seed)
         _warm_start(paths, seed_out, seed, use_cache=True)
-        _build_oric(paths, seed_out, seed)
-        _build_dev_bench(paths, seed_out, seed)
+        _build_oric(paths, seed_out, seed, dev=True)
         for ratio in ratios:
             _step(f"seed {seed}: GRPO with replay_ratio {ratio:g}, evaluated on the dev split")
             run = seed_out / f"grpo-replay{_ratio_name(ratio)}"
