@@ -307,15 +307,17 @@ def build_synthetic_world(
 
     ``num_dev_images > 0`` adds a third split, ``dev``, drawn after the other two (so train and val do not
     change): images from the same distribution that neither training nor the benchmarks see, on which
-    hyperparameters are selected (``scripts/select_replay_ratio.py``).
+    hyperparameters are selected (``veritune demo-select``).
 
     Returns the paths ``{split}_annotations``, ``{split}_images``, ``{split}_scene_graphs`` and
     ``{split}_pope_random`` for the splits train and val (and dev).
     """
     out_dir = Path(out_dir)
     rng = random.Random(seed)
-    if min(num_train_images, num_val_images, num_dev_images) < 0:
-        raise UserError("train/val/dev images: expected counts >= 0")
+    counts = {"num_train_images": num_train_images, "num_val_images": num_val_images, "num_dev_images": num_dev_images}
+    for key, count in counts.items():
+        if count < 0:
+            raise UserError(f"{key}: expected a count >= 0, got {count}")
     if backgrounds not in BACKGROUNDS:
         raise UserError(f"backgrounds: expected one of {', '.join(BACKGROUNDS)}, got {backgrounds!r}")
     for key, rate in (("in_context_rate", in_context_rate), ("out_of_context_rate", out_of_context_rate)):

@@ -190,7 +190,7 @@ def test_bad_world_settings_are_one_line_errors(tmp_path: Path) -> None:
         build_synthetic_world(tmp_path, num_train_images=1, num_val_images=1, backgrounds="studio")
     with pytest.raises(UserError, match=r"out_of_context_rate: expected a probability in \[0, 1\], got 1.5"):
         build_synthetic_world(tmp_path, num_train_images=1, num_val_images=1, out_of_context_rate=1.5)
-    with pytest.raises(UserError, match="expected counts >= 0"):
+    with pytest.raises(UserError, match="num_dev_images: expected a count >= 0, got -1"):
         build_synthetic_world(tmp_path, num_train_images=1, num_val_images=1, num_dev_images=-1)
 
 
