@@ -72,12 +72,17 @@ def _veritune(*args: str) -> None:
     _run([sys.executable, "-m", "veritune.cli", *args])
 
 
+def recipe_accelerate_config(recipe: str) -> str:
+    """The recipe's ``accelerate_config`` key (the warm-start runs two data-parallel processes, the rest one)."""
+    import yaml
+
+    config = (yaml.safe_load((REPO_ROOT / recipe).read_text()) or {}).get("accelerate_config")
+    return config or ACCELERATE_CONFIG
+
+
 def _launch(script: str, recipe: str, overrides: list[str]) -> None:
     launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
-    if (REPO_ROOT / ACCELERATE_CONFIG).is_file():
-        launcher += ["--config_file", ACCELERATE_CONFIG]
-    else:
-        launcher += ["--num_processes", "1", "--cpu", "--mixed_precision", "no"]
+    launcher += ["--config_file", recipe_accelerate_config(recipe)]
     _run([*launcher, script, recipe, *overrides])
 
 
@@ -200,6 +205,7 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
     world = paths["world"]
     key = warmstart_key(
         REPO_ROOT / SFT_RECIPE,
+        REPO_ROOT / recipe_accelerate_config(SFT_RECIPE),
         REPO_ROOT / "finetune" / "sft.py",
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
