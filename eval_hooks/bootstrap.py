@@ -46,10 +46,21 @@ def paired_bootstrap(
 
     ``statistic(indices)`` returns the paired difference (trained minus base) on the drawn units.
     """
+    values = _resample(lambda indices: (statistic(indices),), units, resamples, seed)
+    return _interval([value[0] for value in values], confidence)
+
+
+def _resample(
+    statistic: Callable[[list[int]], tuple[float, ...]], units: int, resamples: int, seed: int
+) -> list[tuple[float, ...]]:
+    """``statistic`` on ``resamples`` draws of ``units`` indices with replacement, from ``random.Random(seed)``."""
     if units < 1:
         raise UserError("bootstrap: no questions to resample")
     rng = random.Random(seed)
-    values = [statistic([rng.randrange(units) for _ in range(units)]) for _ in range(resamples)]
+    return [statistic([rng.randrange(units) for _ in range(units)]) for _ in range(resamples)]
+
+
+def _interval(values: list[float], confidence: float) -> tuple[float, float]:
     tail = (1 - confidence) / 2
     return percentile(values, tail), percentile(values, 1 - tail)
 
@@ -77,25 +88,48 @@ def metric_difference_interval(
 ) -> dict[str, Any]:
     """``{metric, base, trained, difference, low, high}`` for one metric of one benchmark: the point values
     on all items and the paired bootstrap interval of the difference, resampling questions."""
+    return metric_difference_intervals(
+        benchmark_name, items, base, trained, [metric], resamples=resamples, confidence=confidence, seed=seed
+    )[0]
+
+
+def metric_difference_intervals(
+    benchmark_name: str,
+    items: list[EvalItem],
+    base: dict[str, str],
+    trained: dict[str, str],
+    metrics: Sequence[str],
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    seed: int = 0,
+) -> list[dict[str, Any]]:
+    """:func:`metric_difference_interval` for several metrics of one benchmark, from one set of draws: each
+    row is the one a call for that metric alone gives (the same ``seed`` draws the same questions), at the
+    cost of one scoring per draw instead of one per metric."""
     benchmark = get_benchmark(benchmark_name)
     groups = question_groups(items)
+    # per item, what a drawn copy's id is made of: "17/p2" drawn as copy 5 becomes "17#5/p2", so grouping stays
+    parts = [
+        [(item, *(item.id.rpartition("/p") if _PARAPHRASE_ID.match(item.id) else (item.id, "", ""))) for item in group]
+        for group in groups
+    ]
 
-    def value(chosen: list[EvalItem], predictions: dict[str, str]) -> float:
-        metrics = benchmark.score(chosen, predictions)["metrics"]
-        if metric not in metrics:
-            raise UserError(f"{benchmark_name}: no metric {metric!r} (has: {', '.join(sorted(metrics)[:12])})")
-        return float(metrics[metric])
+    def values(chosen: list[EvalItem], predictions: dict[str, str]) -> tuple[float, ...]:
+        scored = benchmark.score(chosen, predictions)["metrics"]
+        for metric in metrics:
+            if metric not in scored:
+                raise UserError(f"{benchmark_name}: no metric {metric!r} (has: {', '.join(sorted(scored)[:12])})")
+        return tuple(float(scored[metric]) for metric in metrics)
 
     def draw(indices: list[int]) -> tuple[list[EvalItem], dict[str, str], dict[str, str]]:
         chosen, base_draw, trained_draw = [], {}, {}
         for copy, index in enumerate(indices):
-            for item in groups[index]:
-                # A copy keeps its paraphrase suffix ("17/p2" -> "17#5/p2") so grouping stays intact.
-                head, sep, tail = item.id.rpartition("/p") if _PARAPHRASE_ID.match(item.id) else (item.id, "", "")
+            for item, head, sep, tail in parts[index]:
                 new_id = f"{head}#{copy}{sep}{tail}"
-                meta = dict(item.meta)
+                meta = item.meta
                 if "pair" in meta:  # a drawn pair is a pair of its own, even when drawn twice
-                    meta["pair"] = f"{meta['pair']}#{copy}"
+                    meta = {**meta, "pair": f"{meta['pair']}#{copy}"}
                 chosen.append(  # built directly: dataclasses.replace is the slow part of a thousand draws
                     EvalItem(new_id, item.prompt, item.images, item.max_new_tokens, meta, item.missing_images)
                 )
@@ -105,22 +139,29 @@ def metric_difference_interval(
                     trained_draw[new_id] = trained[item.id]
         return chosen, base_draw, trained_draw
 
-    def statistic(indices: list[int]) -> float:
+    def statistic(indices: list[int]) -> tuple[float, ...]:
         chosen, base_draw, trained_draw = draw(indices)
-        return value(chosen, trained_draw) - value(chosen, base_draw)
+        after, before = values(chosen, trained_draw), values(chosen, base_draw)
+        return tuple(a - b for a, b in zip(after, before))
 
-    base_value, trained_value = value(items, base), value(items, trained)
-    low, high = paired_bootstrap(statistic, len(groups), resamples=resamples, confidence=confidence, seed=seed)
-    return {
-        "metric": metric,
-        "base": base_value,
-        "trained": trained_value,
-        "difference": trained_value - base_value,
-        "low": low,
-        "high": high,
-        "questions": len(groups),
-        "resamples": resamples,
-    }
+    base_values, trained_values = values(items, base), values(items, trained)
+    draws = _resample(statistic, len(groups), resamples, seed)
+    rows = []
+    for column, metric in enumerate(metrics):
+        low, high = _interval([value[column] for value in draws], confidence)
+        rows.append(
+            {
+                "metric": metric,
+                "base": base_values[column],
+                "trained": trained_values[column],
+                "difference": trained_values[column] - base_values[column],
+                "low": low,
+                "high": high,
+                "questions": len(groups),
+                "resamples": resamples,
+            }
+        )
+    return rows
 
 
 def format_table(rows: list[dict[str, Any]], confidence: float = 0.95) -> str:

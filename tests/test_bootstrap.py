@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 
 from eval_hooks.base import EvalItem
-from eval_hooks.bootstrap import format_table, metric_difference_interval, paired_bootstrap, percentile, question_groups
+from eval_hooks.bootstrap import (
+    format_table,
+    metric_difference_interval,
+    metric_difference_intervals,
+    paired_bootstrap,
+    percentile,
+    question_groups,
+)
 
 
 def test_percentile_interpolates_like_numpy() -> None:
@@ -86,3 +93,15 @@ def test_table_lists_metric_base_trained_difference_interval() -> None:
 def test_finer_pairs_are_resampled_together() -> None:
     items = [EvalItem(id=f"f/{i}", prompt="", images=[], meta={"pair": f"f/{i // 2}"}) for i in range(4)]
     assert [[item.id for item in group] for group in question_groups(items)] == [["f/0", "f/1"], ["f/2", "f/3"]]
+
+
+def test_several_metrics_from_one_set_of_draws_equal_one_call_each() -> None:
+    """The demo's table and the run report score each draw once for all of a benchmark's metrics; every row
+    must be exactly what a call for that metric alone gives (same seed, same questions drawn)."""
+    items = _pope_items(["yes", "no", "yes", "no", "yes", "yes", "no", "no"])
+    base = {item.id: "yes" for item in items}
+    trained = dict(base, **{"random/1": "no", "random/3": "no", "random/6": "no", "random/0": "no"})
+    metrics = ["accuracy", "f1", "yes_ratio"]
+    together = metric_difference_intervals("pope", items, base, trained, metrics, resamples=300, seed=4)
+    alone = [metric_difference_interval("pope", items, base, trained, m, resamples=300, seed=4) for m in metrics]
+    assert together == alone and len({row["low"] for row in together}) > 1

@@ -5,13 +5,13 @@
    ``veritune demo-select`` chose the GRPO recipe's replay ratio; the demo itself never reads dev);
 2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
    train split so that ORIC's CLIP-guided negatives mean something;
-3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
-   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
+3. the base model: a supervised warm-start on conventional data (``finetune/sft.py`` on two data-parallel CPU
+   processes, cached under ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
 4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage check;
-5. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_miniature.yaml``: plain answers, one
-   conventional question of the train split replayed per ORIC question), with the eval hook's step-0 baseline;
-6. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
-   (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
+5. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
+   (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``), in the background beside step 6 (``OUT/logs/``);
+6. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_miniature.yaml``: plain answers, with
+   conventional questions of the train split replayed beside ORIC's), with the eval hook's step-0 baseline;
 7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
    trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
    FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
@@ -28,7 +28,9 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,15 +59,67 @@ def _step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
+_OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
+
+
 def _run(command: list[str]) -> None:
-    print("$ " + " ".join(command), flush=True)
+    _wait([_start(command)])
+
+
+def _start(command: list[str]) -> tuple[list[str], subprocess.Popen]:
+    """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log."""
+    log = getattr(_OUTPUT, "log", None)
+    line = "$ " + " ".join(command)
+    if log is None:
+        print(line, flush=True)
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")
-    env.setdefault("OMP_NUM_THREADS", "1")  # pin_threads; the warm-start's data worker takes the second core
+    env.setdefault("OMP_NUM_THREADS", "1")  # pin_threads: one torch thread per process
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    result = subprocess.run(command, cwd=REPO_ROOT, env=env)
-    if result.returncode != 0:
-        raise UserError(f"demo step failed (exit {result.returncode}): {' '.join(command)}")
+    if log is None:
+        return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env)
+    with log.open("a") as stream:
+        stream.write(line + "\n")
+        stream.flush()
+        return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stream, stderr=subprocess.STDOUT)
+
+
+def _wait(started: list[tuple[list[str], subprocess.Popen]]) -> None:
+    for command, process in started:
+        if process.wait() != 0:
+            raise UserError(f"demo step failed (exit {process.returncode}): {' '.join(command)}")
+
+
+class _Background:
+    """A stage run in a thread beside the foreground one (the GRPO run leaves the second core idle); its
+    commands write to ``log``, whose tail is shown if it fails. ``join`` re-raises its error."""
+
+    def __init__(self, name: str, log: Path, stage: Callable[[], None]) -> None:
+        self.name, self.log, self.error, self.seconds = name, log, None, 0.0
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("")
+        print(f"(in the background: {name}; output in {log})", flush=True)
+
+        def run() -> None:
+            _OUTPUT.log = log
+            start = time.monotonic()
+            try:
+                stage()
+            except BaseException as error:  # noqa: BLE001 - handed to the foreground by join()
+                self.error = error
+            self.seconds = round(time.monotonic() - start, 1)
+
+        self.thread = threading.Thread(target=run, name=name, daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        self.thread.join()
+        if self.error is not None:
+            tail = self.log.read_text().splitlines()[-15:]
+            print("\n".join(tail), file=sys.stderr, flush=True)
+            if isinstance(self.error, UserError):
+                raise UserError(f"{self.name} (log: {self.log}): {self.error}") from self.error
+            raise self.error
 
 
 def _veritune(*args: str) -> None:
@@ -157,13 +211,15 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     _build_oric(paths, out, seed)
     lap("ORIC build")
 
-    _step("5/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
+    # FINER + DPO (one core, ~25 s) runs beside GRPO (one core); GRPO's output stays on the terminal
+    _step("5/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
+    finer = _Background("FINER build + DPO", out / "logs" / "finer_dpo.log", lambda: _train_dpo(paths, seed))
+    _step("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     _train_grpo(paths, steps, seed)
     lap("GRPO")
-
-    _step("6/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
-    _train_dpo(paths, seed)
-    lap("FINER build + DPO")
+    finer.join()
+    clock = time.monotonic()  # the wait for FINER + DPO, if any, is not counted
+    timings["FINER build + DPO (beside GRPO)"] = finer.seconds
 
     _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     _write_reports(paths)
@@ -387,23 +443,22 @@ def _train_dpo(paths: dict[str, Path], seed: int) -> None:
 
 
 def _write_reports(paths: dict[str, Path]) -> None:
-    """The HTML run reports of both training runs."""
-    _veritune("report", str(paths["run"]))
-    _veritune("report", str(paths["dpo"]))
+    """The HTML run reports of both training runs (side by side: one core each)."""
+    _wait([_start([sys.executable, "-m", "veritune.cli", "report", str(run)]) for run in (paths["run"], paths["dpo"])])
 
 
 def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, str]] = TABLE) -> list[dict[str, Any]]:
     """The before/after rows from the eval hooks of the GRPO run (ORIC-Bench, POPE) and the DPO run (FINER):
     step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
     (questions resampled), on exactly the items the hooks evaluated."""
-    from eval_hooks.bootstrap import metric_difference_interval
+    from eval_hooks.bootstrap import metric_difference_intervals
     from eval_hooks.evaluate import prepare_benchmark
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
     from veritune.core.run_layout import checkpoint_eval_dir
     from veritune.report import collect_eval
 
-    rows = []
-    for benchmark, metric in table:
+    by_benchmark: dict[str, dict[str, dict[str, Any]]] = {}
+    for benchmark in dict.fromkeys(name for name, _ in table):  # one set of draws per benchmark, its metrics together
         trained_by = "dpo" if benchmark == "finer" else "grpo"
         run_dir = runs[trained_by]
         by_step = collect_eval(run_dir).get(benchmark, {})
@@ -419,12 +474,19 @@ def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, s
         base, after = (
             read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE) for step in (0, last)
         )
-        row = metric_difference_interval(benchmark, prepared.items, base, after, metric, seed=seed)
+        metrics = [metric for name, metric in table if name == benchmark]
         scale = 100.0 if benchmark == "pope" else 1.0  # POPE's scorer reports fractions, the others percent
-        for key in ("base", "trained", "difference", "low", "high"):
-            row[key] *= scale
-        rows.append({"benchmark": benchmark, "trained_by": trained_by, "step": last, **row})
-    return rows
+        by_benchmark[benchmark] = {}
+        for row in metric_difference_intervals(benchmark, prepared.items, base, after, metrics, seed=seed):
+            for key in ("base", "trained", "difference", "low", "high"):
+                row[key] *= scale
+            by_benchmark[benchmark][row["metric"]] = {
+                "benchmark": benchmark,
+                "trained_by": trained_by,
+                "step": last,
+                **row,
+            }
+    return [by_benchmark[benchmark][metric] for benchmark, metric in table]
 
 
 def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict[str, float], out: Path) -> None:

@@ -356,7 +356,7 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     """The step-0 baseline against the newest checkpoint: headline metrics with their difference and 95% paired
     bootstrap interval (questions resampled), and sample rows with the image thumbnail, the reference and the
     prediction at each checkpoint. Empty without a step-0 result (``eval_at_start``) and a later one."""
-    from eval_hooks.bootstrap import metric_difference_interval
+    from eval_hooks.bootstrap import metric_difference_intervals
     from eval_hooks.evaluate import prepare_benchmark
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
 
@@ -379,8 +379,10 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
         return [f"<h3>Before / after</h3><p class='muted'>not available: {html.escape(str(err))}</p>"]
     rows = []
     metrics = [m for m in BEFORE_AFTER_METRICS if m in by_step[last]["metrics"]] or list(by_step[last]["metrics"])[:3]
-    for metric in metrics:
-        row = metric_difference_interval(name, prepared.items, predictions[0], predictions[last], metric, resamples=500)
+    intervals = metric_difference_intervals(
+        name, prepared.items, predictions[0], predictions[last], metrics, resamples=500
+    )
+    for metric, row in zip(metrics, intervals):
         rows.append(
             {
                 "metric": metric,
