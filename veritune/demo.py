@@ -5,8 +5,8 @@
    ``veritune demo-select`` chose the GRPO recipe's replay ratio; the demo itself never reads dev);
 2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
    train split so that ORIC's CLIP-guided negatives mean something;
-3. the base model: a supervised warm-start on conventional data (``finetune/sft.py`` on two data-parallel CPU
-   processes, cached under ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
+3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
+   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
 4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage check;
 5. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
    (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``), in the background beside step 6 (``OUT/logs/``);
@@ -127,7 +127,7 @@ def _veritune(*args: str) -> None:
 
 
 def recipe_accelerate_config(recipe: str) -> str:
-    """The recipe's ``accelerate_config`` key (the warm-start runs two data-parallel processes, the rest one)."""
+    """The recipe's ``accelerate_config`` key, or one process (``recipes/accelerate/single.yaml``)."""
     import yaml
 
     config = (yaml.safe_load((REPO_ROOT / recipe).read_text()) or {}).get("accelerate_config")
@@ -260,8 +260,7 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
     """The base model: the SFT warm-start, reused from the cache when its inputs are unchanged."""
     world = paths["world"]
     key = warmstart_key(
-        REPO_ROOT / SFT_RECIPE,
-        REPO_ROOT / recipe_accelerate_config(SFT_RECIPE),
+        REPO_ROOT / SFT_RECIPE,  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
