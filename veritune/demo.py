@@ -7,16 +7,19 @@
    train split so that ORIC's CLIP-guided negatives mean something;
 3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
    ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
-4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage check;
-5. FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs), DPO from the base model
-   (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``), in the background beside step 6 (``OUT/logs/``);
+4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage
+   check; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs);
+5. DPO from the base model (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
 6. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_miniature.yaml``: plain answers, with
    conventional questions of the train split replayed beside ORIC's), with the eval hook's step-0 baseline;
 7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
    trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
    FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
 
-Every step is skipped when its output already exists, so an interrupted demo resumes.
+Every step is skipped when its output already exists, so an interrupted demo resumes. Each process runs on one
+torch thread, and the machine's second core is used by running stages side by side: the tiny CLIP and step 4
+beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary follows on the terminal).
+Which stages run together changes no number: each is deterministic on its own thread.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ def _step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
+SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:", "eval at step")  # of a background log
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
@@ -120,6 +124,9 @@ class _Background:
             if isinstance(self.error, UserError):
                 raise UserError(f"{self.name} (log: {self.log}): {self.error}") from self.error
             raise self.error
+        # what the stage built, as the foreground would have printed it
+        summary = [line for line in self.log.read_text().splitlines() if line.startswith(SUMMARY_LINES)]
+        print("\n".join([f"{self.name}, built in the background ({self.log}):", *summary]), flush=True)
 
 
 def _veritune(*args: str) -> None:
@@ -197,29 +204,36 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     _build_world(paths, seed)
     lap("world")
 
-    _step("2/7 tiny models: random-initialised Qwen3-VL, tiny CLIP trained on the train split")
-    _build_tiny_models(paths, seed)
-    lap("tiny models")
+    _step("2/7 tiny models: random-initialised Qwen3-VL (here), tiny CLIP trained on the train split (step 4)")
+    _build_tiny_qwen(paths, seed)
+    lap("tiny Qwen3-VL")
 
+    # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
+    # built beside it on the other core, their output in a log
+    data = _Background(
+        "tiny CLIP, ORIC and FINER data", out / "logs" / "data.log", lambda: _build_data(paths, out, seed)
+    )
     _step("3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)")
     _warm_start(paths, out, seed, use_cache)
     lap("warm-start")
 
     _step(
-        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided negatives"
+        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided "
+        "negatives; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
     )
-    _build_oric(paths, out, seed)
-    lap("ORIC build")
+    data.join()
+    clock = time.monotonic()  # waiting for the data, if at all, is not counted twice
+    timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
 
     # FINER + DPO (one core, ~25 s) runs beside GRPO (one core); GRPO's output stays on the terminal
-    _step("5/7 FINER-Tuning tuples (train scene graphs), FINER-bench (val scene graphs), DPO from the base model")
-    finer = _Background("FINER build + DPO", out / "logs" / "finer_dpo.log", lambda: _train_dpo(paths, seed))
+    _step("5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)")
+    finer = _Background("DPO", out / "logs" / "dpo.log", lambda: _train_dpo(paths, seed))
     _step("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     _train_grpo(paths, steps, seed)
     lap("GRPO")
     finer.join()
-    clock = time.monotonic()  # the wait for FINER + DPO, if any, is not counted
-    timings["FINER build + DPO (beside GRPO)"] = finer.seconds
+    clock = time.monotonic()  # the wait for DPO, if any, is not counted
+    timings["DPO (beside GRPO)"] = finer.seconds
 
     _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     _write_reports(paths)
@@ -239,21 +253,48 @@ def _build_world(paths: dict[str, Path], seed: int) -> None:
 
 def _build_tiny_models(paths: dict[str, Path], seed: int) -> None:
     """The random-initialised demo-size Qwen3-VL and the tiny CLIP trained on the train split."""
-    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+    _build_tiny_qwen(paths, seed)
+    _note(_build_tiny_clip(paths, seed))
+
+
+def _build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
     from veritune.tiny.models import build_tiny_model
 
-    world = paths["world"]
     if not (paths["model"] / "model.safetensors").is_file():
         # the "demo" size: wider than the tests' model, which never learned to use the image (docs/RESULTS.md)
         build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0, size="demo")
+    print(f"tiny Qwen3-VL: {paths['model']}", flush=True)
+
+
+def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
+    """The tiny CLIP, trained contrastively on the train split (one torch thread: ``pin_threads``)."""
+    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+
+    world = paths["world"]
     if not (paths["clip"] / "trained.json").is_file():
         build_tiny_clip(paths["clip"], seed=seed)
         stats = train_tiny_clip(
             paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed
         )
         (paths["clip"] / "trained.json").write_text(json.dumps(stats) + "\n")
-    clip_stats = (paths["clip"] / "trained.json").read_text().strip()
-    print(f"tiny Qwen3-VL: {paths['model']}\ntiny CLIP: {paths['clip']} ({clip_stats})")
+    return f"tiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
+
+
+def _build_data(paths: dict[str, Path], out: Path, seed: int) -> None:
+    """What needs neither the base model nor a trained one: the tiny CLIP, ORIC's data, FINER's data."""
+    _note(_build_tiny_clip(paths, seed))
+    _build_oric(paths, out, seed)
+    _build_finer(paths, seed)
+
+
+def _note(message: str) -> None:
+    """A line for the terminal, or for the stage log of a background stage."""
+    log = getattr(_OUTPUT, "log", None)
+    if log is None:
+        print(message, flush=True)
+    else:
+        with log.open("a") as stream:
+            stream.write(message + "\n")
 
 
 def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
@@ -377,8 +418,8 @@ def _train_grpo(
     return run
 
 
-def _train_dpo(paths: dict[str, Path], seed: int) -> None:
-    """FINER-Tuning tuples and FINER-bench from the scene graphs, then DPO from the base model."""
+def _build_finer(paths: dict[str, Path], seed: int) -> None:
+    """FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)."""
     world = paths["world"]
     if not (paths["finer"] / "train.jsonl").is_file():
         _veritune(
@@ -406,6 +447,12 @@ def _train_dpo(paths: dict[str, Path], seed: int) -> None:
             "--seed",
             str(seed),
         )
+
+
+def _train_dpo(paths: dict[str, Path], seed: int) -> None:
+    """DPO from the base model on the FINER-Tuning tuples (built first if missing)."""
+    world = paths["world"]
+    _build_finer(paths, seed)
     if not (paths["dpo"] / "trainer_state.json").is_file():
         _launch(
             "finetune/dpo.py",
