@@ -62,7 +62,7 @@ def _step(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
-SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:", "eval at step")  # of a background log
+SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:")  # a background log's lines for the terminal
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
@@ -125,8 +125,12 @@ class _Background:
                 raise UserError(f"{self.name} (log: {self.log}): {self.error}") from self.error
             raise self.error
         # what the stage built, as the foreground would have printed it
-        summary = [line for line in self.log.read_text().splitlines() if line.startswith(SUMMARY_LINES)]
-        print("\n".join([f"{self.name}, built in the background ({self.log}):", *summary]), flush=True)
+        summary = [
+            line[line.index("eval at step") :] if "INFO veritune.eval: eval at step" in line else line
+            for line in self.log.read_text().splitlines()
+            if line.startswith(SUMMARY_LINES) or "INFO veritune.eval: eval at step" in line
+        ]
+        print("\n".join([f"{self.name}, run in the background ({self.log}):", *summary]), flush=True)
 
 
 def _veritune(*args: str) -> None:
@@ -227,18 +231,21 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
 
     # FINER + DPO (one core, ~25 s) runs beside GRPO (one core); GRPO's output stays on the terminal
     _step("5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)")
-    finer = _Background("DPO", out / "logs" / "dpo.log", lambda: _train_dpo(paths, seed))
+    finer = _Background(
+        "DPO", out / "logs" / "dpo.log", lambda: (_train_dpo(paths, seed), _run(_report_command(paths["dpo"])))
+    )
     _step("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     _train_grpo(paths, steps, seed)
     lap("GRPO")
     finer.join()
     clock = time.monotonic()  # the wait for DPO, if any, is not counted
-    timings["DPO (beside GRPO)"] = finer.seconds
+    timings["DPO and its report (beside GRPO)"] = finer.seconds
 
     _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
-    _write_reports(paths)
-    lap("report")
+    report = _start(_report_command(paths["run"]))  # the DPO run's report was written beside GRPO
     rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
+    _wait([report])
+    lap("reports and table")
     _summarise(paths, rows, timings, out)
     return paths
 
@@ -488,9 +495,9 @@ def _train_dpo(paths: dict[str, Path], seed: int) -> None:
         )
 
 
-def _write_reports(paths: dict[str, Path]) -> None:
-    """The HTML run reports of both training runs (side by side: one core each)."""
-    _wait([_start([sys.executable, "-m", "veritune.cli", "report", str(run)]) for run in (paths["run"], paths["dpo"])])
+def _report_command(run: Path) -> list[str]:
+    """``veritune report RUN``: the run's HTML report (step-0 baseline, every checkpoint, sample rows)."""
+    return [sys.executable, "-m", "veritune.cli", "report", str(run)]
 
 
 def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, str]] = TABLE) -> list[dict[str, Any]]:
