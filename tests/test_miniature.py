@@ -245,10 +245,10 @@ def test_demo_background_stage_reports_its_log(tmp_path: Path) -> None:
     def stage() -> None:
         _run([sys.executable, "-c", "print('built'); raise SystemExit(3)"])
 
-    background = _Background("FINER build + DPO", tmp_path / "logs" / "finer_dpo.log", stage)
-    with pytest.raises(UserError, match=r"FINER build \+ DPO \(log: .*finer_dpo.log\): demo step failed \(exit 3\)"):
+    background = _Background("DPO", tmp_path / "logs" / "dpo.log", stage)
+    with pytest.raises(UserError, match=r"DPO \(log: .*dpo.log\): demo step failed \(exit 3\)"):
         background.join()
-    assert "built" in (tmp_path / "logs" / "finer_dpo.log").read_text()
+    assert "built" in (tmp_path / "logs" / "dpo.log").read_text()
 
 
 def test_miniature_grpo_recipe_loads() -> None:

@@ -95,8 +95,9 @@ def _wait(started: list[tuple[list[str], subprocess.Popen]]) -> None:
 
 
 class _Background:
-    """A stage run in a thread beside the foreground one (the GRPO run leaves the second core idle); its
-    commands write to ``log``, whose tail is shown if it fails. ``join`` re-raises its error."""
+    """A stage run in a thread beside the foreground one (the warm-start and GRPO each keep one core busy and
+    leave the other mostly idle); its commands write to ``log``, whose tail is shown if it fails. ``join``
+    re-raises its error, or prints the log's summary lines."""
 
     def __init__(self, name: str, log: Path, stage: Callable[[], None]) -> None:
         self.name, self.log, self.error, self.seconds = name, log, None, 0.0
@@ -229,17 +230,15 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     clock = time.monotonic()  # waiting for the data, if at all, is not counted twice
     timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
 
-    # FINER + DPO (one core, ~25 s) runs beside GRPO (one core); GRPO's output stays on the terminal
+    # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
     _step("5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)")
-    finer = _Background(
-        "DPO", out / "logs" / "dpo.log", lambda: (_train_dpo(paths, seed), _run(_report_command(paths["dpo"])))
-    )
+    dpo = _Background("DPO", out / "logs" / "dpo.log", lambda: _train_dpo(paths, seed, report=True))
     _step("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     _train_grpo(paths, steps, seed)
     lap("GRPO")
-    finer.join()
+    dpo.join()
     clock = time.monotonic()  # the wait for DPO, if any, is not counted
-    timings["DPO and its report (beside GRPO)"] = finer.seconds
+    timings["DPO and its report (beside GRPO)"] = dpo.seconds
 
     _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     report = _start(_report_command(paths["run"]))  # the DPO run's report was written beside GRPO
@@ -456,8 +455,9 @@ def _build_finer(paths: dict[str, Path], seed: int) -> None:
         )
 
 
-def _train_dpo(paths: dict[str, Path], seed: int) -> None:
-    """DPO from the base model on the FINER-Tuning tuples (built first if missing)."""
+def _train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
+    """DPO from the base model on the FINER-Tuning tuples (built first if missing); with ``report``, then the
+    run's HTML report."""
     world = paths["world"]
     _build_finer(paths, seed)
     if not (paths["dpo"] / "trainer_state.json").is_file():
@@ -493,6 +493,8 @@ def _train_dpo(paths: dict[str, Path], seed: int) -> None:
                 str(DPO_STEPS),
             ],
         )
+    if report:
+        _run(_report_command(paths["dpo"]))
 
 
 def _report_command(run: Path) -> list[str]:
