@@ -25,6 +25,8 @@ from veritune.core.io import read_json
 from veritune.core.prompts import R1_INSTRUCTION
 from veritune.core.sampling import sample_indices
 
+PROMPT_BATCH = 64  # prompts measured per processor call
+
 REQUIRED_FIELDS = ORIC_FIELDS
 
 # The R1-style instruction of ORIC Fig. 11 (the official training file carries it verbatim, so a model
@@ -142,9 +144,18 @@ def build_prompt(question: str, template: str) -> list[dict[str, Any]]:
 
 def prompt_length(processor: Any, prompt: list[dict[str, Any]], image: Image.Image) -> int:
     """Number of prompt tokens the model sees, image tokens included (rendered as TRL renders it)."""
-    messages = prepare_multimodal_messages(prompt, [image])
-    text = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return int(processor(text=[text], images=[image], return_tensors="pt")["input_ids"].shape[1])
+    return prompt_lengths(processor, [prompt], [image])[0]
+
+
+def prompt_lengths(processor: Any, prompts: list[list[dict[str, Any]]], images: list[Image.Image]) -> list[int]:
+    """:func:`prompt_length` of each prompt with its image, in one processor call (unpadded)."""
+    texts = [
+        processor.apply_chat_template(
+            prepare_multimodal_messages(prompt, [image]), add_generation_prompt=True, tokenize=False
+        )
+        for prompt, image in zip(prompts, images, strict=True)
+    ]
+    return [len(ids) for ids in processor(text=texts, images=images)["input_ids"]]
 
 
 def get_oric_dataset(
@@ -237,10 +248,13 @@ def drop_long_prompts(
 ) -> list[dict[str, Any]]:
     """The rows whose prompt fits in ``max_prompt_length`` tokens, image tokens included; the rest are counted."""
     kept = []
-    for row in tqdm(rows, desc="measuring prompts", unit="prompt", disable=len(rows) < 200):
-        image = load_image(row["image_path"], max_pixels)
-        if prompt_length(processor, row["prompt"], image) <= max_prompt_length:
-            kept.append(row)
+    with tqdm(total=len(rows), desc="measuring prompts", unit="prompt", disable=len(rows) < 200) as bar:
+        for start in range(0, len(rows), PROMPT_BATCH):
+            chunk = rows[start : start + PROMPT_BATCH]
+            images = [load_image(row["image_path"], max_pixels) for row in chunk]
+            lengths = prompt_lengths(processor, [row["prompt"] for row in chunk], images)
+            kept += [row for row, length in zip(chunk, lengths, strict=True) if length <= max_prompt_length]
+            bar.update(len(chunk))
     report.dropped_too_long = len(rows) - len(kept)
     return kept
 

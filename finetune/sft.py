@@ -16,13 +16,16 @@ Training is TRL's ``SFTTrainer`` on prompt-completion conversations (loss on the
 
 from __future__ import annotations
 
+import inspect
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset
+from datasets import Dataset, Features, List, Value
+from datasets import Image as ImageFeature
 from PIL import Image
 from trl import SFTConfig, SFTTrainer
 
@@ -112,9 +115,9 @@ def conventional_examples(
     examples: list[dict[str, Any]] = []
     for file_name, present in files:
         path = image_root / file_name
-        try:
+        try:  # decoded once here so that a bad file is named now; the rows keep the path (decoded per batch)
             with Image.open(path) as opened:
-                image = opened.convert("RGB")
+                opened.convert("RGB")
         except (OSError, ValueError) as err:
             raise UserError(f"{path}: cannot read the image of {annotations} ({err})") from None
         pairs: list[tuple[str, str]] = []
@@ -133,7 +136,7 @@ def conventional_examples(
                 {
                     "prompt": [{"role": "user", "content": prompt}],
                     "completion": [{"role": "assistant", "content": completion}],
-                    "images": [image],
+                    "images": [str(path)],
                 }
             )
     rng.shuffle(examples)
@@ -156,6 +159,50 @@ def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[s
     return examples
 
 
+def examples_dataset(examples: list[dict[str, Any]]) -> Dataset:
+    """The examples as a ``datasets.Dataset`` whose images are file paths, decoded to RGB when a batch is
+    collated (in the data-loader workers): the rows hold no pixels, so nothing is re-encoded up front and an
+    image shared by several questions is stored once on disk, not once per row."""
+    message = List({"role": Value("string"), "content": Value("string")})
+    features = Features({"prompt": message, "completion": message, "images": List(ImageFeature(mode="RGB"))})
+    return Dataset.from_list(examples, features=features)
+
+
+class PositionIdsCollator:
+    """A collator that adds the M-RoPE ``position_ids`` to each batch of ``collator``.
+
+    Qwen-VL-style models compute these 3-D position ids from the token ids and image grids in every forward
+    (``compute_3d_position_ids``), in Python, on the training process. Here the same method of the same model
+    computes them while the batch is collated, in the data-loader workers, and the forward uses them as given:
+    the same ids, so the same training, with less work on the process that trains.
+    """
+
+    def __init__(self, collator: Callable[[list[dict[str, Any]]], dict[str, Any]], compute: Callable[..., Any]) -> None:
+        self.collator = collator
+        self.compute = compute
+        self._accepts = set(inspect.signature(compute).parameters)
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        batch = self.collator(examples)
+        kwargs = {"inputs_embeds": None, "past_key_values": None, "video_grid_thw": None}
+        kwargs.update({k: v for k, v in batch.items() if k in self._accepts and k != "position_ids"})
+        position_ids = self.compute(**{k: v for k, v in kwargs.items() if k in self._accepts})
+        if position_ids is not None:
+            batch["position_ids"] = position_ids
+        return batch
+
+
+def with_position_ids(collator: Any, model: Any) -> Any:
+    """``collator`` wrapped in :class:`PositionIdsCollator` when ``model`` computes M-RoPE position ids
+    itself (the Qwen-VL family and its kin), else ``collator`` unchanged."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    inner = getattr(base, "model", None)
+    compute = getattr(inner, "compute_3d_position_ids", None)
+    if compute is None or "input_ids" not in inspect.signature(compute).parameters:
+        return collator
+    return PositionIdsCollator(collator, compute)
+
+
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
     if start_run(training_args):
         return
@@ -168,11 +215,12 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
     trainer = SFTTrainer(
         model=model,
         args=training_args,
-        train_dataset=Dataset.from_list(examples),
+        train_dataset=examples_dataset(examples),
         processing_class=processor,
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args),
     )
+    trainer.data_collator = with_position_ids(trainer.data_collator, trainer.model)
     summary = (
         f"{len(examples)} conventional examples (captions and POPE-random-style questions) "
         f"from {script_args.dataset_path}"

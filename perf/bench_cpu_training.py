@@ -1,11 +1,14 @@
-"""CPU training settings of the miniature: GRPO with TRL's default bf16 autocast against fp32, and the SFT
-warm-start with and without a data worker, on the demo-size tiny Qwen3-VL, one torch thread, run alternately.
+"""CPU training settings of the miniature: GRPO with TRL's default bf16 autocast against fp32, the SFT
+warm-start with and without a data worker, and the SFT forward + backward with the M-RoPE position ids
+computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), on the
+demo-size tiny Qwen3-VL, one torch thread, run alternately.
 
-    python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40]
+    python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--rope-batches 12]
 
 Prints min and median step times per side (TRL's logged ``step_time`` for GRPO, first step excluded as
-warm-up; train_runtime / steps for SFT) and the ratios. These figures chose ``bf16: false`` in the tiny GRPO
-recipes and ``dataloader_num_workers: 1`` in ``recipes/tiny_sft_warmstart.yaml``.
+warm-up; train_runtime / steps for SFT; one timed forward + backward of a 32-example batch, in this process,
+for the position ids) and the ratios. These figures chose ``bf16: false`` in the tiny GRPO recipes,
+``dataloader_num_workers: 1`` in ``recipes/tiny_sft_warmstart.yaml`` and the collator's position ids.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -41,11 +45,57 @@ def sft_step_time(output_dir: Path) -> float:
     return runtime / state["global_step"]
 
 
+def rope_step_times(model_dir: Path, world: dict[str, Path], batches: int, repeats: int) -> dict[str, list[float]]:
+    """Forward + backward of the SFT loss on the same batches, alternately without and with the collator's
+    position ids (TRL's fused LM head, as ``SFTTrainer`` runs it)."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+    from trl.trainer.utils import add_fused_lm_head
+
+    from finetune.sft import conventional_examples, examples_dataset, with_position_ids
+
+    torch.set_num_threads(1)
+    examples = conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=2,
+        captions=False,
+        styles=["plain"],
+        seed=0,
+    )
+    dataset = examples_dataset(examples)
+    model = AutoModelForImageTextToText.from_pretrained(model_dir)
+    add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    processor = AutoProcessor.from_pretrained(model_dir)
+    collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
+    with_ids = with_position_ids(collator, model)
+    sides: list[tuple[str, dict]] = []
+    for b in range(batches):
+        batch = with_ids([dict(dataset[i]) for i in range(b * 32, (b + 1) * 32)])
+        without = {key: value for key, value in batch.items() if key != "position_ids"}
+        sides += [("computed in the forward", without), ("given by the collator", batch)]
+
+    def step(batch: dict) -> float:
+        start = time.perf_counter()
+        out = model(**batch, fused_lm_head=True)
+        (-out.log_probs.sum() / out.label_mask.sum()).backward()
+        model.zero_grad()
+        return time.perf_counter() - start
+
+    times: dict[str, list[float]] = {}
+    for _ in range(repeats):
+        for name, batch in sides:
+            times.setdefault(f"SFT forward + backward (batch 32), M-RoPE ids {name}", []).append(step(batch))
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--grpo-steps", type=int, default=4)
     parser.add_argument("--sft-steps", type=int, default=40)
+    parser.add_argument("--rope-batches", type=int, default=12)
     args = parser.parse_args()
 
     from conftest import write_oric_fixture
@@ -77,6 +127,7 @@ def main() -> None:
                 sft += ["--output_dir", str(out)]
                 run(sft)
                 times.setdefault(f"SFT step (batch 32), data workers={workers}", []).append(sft_step_time(out))
+        times.update(rope_step_times(model, world, args.rope_batches, args.repeats))
 
     print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
     for name, values in times.items():
@@ -87,6 +138,9 @@ def main() -> None:
     )
     sft_ratio = median["SFT step (batch 32), data workers=0"] / median["SFT step (batch 32), data workers=1"]
     print(f"SFT no worker / one worker (median): {sft_ratio:.2f}")
+    prefix = "SFT forward + backward (batch 32), M-RoPE ids "
+    rope_ratio = median[prefix + "computed in the forward"] / median[prefix + "given by the collator"]
+    print(f"SFT forward + backward, ids computed in the forward / given by the collator (median): {rope_ratio:.2f}")
 
 
 if __name__ == "__main__":

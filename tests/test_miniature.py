@@ -49,10 +49,10 @@ def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> Non
         styles=["plain", "r1"],
         seed=0,
     )
-    groups: dict[int, list[dict]] = {}
-    for example in examples:  # the examples of one image share its (decoded once) image object
+    groups: dict[str, list[dict]] = {}
+    for example in examples:  # one image per example, by its path (decoded when a batch is collated)
         assert len(example["images"]) == 1
-        groups.setdefault(id(example["images"][0]), []).append(example)
+        groups.setdefault(example["images"][0], []).append(example)
     assert len(groups) == 24
     captions = []
     for group in groups.values():
@@ -89,6 +89,64 @@ def test_no_questions_are_drawn_uniformly_from_absent_classes(world: dict[str, P
     )
     asked_no = {_asked(e["prompt"][0]["content"]) for e in examples if e["completion"][0]["content"] == "No."}
     assert len(asked_no) >= 8  # most of the 12 classes appear as negatives somewhere
+
+
+def test_sft_rows_hold_image_paths_decoded_to_rgb(world: dict[str, Path]) -> None:
+    """The dataset stores each image's path, not re-encoded pixels, and decodes it to the RGB image the
+    file holds when a row is read."""
+    from datasets import Image as ImageFeature
+    from datasets import List
+    from PIL import Image
+
+    from finetune.sft import examples_dataset
+
+    examples = conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=1,
+        captions=False,
+        styles=["plain"],
+        seed=0,
+    )
+    dataset = examples_dataset(examples)
+    stored = dataset.cast_column("images", List(ImageFeature(decode=False)))[0]["images"][0]
+    assert stored == {"path": examples[0]["images"][0], "bytes": None}
+    decoded = dataset[0]["images"][0]
+    with Image.open(examples[0]["images"][0]) as opened:
+        assert decoded.mode == "RGB" and list(decoded.getdata()) == list(opened.convert("RGB").getdata())
+
+
+def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
+    world: dict[str, Path], tiny_qwen3vl: Path
+) -> None:
+    """The M-RoPE position ids computed while collating are the ones the forward computes itself: the same
+    logits to the bit. A model without ``compute_3d_position_ids`` keeps the collator unchanged."""
+    import torch
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from finetune.sft import PositionIdsCollator, examples_dataset, with_position_ids
+
+    examples = conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=1,
+        captions=True,
+        styles=["plain"],
+        seed=0,
+    )
+    rows = [examples_dataset(examples)[i] for i in range(4)]
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl).eval()
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
+    wrapped = with_position_ids(collator, model)
+    assert isinstance(wrapped, PositionIdsCollator)
+    plain, with_ids = collator([dict(r) for r in rows]), wrapped([dict(r) for r in rows])
+    assert "position_ids" not in plain and with_ids["position_ids"].shape[-1] == with_ids["input_ids"].shape[-1]
+    assert with_ids["position_ids"].amax() < with_ids["input_ids"].shape[-1]  # image tokens share positions
+    with torch.no_grad():
+        assert torch.equal(model(**plain).logits, model(**with_ids).logits)
+    assert with_position_ids(collator, torch.nn.Linear(2, 2)) is collator
 
 
 def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
