@@ -116,11 +116,13 @@ def test_sft_rows_hold_image_paths_decoded_to_rgb(world: dict[str, Path]) -> Non
         assert decoded.mode == "RGB" and list(decoded.getdata()) == list(opened.convert("RGB").getdata())
 
 
+@pytest.mark.parametrize("family", ["tiny_qwen3vl", "tiny_qwen25vl"])
 def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
-    world: dict[str, Path], tiny_qwen3vl: Path
+    world: dict[str, Path], family: str, request: pytest.FixtureRequest
 ) -> None:
     """The M-RoPE position ids computed while collating are the ones the forward computes itself: the same
-    logits to the bit. A model without ``compute_3d_position_ids`` keeps the collator unchanged."""
+    logits to the bit, in both Qwen-VL generations. A model without ``compute_3d_position_ids`` keeps the
+    collator unchanged."""
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
@@ -136,8 +138,9 @@ def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
         seed=0,
     )
     rows = [examples_dataset(examples)[i] for i in range(4)]
-    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl).eval()
-    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    checkpoint = request.getfixturevalue(family)
+    model = AutoModelForImageTextToText.from_pretrained(checkpoint).eval()
+    processor = AutoProcessor.from_pretrained(checkpoint)
     collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
     wrapped = with_position_ids(collator, model)
     assert isinstance(wrapped, PositionIdsCollator)
