@@ -38,17 +38,22 @@ def _asked(prompt: str) -> str:
     return match.group(1)
 
 
+def _examples(world: dict[str, Path], per_image: int, *, captions: bool, styles: list[str], seed: int) -> list[dict]:
+    """The warm-start's examples of the test world's train split."""
+    return conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=per_image,
+        captions=captions,
+        styles=styles,
+        seed=seed,
+    )
+
+
 def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> None:
     """Answers are never flipped: captions list exactly an image's classes, yes questions ask about one of
     them and no questions about another class; both answer styles, one image per example."""
-    examples = conventional_examples(
-        world["train_annotations"],
-        world["train_images"],
-        questions_per_image=2,
-        captions=True,
-        styles=["plain", "r1"],
-        seed=0,
-    )
+    examples = _examples(world, 2, captions=True, styles=["plain", "r1"], seed=0)
     groups: dict[str, list[dict]] = {}
     for example in examples:  # one image per example, by its path (decoded when a batch is collated)
         assert len(example["images"]) == 1
@@ -79,14 +84,7 @@ def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> Non
 
 def test_no_questions_are_drawn_uniformly_from_absent_classes(world: dict[str, Path]) -> None:
     """POPE-random-style negatives: over many draws every absent class is asked about, in-context or not."""
-    examples = conventional_examples(
-        world["train_annotations"],
-        world["train_images"],
-        questions_per_image=2,
-        captions=False,
-        styles=["plain"],
-        seed=1,
-    )
+    examples = _examples(world, 2, captions=False, styles=["plain"], seed=1)
     asked_no = {_asked(e["prompt"][0]["content"]) for e in examples if e["completion"][0]["content"] == "No."}
     assert len(asked_no) >= 8  # most of the 12 classes appear as negatives somewhere
 
@@ -100,14 +98,7 @@ def test_sft_rows_hold_image_paths_decoded_to_rgb(world: dict[str, Path]) -> Non
 
     from finetune.sft import examples_dataset
 
-    examples = conventional_examples(
-        world["train_annotations"],
-        world["train_images"],
-        questions_per_image=1,
-        captions=False,
-        styles=["plain"],
-        seed=0,
-    )
+    examples = _examples(world, 1, captions=False, styles=["plain"], seed=0)
     dataset = examples_dataset(examples)
     stored = dataset.cast_column("images", List(ImageFeature(decode=False)))[0]["images"][0]
     assert stored == {"path": examples[0]["images"][0], "bytes": None}
@@ -129,14 +120,7 @@ def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
 
     from finetune.sft import PositionIdsCollator, examples_dataset, with_position_ids
 
-    examples = conventional_examples(
-        world["train_annotations"],
-        world["train_images"],
-        questions_per_image=1,
-        captions=True,
-        styles=["plain"],
-        seed=0,
-    )
+    examples = _examples(world, 1, captions=True, styles=["plain"], seed=0)
     rows = [examples_dataset(examples)[i] for i in range(4)]
     checkpoint = request.getfixturevalue(family)
     model = AutoModelForImageTextToText.from_pretrained(checkpoint).eval()
