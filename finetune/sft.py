@@ -30,9 +30,11 @@ from PIL import Image
 from trl import SFTConfig, SFTTrainer
 
 from data_builders.oric.questions import PARAPHRASES, with_article
+from eval_hooks.mcq import letter_list, lettered, option_block
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
+from rewards.graders import OPTION_LETTERS
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
 from veritune.core.prompts import R1_INSTRUCTION
@@ -43,6 +45,8 @@ logger = logging.getLogger("veritune.sft")
 # POPE's question and ORIC's four paraphrases: the wordings a conventional instruction mix holds.
 QUESTION_TEMPLATES = ("Is there {object} in the image?", *PARAPHRASES)
 R1_REASONING = "I look at the objects in the image."
+MCQ_QUESTION = "Which of these objects can you see in the image?"
+MCQ_OPTIONS = 5  # one present class and four absent ones, like FINER's five options
 
 
 @dataclass
@@ -53,6 +57,13 @@ class SFTScriptArguments(ScriptArguments):
         default=2, metadata={"help": "POPE-random-style questions per image and label (yes and no each)."}
     )
     captions: bool = field(default=True, metadata={"help": "Add one caption per image listing its classes."})
+    mcq_per_image: int = field(
+        default=0,
+        metadata={
+            "help": "Multiple-choice questions per image: which of five classes is in the image (one present, "
+            "four absent drawn uniformly), answered with the option's letter, as VQA instruction mixes hold them."
+        },
+    )
     answer_styles: list[str] = field(
         default_factory=lambda: ["plain", "r1"],
         metadata={"help": "plain (Yes. / No.) and/or r1 (ORIC Fig. 11's <REASONING>/<SOLUTION> tags)."},
@@ -65,6 +76,8 @@ class SFTScriptArguments(ScriptArguments):
             raise UserError(f"answer_styles: expected a non-empty subset of [plain, r1], got {self.answer_styles}")
         if self.questions_per_image < 0:
             raise UserError(f"questions_per_image: must be at least 0, got {self.questions_per_image}")
+        if self.mcq_per_image < 0:
+            raise UserError(f"mcq_per_image: must be at least 0, got {self.mcq_per_image}")
 
 
 def load_present_classes(annotations: str | Path) -> tuple[list[tuple[str, list[str]]], list[str]]:
@@ -99,6 +112,22 @@ def answer(label: str, style: str) -> str:
     return "Yes." if label == "yes" else "No."
 
 
+def object_mcq(present: list[str], absent: list[str], rng: random.Random) -> tuple[str, str] | None:
+    """A lettered question naming one present class among four absent ones (drawn uniformly), and its
+    answer letter; None when the image lacks a present class or four absent ones."""
+    if not present or len(absent) < MCQ_OPTIONS - 1:
+        return None
+    right = rng.choice(present)
+    options = [right, *rng.sample(absent, MCQ_OPTIONS - 1)]
+    rng.shuffle(options)
+    lettered_options = lettered(with_article(name) for name in options)
+    question = (
+        f"{MCQ_QUESTION}\n{option_block(lettered_options)}\n"
+        f"Please answer with a single capital letter ({letter_list(lettered_options)})."
+    )
+    return question, OPTION_LETTERS[options.index(right)]
+
+
 def conventional_examples(
     annotations: str | Path,
     image_root: str | Path,
@@ -107,6 +136,7 @@ def conventional_examples(
     captions: bool,
     styles: list[str],
     seed: int,
+    mcq_per_image: int = 0,
 ) -> list[dict[str, Any]]:
     """Prompt-completion examples (TRL's conversational format, one image each) from the annotation file."""
     rng = random.Random(seed)
@@ -131,6 +161,10 @@ def conventional_examples(
             for style in styles:
                 prompt = f"{question} {R1_INSTRUCTION}" if style == "r1" else question
                 pairs.append((prompt, answer(label, style)))
+        for _ in range(mcq_per_image):
+            mcq = object_mcq(present, absent, rng)
+            if mcq:
+                pairs.append(mcq)
         for prompt, completion in pairs:
             examples.append(
                 {
@@ -153,6 +187,7 @@ def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[s
         captions=script_args.captions,
         styles=script_args.answer_styles,
         seed=seed,
+        mcq_per_image=script_args.mcq_per_image,
     )
     if script_args.max_train_samples:
         examples = [examples[i] for i in sample_indices(len(examples), script_args.max_train_samples, seed)]

@@ -89,6 +89,34 @@ def test_no_questions_are_drawn_uniformly_from_absent_classes(world: dict[str, P
     assert len(asked_no) >= 8  # most of the 12 classes appear as negatives somewhere
 
 
+def test_mcq_items_name_one_present_class_and_leave_the_rest_unchanged(world: dict[str, Path]) -> None:
+    """``mcq_per_image``: one lettered question per image whose answer letter names a present class and
+    whose four other options are absent classes; the yes/no examples are those drawn without it."""
+    plain = _examples(world, 2, captions=False, styles=["plain"], seed=0)
+    with_mcq = conventional_examples(
+        world["train_annotations"],
+        world["train_images"],
+        questions_per_image=2,
+        captions=False,
+        styles=["plain"],
+        seed=0,
+        mcq_per_image=1,
+    )
+    mcq = [e for e in with_mcq if "single capital letter" in e["prompt"][0]["content"]]
+    assert len(mcq) == 24 and len(with_mcq) == len(plain) + 24
+    present = _present(world["train_annotations"])
+    for example in mcq:
+        lines = example["prompt"][0]["content"].splitlines()
+        assert lines[0] == "Which of these objects can you see in the image?"
+        assert lines[-1] == "Please answer with a single capital letter (A, B, C, D, or E)."
+        options = {line[0]: line[3:].split(" ", 1)[1] for line in lines[1:-1]}
+        shown = present[Path(example["images"][0]).name]
+        assert [letter for letter, name in options.items() if name in shown] == [example["completion"][0]["content"]]
+    first = str(world["train_images"] / json.loads(world["train_annotations"].read_text())["images"][0]["file_name"])
+    of_first = [e for e in plain if e["images"] == [first]]  # drawn before any MCQ is
+    assert of_first and all(e in with_mcq for e in of_first)
+
+
 def test_sft_rows_hold_image_paths_decoded_to_rgb(world: dict[str, Path]) -> None:
     """The dataset stores each image's path, not re-encoded pixels, and decodes it to the RGB image the
     file holds when a row is read."""
