@@ -570,10 +570,35 @@ def _train_loss(log_history: list[dict[str, Any]]) -> float:
     return total / last if last else 0.0
 
 
+def score_only_labelled_positions() -> None:
+    """Make TRL's fused LM head score only the labelled positions on the CPU too.
+
+    SFT, GRPO and DPO compute per-token log-probabilities through ``trl.trainer.utils.add_fused_lm_head``. On
+    devices with Triton it projects only the positions whose label is not -100; elsewhere it projects every
+    position of the batch and zeroes the unlabelled ones, so that a compiler (Neuron, XLA) sees one tile
+    shape per sequence length. Eager CPU compiles nothing, and in a vision-language batch most positions are
+    image and prompt tokens: the tiny warm-start spent a third of its step projecting them. The result is the
+    same log-probabilities (the masked positions were zeroed anyway) up to float rounding. A TRL without the
+    hook (``_use_triton`` moved or renamed) keeps its own behaviour.
+    """
+    import trl.trainer.utils as trl_utils
+
+    has_triton = getattr(trl_utils, "_use_triton", None)
+    if has_triton is None or getattr(has_triton, "veritune_cpu_compact", False):
+        return
+
+    def compact_on(device: Any) -> bool:
+        return has_triton(device) or device.type == "cpu"
+
+    compact_on.veritune_cpu_compact = True  # type: ignore[attr-defined]
+    trl_utils._use_triton = compact_on
+
+
 def start_run(training_args: TrainingArguments) -> bool:
-    """Set up logging; True, after saying so, when ``output_dir`` already holds this run finished (the entry
-    scripts then stop before loading a model)."""
+    """Set up logging and TRL's LM head (:func:`score_only_labelled_positions`); True, after saying so, when
+    ``output_dir`` already holds this run finished (the entry scripts then stop before loading a model)."""
     setup_logging(training_args)
+    score_only_labelled_positions()
     return report_finished_run(training_args)
 
 

@@ -164,6 +164,57 @@ def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
     assert with_position_ids(collator, torch.nn.Linear(2, 2)) is collator
 
 
+def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
+    world: dict[str, Path], tiny_qwen3vl: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``score_only_labelled_positions`` TRL's fused LM head projects, on the CPU, only the positions that
+    carry a label (the answer tokens), not every image and prompt token: the same loss, log-probabilities,
+    entropies and LM-head gradient up to float rounding."""
+    import torch
+    import trl.trainer.utils as trl_utils
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from finetune.sft import examples_dataset
+    from finetune.training import score_only_labelled_positions
+
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after the test
+    rows_scored: list[int] = []
+    apply = trl_utils._ChunkedLogProbFunction.apply
+
+    def counting_apply(hidden: torch.Tensor, *args: object) -> object:
+        rows_scored.append(hidden.shape[0])
+        return apply(hidden, *args)
+
+    monkeypatch.setattr(trl_utils._ChunkedLogProbFunction, "apply", counting_apply)
+    examples = _examples(world, 1, captions=False, styles=["plain"], seed=0)
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    batch = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)(
+        [dict(examples_dataset(examples)[i]) for i in range(4)]
+    )
+    model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl)
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+
+    def scored() -> tuple[object, torch.Tensor]:
+        model.zero_grad()
+        outputs = model(**batch, fused_lm_head=True)
+        outputs.loss.backward()
+        return outputs, model.get_output_embeddings().weight.grad.clone()
+
+    every, every_grad = scored()
+    score_only_labelled_positions()
+    score_only_labelled_positions()  # idempotent
+    labelled, labelled_grad = scored()
+    labels = batch["labels"][:, 1:]
+    assert rows_scored == [labels.numel(), int((labels != -100).sum())]
+    assert rows_scored[1] < rows_scored[0] / 4  # the answers are a few tokens of each sequence
+    torch.testing.assert_close(labelled.loss, every.loss)
+    torch.testing.assert_close(labelled.log_probs, every.log_probs)
+    torch.testing.assert_close(labelled.entropy, every.entropy)
+    assert torch.equal(labelled.is_top1, every.is_top1)
+    torch.testing.assert_close(labelled_grad, every_grad)
+
+
 def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
     result = run_entry(
         "sft.py",
