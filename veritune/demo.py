@@ -309,6 +309,7 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
     key = warmstart_key(
         REPO_ROOT / SFT_RECIPE,  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
+        REPO_ROOT / "finetune" / "training.py",  # how TRL's LM head scores (score_only_labelled_positions)
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
     )
