@@ -1,14 +1,18 @@
 """CPU training settings of the miniature: GRPO with TRL's default bf16 autocast against fp32, the SFT
 warm-start with and without a data worker, and the SFT forward + backward with the M-RoPE position ids
-computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), on the
-demo-size tiny Qwen3-VL, one torch thread, run alternately.
+computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), and with
+TRL's fused LM head scoring every position against only the labelled ones
+(``finetune/training.py: score_only_labelled_positions``), on the demo-size tiny Qwen3-VL, one torch
+thread, run alternately.
 
-    python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--rope-batches 12]
+    python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--fb-batches 12]
 
 Prints min and median step times per side (TRL's logged ``step_time`` for GRPO, first step excluded as
 warm-up; train_runtime / steps for SFT; one timed forward + backward of a 32-example batch, in this process,
-for the position ids) and the ratios. These figures chose ``bf16: false`` in the tiny GRPO recipes,
-``dataloader_num_workers: 1`` in ``recipes/tiny_sft_warmstart.yaml`` and the collator's position ids.
+for the position ids and the LM head) and the ratios. These figures chose ``bf16: false`` in the tiny GRPO
+recipes, ``dataloader_num_workers: 1`` in ``recipes/tiny_sft_warmstart.yaml``, the collator's position ids
+and the labelled-positions-only LM head. The GRPO and SFT runs are the entry scripts as they are (so with
+the labelled-positions-only head).
 """
 
 from __future__ import annotations
@@ -45,15 +49,24 @@ def sft_step_time(output_dir: Path) -> float:
     return runtime / state["global_step"]
 
 
-def rope_step_times(model_dir: Path, world: dict[str, Path], batches: int, repeats: int) -> dict[str, list[float]]:
-    """Forward + backward of the SFT loss on the same batches, alternately without and with the collator's
-    position ids (TRL's fused LM head, as ``SFTTrainer`` runs it)."""
+def forward_backward_times(
+    model_dir: Path, world: dict[str, Path], batches: int, repeats: int
+) -> dict[str, list[float]]:
+    """Forward + backward of the SFT loss on the same batches (TRL's fused LM head, as ``SFTTrainer`` runs it),
+    alternately: position ids computed in the forward, given by the collator, and given by the collator with
+    the head scoring only the labelled positions."""
     import torch
+    import trl.trainer.utils as trl_utils
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
     from trl.trainer.utils import add_fused_lm_head
 
     from finetune.sft import conventional_examples, examples_dataset, with_position_ids
+    from finetune.training import score_only_labelled_positions
+
+    every_position = trl_utils._use_triton
+    score_only_labelled_positions()
+    labelled_only = trl_utils._use_triton
 
     torch.set_num_threads(1)
     examples = conventional_examples(
@@ -70,13 +83,18 @@ def rope_step_times(model_dir: Path, world: dict[str, Path], batches: int, repea
     processor = AutoProcessor.from_pretrained(model_dir)
     collator = DataCollatorForVisionLanguageModeling(processor, completion_only_loss=True)
     with_ids = with_position_ids(collator, model)
-    sides: list[tuple[str, dict]] = []
+    sides: list[tuple[str, dict, bool]] = []
     for b in range(batches):
         batch = with_ids([dict(dataset[i]) for i in range(b * 32, (b + 1) * 32)])
         without = {key: value for key, value in batch.items() if key != "position_ids"}
-        sides += [("computed in the forward", without), ("given by the collator", batch)]
+        sides += [
+            (f"{FB}M-RoPE ids computed in the forward, {EVERY}", without, False),
+            (f"{FB}M-RoPE ids given by the collator, {EVERY}", batch, False),
+            (f"{FB}M-RoPE ids given by the collator, {LABELLED}", batch, True),
+        ]
 
-    def step(batch: dict) -> float:
+    def step(batch: dict, labelled: bool) -> float:
+        trl_utils._use_triton = labelled_only if labelled else every_position
         start = time.perf_counter()
         out = model(**batch, fused_lm_head=True)
         (-out.log_probs.sum() / out.label_mask.sum()).backward()
@@ -85,9 +103,15 @@ def rope_step_times(model_dir: Path, world: dict[str, Path], batches: int, repea
 
     times: dict[str, list[float]] = {}
     for _ in range(repeats):
-        for name, batch in sides:
-            times.setdefault(f"SFT forward + backward (batch 32), M-RoPE ids {name}", []).append(step(batch))
+        for name, batch, labelled in sides:
+            times.setdefault(name, []).append(step(batch, labelled))
+    trl_utils._use_triton = every_position
     return times
+
+
+FB = "SFT forward + backward (batch 32), "
+EVERY = "LM head on every position"
+LABELLED = "LM head on the labelled positions"
 
 
 def main() -> None:
@@ -95,7 +119,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--grpo-steps", type=int, default=4)
     parser.add_argument("--sft-steps", type=int, default=40)
-    parser.add_argument("--rope-batches", type=int, default=12)
+    parser.add_argument("--fb-batches", type=int, default=12)
     args = parser.parse_args()
 
     from conftest import write_oric_fixture
@@ -127,7 +151,7 @@ def main() -> None:
                 sft += ["--output_dir", str(out)]
                 run(sft)
                 times.setdefault(f"SFT step (batch 32), data workers={workers}", []).append(sft_step_time(out))
-        times.update(rope_step_times(model, world, args.rope_batches, args.repeats))
+        times.update(forward_backward_times(model, world, args.fb_batches, args.repeats))
 
     print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
     for name, values in times.items():
@@ -138,9 +162,14 @@ def main() -> None:
     )
     sft_ratio = median["SFT step (batch 32), data workers=0"] / median["SFT step (batch 32), data workers=1"]
     print(f"SFT no worker / one worker (median): {sft_ratio:.2f}")
-    prefix = "SFT forward + backward (batch 32), M-RoPE ids "
-    rope_ratio = median[prefix + "computed in the forward"] / median[prefix + "given by the collator"]
-    print(f"SFT forward + backward, ids computed in the forward / given by the collator (median): {rope_ratio:.2f}")
+    computed, given = (
+        median[f"{FB}M-RoPE ids {where}, {EVERY}"] for where in ("computed in the forward", "given by the collator")
+    )
+    print(
+        f"SFT forward + backward, ids computed in the forward / given by the collator (median): {computed / given:.2f}"
+    )
+    labelled = median[f"{FB}M-RoPE ids given by the collator, {LABELLED}"]
+    print(f"SFT forward + backward, LM head on every position / on the labelled ones (median): {given / labelled:.2f}")
 
 
 if __name__ == "__main__":

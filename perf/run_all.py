@@ -35,7 +35,8 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     (
         "cpu_training",
         ["perf/bench_cpu_training.py"],
-        "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator (issue 14)",
+        "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
+        "labelled positions (issue 14)",
     ),
     ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
     (
