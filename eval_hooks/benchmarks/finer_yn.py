@@ -159,7 +159,7 @@ class FinerYn(Benchmark):
         positives = [i for i in items if i.meta["polarity"] == "pos"]
         fine = [i for i in negatives if i.meta["level"] in FINE_LEVELS]
         metrics: dict[str, float] = {
-            **({"neg_accuracy_l3_l7": accuracy(fine)} if fine else {}),  # absent, not 0, without such levels
+            "neg_accuracy_l3_l7": accuracy(fine),  # 0 without such queries (counts: neg_l3_l7), as a draw may be
             "paired_accuracy": paired(list(pair_right)),
             "neg_accuracy": accuracy(negatives),
             "pos_accuracy": accuracy(positives),
@@ -198,6 +198,7 @@ class FinerYn(Benchmark):
                 "items": len(items),
                 "pairs": len(pairs),
                 "samples": len({i.meta["sample"] for i in items}),
+                "neg_l3_l7": len(fine),
                 "unresolved": unresolved,
                 "missing_images": sum(bool(i.missing_images) for i in items),
             },
