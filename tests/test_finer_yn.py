@@ -417,3 +417,30 @@ def test_hook_results_reach_wandb_and_the_report_draws_the_curve(tiny_qwen3vl: P
     assert "finer_yn: accuracy on negative queries by level (FINER Fig. 1b)" in page
     assert "step 0 (base)" in page and "step 2" in page
     assert "neg_accuracy_l3_l7" in page  # the world's level 3 gives the before/after row
+
+
+def test_cli_filters_the_negatives_before_composing_queries(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    from test_finer_builder import GRAPH
+
+    Image.new("RGB", (20, 20)).save(tmp_path / "dog.jpg")
+    (tmp_path / "g.json").write_text(json.dumps([GRAPH]))
+    out = tmp_path / "yn.csv"
+    thresholds = ["--theta-obj", "2", "--theta-attr", "2", "--theta-rel", "2"]  # > log 5: drop every confusion
+    args = ["build", "finer-bench", "--protocol", "yn", "--scene-graphs", str(tmp_path / "g.json")]
+    args += ["--image-root", str(tmp_path), "--out", str(out), "--filter-model", str(tiny_qwen3vl)]
+    assert main([*args, "--filter-device", "cpu", *thresholds]) == 0
+    levels = json.loads((tmp_path / "yn.manifest.json").read_text())["filter"]["levels"]
+    assert {level: levels[level]["checked"] for level in levels} == {"obj": 2, "attr": 3, "rel": 1}
+
+
+def test_the_filter_runs_on_the_graphs_before_any_query_is_composed(tmp_path: Path) -> None:
+    graphs = tmp_path / "graphs.json"
+    graphs.write_text(json.dumps([CAT_GRAPH]))
+
+    def drop_wolf(loaded: list[SceneGraph], out: Path) -> dict[str, str]:
+        loaded[0].object(0).negatives.remove("wolf")  # as App. B.3's filter drops a negative the image shows
+        return {"model": "scripted"}
+
+    manifest = build_finer_yn(graphs, tmp_path / "yn.csv", YnSettings(), filter_negatives=drop_wolf)
+    assert manifest["filter"] == {"model": "scripted"} and manifest["skipped"] == {"L1_no_usable_object_negative": 1}
+    assert "wolf" not in (tmp_path / "yn.csv").read_text()
