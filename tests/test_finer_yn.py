@@ -266,7 +266,7 @@ def write_probe(path: Path, pairs: list[tuple[str, int]]) -> Path:
                     "level": level,
                     "pattern": PATTERNS[level],
                     "polarity": polarity,
-                    "negated": "attr",
+                    "negated": "obj" if level == 1 else "attr",
                     "question": f"Can you see the {'cat' if polarity == 'pos' else 'dog'} ({level}) in this image?",
                     "answer": "yes" if polarity == "pos" else "no",
                 }
@@ -323,6 +323,14 @@ def test_scorer_on_a_hand_computed_prediction_set(tmp_path: Path) -> None:
     assert (m["L5/neg_accuracy"], m["L5/pos_accuracy"], m["L5/paired_accuracy"]) == (100.0, 0.0, 0.0)
     assert "L2/neg_accuracy" not in m
     assert [(row["level"], row["pairs"]) for row in result["tables"]["by_level"]] == [(1, 2), (3, 2), (5, 1)]
+    # write_probe marks every pair "attr" but level 1's ("obj"): obj = the two L1 pairs, attr = the other three
+    assert (m["negated_obj/neg_accuracy"], m["negated_obj/pos_accuracy"], m["negated_obj/paired_accuracy"]) == (
+        50.0,
+        100.0,
+        50.0,
+    )
+    assert m["negated_attr/neg_accuracy"] == pytest.approx(200 / 3) and m["negated_attr/pos_accuracy"] == 100 / 3
+    assert m["negated_attr/paired_accuracy"] == 0.0
     assert result["counts"] == {
         "items": 10,
         "pairs": 5,

@@ -17,7 +17,9 @@ and overall (``neg_accuracy``); on levels 3-7 together (``neg_accuracy_l3_l7``, 
 curve); accuracy on the positive twins (``pos_accuracy``, per level too); paired accuracy (both twins right,
 as FINER's Acc_paired, Sec. 4.1) overall and per level, so that answering "No" to everything scores 0 like
 answering "Yes" to everything; and the yes-proportion of all answers (an unresolved answer counts in its
-denominator). The bootstrap's unit (``meta["pair"]``) is one q+/q− pair.
+denominator). The same per kind of contradiction (``negated_obj/``, ``negated_attr/``, ``negated_rel/``, from
+the optional ``negated`` column): on blank images (a blind control) a model that reads the image, not the
+words, is at chance there. The bootstrap's unit (``meta["pair"]``) is one q+/q− pair.
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class FinerYn(Benchmark):
                         f"{level} must ask about the same image, found {images[0]!r} and {images[1]!r}"
                     )
                 pair = f"{path.stem}/{sample}/L{level}"
+                negated = str(twins["neg"][1].get("negated") or "").strip().lower()  # optional column
                 for polarity in ("pos", "neg"):
                     row = twins[polarity][1]
                     question = str(row["question"]).strip()
@@ -130,6 +133,7 @@ class FinerYn(Benchmark):
                                 "polarity": polarity,
                                 "pair": pair,
                                 "sample": f"{path.stem}/{sample}",
+                                "negated": negated,
                                 "question": question,
                             },
                         )
@@ -180,10 +184,21 @@ class FinerYn(Benchmark):
             }
             by_level.append({"level": level, "pattern": PATTERNS[level], "pairs": len(keys), **values})
             metrics.update({f"L{level}/{name}": value for name, value in values.items()})
+        by_negated = []  # what the negative contradicts (obj, attr, rel): a blind control's chance check
+        for kind in sorted({i.meta.get("negated") for i in items} - {"", None}):
+            members = [i for i in items if i.meta.get("negated") == kind]
+            keys = sorted({i.meta["pair"] for i in members})
+            values = {
+                "neg_accuracy": accuracy([i for i in members if i.meta["polarity"] == "neg"]),
+                "pos_accuracy": accuracy([i for i in members if i.meta["polarity"] == "pos"]),
+                "paired_accuracy": paired(keys),
+            }
+            by_negated.append({"negated": kind, "pairs": len(keys), **values})
+            metrics.update({f"negated_{kind}/{name}": value for name, value in values.items()})
         unresolved = sum(answers[i.id] is None and not i.missing_images for i in items)
         return {
             "metrics": metrics,
-            "tables": {"by_level": by_level},
+            "tables": {"by_level": by_level, "by_negated": by_negated},
             # The Fig. 1b curve (veritune report draws it per checkpoint, base against trained).
             "curves": [
                 {
