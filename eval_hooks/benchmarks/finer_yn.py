@@ -141,61 +141,78 @@ class FinerYn(Benchmark):
         return items
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-        answers = {item.id: None if item.missing_images else extract_yes_no(predictions.get(item.id)) for item in items}
-        correct = {item.id: answers[item.id] == item.meta["label"] for item in items}
-        pairs: dict[str, list[bool]] = defaultdict(list)
-        pair_level: dict[str, int] = {}
+        # One pass (the bootstrap scores a thousand draws): per group, [pos items, pos right, neg items, neg
+        # right, yes answers]; per pair, [items, right, level, negated]. Groups: all, L<k>, negated_<kind>, and
+        # the negatives of levels 3-7.
+        tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
+        pairs: dict[str, list[Any]] = {}
+        unresolved = missing = 0
+        samples = set()
+        groups_of: dict[tuple[int, str, bool], list[list[int]]] = {}  # the tallies an item adds to
         for item in items:
-            pairs[item.meta["pair"]].append(correct[item.id])
-            pair_level[item.meta["pair"]] = item.meta["level"]
-        pair_right = {pair: len(flags) == 2 and all(flags) for pair, flags in pairs.items()}
+            meta = item.meta
+            if item.missing_images:
+                answer, missing = None, missing + 1
+            else:
+                answer = extract_yes_no(predictions.get(item.id))
+                unresolved += answer is None
+            right, negative, level = answer == meta["label"], meta["polarity"] == "neg", meta["level"]
+            kind = meta.get("negated") or ""
+            key = (level, kind, negative)
+            if key not in groups_of:
+                names = ["all", f"L{level}"] + [f"negated_{kind}"] * bool(kind)
+                groups_of[key] = [tally[name] for name in names + ["fine"] * (negative and level in FINE_LEVELS)]
+            column, yes = 2 * negative, answer == "yes"
+            for counts in groups_of[key]:
+                counts[column] += 1
+                counts[column + 1] += right
+                counts[4] += yes
+            entry = pairs.setdefault(meta["pair"], [0, 0, level, kind])
+            entry[0] += 1
+            entry[1] += right
+            samples.add(meta["sample"])
+        pair_tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        for count, right, level, kind in pairs.values():
+            for group in ("all", f"L{level}", f"negated_{kind}" if kind else ""):
+                if group:
+                    pair_tally[group][0] += 1
+                    pair_tally[group][1] += count == 2 and right == 2
 
-        def accuracy(members: list[EvalItem]) -> float:
-            return 100 * sum(correct[i.id] for i in members) / len(members) if members else 0.0
+        def percent(part: int, whole: int) -> float:
+            return 100 * part / whole if whole else 0.0
 
-        def paired(keys: list[str]) -> float:
-            return 100 * sum(pair_right[p] for p in keys) / len(keys) if keys else 0.0
+        def values(group: str, yes: bool = True) -> dict[str, float]:
+            pos, pos_right, neg, neg_right, yes_answers = tally[group]
+            out = {
+                "neg_accuracy": percent(neg_right, neg),
+                "pos_accuracy": percent(pos_right, pos),
+                "paired_accuracy": percent(pair_tally[group][1], pair_tally[group][0]),
+            }
+            return {**out, "yes_proportion": percent(yes_answers, pos + neg)} if yes else out
 
-        def yes_share(members: list[EvalItem]) -> float:
-            return 100 * sum(answers[i.id] == "yes" for i in members) / len(members) if members else 0.0
-
-        negatives = [i for i in items if i.meta["polarity"] == "neg"]
-        positives = [i for i in items if i.meta["polarity"] == "pos"]
-        fine = [i for i in negatives if i.meta["level"] in FINE_LEVELS]
+        overall = values("all")
+        pos, pos_right, neg, neg_right, _ = tally["all"]
         metrics: dict[str, float] = {
-            "neg_accuracy_l3_l7": accuracy(fine),  # 0 without such queries (counts: neg_l3_l7), as a draw may be
-            "paired_accuracy": paired(list(pair_right)),
-            "neg_accuracy": accuracy(negatives),
-            "pos_accuracy": accuracy(positives),
-            "accuracy": accuracy(items),
-            "yes_proportion": yes_share(items),
+            # 0 without level 3-7 queries (counts: neg_l3_l7): a bootstrap draw may hold none
+            "neg_accuracy_l3_l7": percent(tally["fine"][3], tally["fine"][2]),
+            "paired_accuracy": overall["paired_accuracy"],
+            "neg_accuracy": overall["neg_accuracy"],
+            "pos_accuracy": overall["pos_accuracy"],
+            "accuracy": percent(pos_right + neg_right, pos + neg),
+            "yes_proportion": overall["yes_proportion"],
         }
         by_level = []
         for level in LEVELS:
-            members = [i for i in items if i.meta["level"] == level]
-            if not members:
-                continue
-            keys = [p for p, lv in pair_level.items() if lv == level]
-            values = {
-                "neg_accuracy": accuracy([i for i in members if i.meta["polarity"] == "neg"]),
-                "pos_accuracy": accuracy([i for i in members if i.meta["polarity"] == "pos"]),
-                "paired_accuracy": paired(keys),
-                "yes_proportion": yes_share(members),
-            }
-            by_level.append({"level": level, "pattern": PATTERNS[level], "pairs": len(keys), **values})
-            metrics.update({f"L{level}/{name}": value for name, value in values.items()})
+            if f"L{level}" in tally:
+                level_values = values(f"L{level}")
+                pairs_here = pair_tally[f"L{level}"][0]
+                by_level.append({"level": level, "pattern": PATTERNS[level], "pairs": pairs_here, **level_values})
+                metrics.update({f"L{level}/{name}": value for name, value in level_values.items()})
         by_negated = []  # what the negative contradicts (obj, attr, rel): a blind control's chance check
-        for kind in sorted({i.meta.get("negated") for i in items} - {"", None}):
-            members = [i for i in items if i.meta.get("negated") == kind]
-            keys = sorted({i.meta["pair"] for i in members})
-            values = {
-                "neg_accuracy": accuracy([i for i in members if i.meta["polarity"] == "neg"]),
-                "pos_accuracy": accuracy([i for i in members if i.meta["polarity"] == "pos"]),
-                "paired_accuracy": paired(keys),
-            }
-            by_negated.append({"negated": kind, "pairs": len(keys), **values})
-            metrics.update({f"negated_{kind}/{name}": value for name, value in values.items()})
-        unresolved = sum(answers[i.id] is None and not i.missing_images for i in items)
+        for group in sorted(g for g in tally if g.startswith("negated_")):
+            kind_values = values(group, yes=False)
+            by_negated.append({"negated": group.removeprefix("negated_"), "pairs": pair_tally[group][0], **kind_values})
+            metrics.update({f"{group}/{name}": value for name, value in kind_values.items()})
         return {
             "metrics": metrics,
             "tables": {"by_level": by_level, "by_negated": by_negated},
@@ -212,9 +229,9 @@ class FinerYn(Benchmark):
             "counts": {
                 "items": len(items),
                 "pairs": len(pairs),
-                "samples": len({i.meta["sample"] for i in items}),
-                "neg_l3_l7": len(fine),
+                "samples": len(samples),
+                "neg_l3_l7": tally["fine"][2],
                 "unresolved": unresolved,
-                "missing_images": sum(bool(i.missing_images) for i in items),
+                "missing_images": missing,
             },
         }
