@@ -452,3 +452,12 @@ def test_the_filter_runs_on_the_graphs_before_any_query_is_composed(tmp_path: Pa
     manifest = build_finer_yn(graphs, tmp_path / "yn.csv", YnSettings(), filter_negatives=drop_wolf)
     assert manifest["filter"] == {"model": "scripted"} and manifest["skipped"] == {"L1_no_usable_object_negative": 1}
     assert "wolf" not in (tmp_path / "yn.csv").read_text()
+
+
+def test_of_two_objects_with_one_name_the_one_filling_more_levels_is_described() -> None:
+    record = copy.deepcopy(CAT_GRAPH)
+    record["objects"] = [record["objects"][2], *record["objects"][:2]]  # the other cat listed first
+    stats = YnStats()
+    rows = yn_rows(parse_scene_graph(record, "g"), YnSettings(anchors_per_image=3), stats)
+    assert {r["sample"] for r in rows} == {"cat_0001/o0", "cat_0001/o1"}  # the full cat, and the chair
+    assert stats.samples == 2 and stats.pairs["L7"] == 1

@@ -252,14 +252,17 @@ def _row(graph: SceneGraph, sample: str, level: int, polarity: str, question: st
 
 
 def yn_rows(graph: SceneGraph, settings: YnSettings, stats: YnStats) -> list[dict[str, Any]]:
-    """The queries of one image: per anchor (up to ``anchors_per_image``, distinct names, most levels first),
-    each fillable level's positive row followed by its negative twin."""
+    """The queries of one image: per anchor (up to ``anchors_per_image`` objects of distinct names, those that fill
+    the most levels first, ties drawn), each fillable level's positive row followed by its negative twin."""
     rng = random.Random(f"{settings.seed}:{graph.example_id}:{graph.image}:yn")
-    unique = list({_key(o.name): o for o in reversed(graph.objects)}.values())[::-1]  # first object of a name
-    chains = [best_chain(graph, anchor, rng) for anchor in unique]
+    chains = [best_chain(graph, anchor, rng) for anchor in graph.objects]
     scores = [_filled(graph, c) for c in chains]
     order = sorted(range(len(chains)), key=lambda i: (-scores[i], rng.random()))
-    chosen = [chains[i] for i in order if scores[i] > 0][: settings.anchors_per_image]
+    chosen: list[Chain] = []
+    for i in order:  # one anchor per name: two "cat" samples would share their L1 query
+        if scores[i] > 0 and _key(chains[i].anchor.name) not in {_key(c.anchor.name) for c in chosen}:
+            chosen.append(chains[i])
+    chosen = chosen[: settings.anchors_per_image]
     if not chosen:
         stats.skipped["image_without_a_fillable_level"] += 1
         return []
