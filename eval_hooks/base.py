@@ -65,6 +65,8 @@ class Benchmark(ABC):
     # What an answer is ("yes_no", "option", "count"): lets the optional LLM judge resolve the answers the
     # rule-based grader cannot (eval_hooks/judge.py). Empty: the official parser decides every answer.
     answer_format: str = ""
+    # A limit (``--limit``, ``name:N``) counts the q+/q- pairs of ``meta["pair"]`` and keeps each pair whole.
+    limit_by_pair: bool = False
     # Set by the scorer for ``--strict-official``: score the raw responses with no veritune step before the
     # official rule.
     strict_official: bool = False

@@ -128,9 +128,10 @@ def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Pat
     return items
 
 
-def limit_items(items: list[EvalItem], limit: int | None) -> list[EvalItem]:
+def limit_items(items: list[EvalItem], limit: int | None, *, by_pair: bool = False) -> list[EvalItem]:
     """The items of the first ``limit`` questions; the paraphrases of a question (ids ``Q/p0``, ``Q/p1``,
-    ...) count as one question and stay together."""
+    ...) count as one question and stay together, and so do the items of one ``meta["pair"]`` with
+    ``by_pair`` (a benchmark's ``limit_by_pair``: FINER's yes/no twins)."""
     if limit is None:
         return items
     if limit < 1:
@@ -139,6 +140,8 @@ def limit_items(items: list[EvalItem], limit: int | None) -> list[EvalItem]:
     for item in items:
         match = _PARAPHRASE_ID.match(item.id)
         question = match.group(1) if match else item.id
+        if by_pair and "pair" in item.meta:
+            question = f"pair:{item.meta['pair']}"
         if question not in questions:
             if len(questions) == limit:
                 continue
@@ -163,7 +166,7 @@ def prepare_benchmark(
     data_path, images = resolve_paths(name, data_root, data or {}, image_root)
     if not data_path.exists():
         raise UserError(f"{name}: {data_path} not found (expected {benchmark.data_layout or 'the benchmark file'})")
-    items = limit_items(load_items(name, benchmark, data_path, images), limit)
+    items = limit_items(load_items(name, benchmark, data_path, images), limit, by_pair=benchmark.limit_by_pair)
     if max_new_tokens is not None:
         if max_new_tokens < 1:
             raise UserError(f"--max-new-tokens: must be at least 1, got {max_new_tokens}")
@@ -367,7 +370,8 @@ def rescore(
     strict_official: bool = False,
 ) -> dict[str, Any]:
     """Score an existing predictions file without loading any model (``veritune eval score``)."""
-    items = limit_items(load_items(name, get_benchmark(name), data_path, image_root), limit)
+    benchmark = get_benchmark(name)
+    items = limit_items(load_items(name, benchmark, data_path, image_root), limit, by_pair=benchmark.limit_by_pair)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
     predictions = read_predictions(predictions_path)

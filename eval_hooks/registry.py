@@ -10,6 +10,7 @@ from eval_hooks.benchmarks.chartqa import ChartQA
 from eval_hooks.benchmarks.crpe import CrpeRelation
 from eval_hooks.benchmarks.dash import DashB
 from eval_hooks.benchmarks.finer import Finer
+from eval_hooks.benchmarks.finer_yn import FinerYn
 from eval_hooks.benchmarks.hallusionbench import HallusionBench
 from eval_hooks.benchmarks.haloquest import HaloQuest
 from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
@@ -37,6 +38,7 @@ BENCHMARKS: dict[str, type[Benchmark]] = {
     "amber_discriminative": AmberDiscriminative,
     "amber_generative": AmberGenerative,
     "finer": Finer,
+    "finer_yn": FinerYn,
     "mioh": Mioh,
     "orbit": Orbit,
     "mmstar": MMStar,

@@ -85,7 +85,7 @@ COMMANDS: list[Command] = [
         "build",
         "finer-bench",
         "data_builders.finer.cli:register",
-        "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) from scene graphs",
+        "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) or yes/no probe (--protocol yn) from scene graphs",
     ),
     Command("eval", "run", "eval_hooks.cli:register", "generate answers with a model and score them"),
     Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),

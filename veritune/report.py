@@ -297,6 +297,7 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
         row.update({f"n {k}": counts[k] for k in ("items", "unresolved", "missing_images") if k in counts})
         table.append(row)
     parts.append("<h3>Headline metrics by checkpoint</h3>" + html_table(table))
+    parts += curve_section(name, by_step)
     parts.append("<h3>Metrics against training step</h3><div class='grid'>")
     for group, keys in metric_groups(metric_names).items():
         series = {
@@ -327,7 +328,40 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     return parts
 
 
-BEFORE_AFTER_METRICS = ("macro/f1", "yes_proportion", "accuracy", "paired_accuracy")
+CURVE_CHECKPOINTS = 6  # a curve shows every checkpoint up to this many, else the first and the last
+
+
+def curve_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str]:
+    """The curves a benchmark's result declares (``curves``: ``{title, table, x, y}``, e.g. FINER's Fig. 1b,
+    accuracy on negative queries against their granularity level), one line per checkpoint: the step-0
+    baseline (the base model) against the trained ones. Empty when the benchmark declares none."""
+    steps = list(by_step)
+    shown = steps if len(steps) <= CURVE_CHECKPOINTS else [steps[0], steps[-1]]
+    specs = by_step[steps[-1]].get("curves") or []
+    plots = []
+    for spec in specs:
+        series = {}
+        for step in shown:
+            rows = by_step[step].get("tables", {}).get(spec.get("table"), [])
+            points = [
+                (float(row[spec["x"]]), float(row[spec["y"]]))
+                for row in rows
+                if isinstance(row.get(spec["x"]), (int, float)) and isinstance(row.get(spec["y"]), (int, float))
+            ]
+            series[f"step {step}" + (" (base)" if step == 0 else "")] = points
+        plots.append(svg_line_plot(f"{name}: {spec.get('title', spec['y'])}", series, x_label=str(spec["x"])))
+    plots = [plot for plot in plots if plot]
+    return ["<h3>Curves by checkpoint</h3><div class='grid'>", *plots, "</div>"] if plots else []
+
+
+BEFORE_AFTER_METRICS = (
+    "macro/f1",
+    "yes_proportion",
+    "accuracy",
+    "paired_accuracy",
+    "neg_accuracy_l3_l7",
+    "pos_accuracy",
+)
 THUMBNAIL_ROWS = 8
 
 

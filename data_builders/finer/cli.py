@@ -1,9 +1,11 @@
-"""``veritune build finer`` (FINER-Tuning preference tuples) and ``veritune build finer-bench`` (FINER MCQs).
+"""``veritune build finer`` (FINER-Tuning preference tuples) and ``veritune build finer-bench`` (FINER MCQs, or
+with ``--protocol yn`` the yes/no granularity probe of FINER's Fig. 1).
 
     veritune build finer --scene-graphs graphs.json --image-root images --out data/finer
     veritune build finer --captions pixmo.jsonl --image-root images --out data/finer \\
         --llm-base-url http://127.0.0.1:8000/v1 --llm-model microsoft/phi-4
     veritune build finer-bench --scene-graphs graphs.json --image-root images --out data/finer_bench.csv
+    veritune build finer-bench --protocol yn --scene-graphs graphs.json --image-root images --out data/finer_yn.csv
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.cli import add_llm_arguments, llm_client_options
-from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench
+from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench, filter_bench_negatives
 from data_builders.finer.build import (
     DEFAULT_MAX_TUPLES,
     VALIDATION_RATIO,
@@ -23,6 +25,7 @@ from data_builders.finer.build import (
 )
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
 from data_builders.finer.llm import DEFAULT_ATTEMPTS
+from data_builders.finer.yn import YnSettings, build_finer_yn
 from veritune.cli import command_help
 from veritune.core.errors import UserError
 from veritune.core.io import build_identity, claim_output_dir, claim_output_file
@@ -89,9 +92,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     bench.add_argument("--settings", default=",".join(SETTINGS), help=f"comma-separated subset of {','.join(SETTINGS)}")
     bench.add_argument("--seed", type=int, default=0)
     bench.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
+    bench.add_argument(
+        "--protocol",
+        choices=PROTOCOLS,
+        default="mcq",
+        help="mcq: the FINER MCQ benchmark (eval benchmark `finer`); yn: the yes/no granularity probe of FINER's "
+        "Fig. 1, seven levels of negative queries each beside its positive twin (eval benchmark `finer_yn`; "
+        "--max-*/--settings do not apply)",
+    )
+    bench.add_argument(
+        "--anchors-per-image",
+        type=int,
+        default=1,
+        help="--protocol yn: objects per image described and queried at the seven levels",
+    )
     _add_llm(bench, "--filter-model: regenerating negatives")
     _add_filter(bench)
     bench.set_defaults(handler=_build_bench)
+
+
+PROTOCOLS = ("mcq", "yn")
+YN_ONLY = ("protocol", "anchors_per_image")
+MCQ_ONLY = ("max_objects", "max_attributes", "max_relations", "settings")
 
 
 def _client(args: argparse.Namespace, required: str | None = None) -> Any:
@@ -195,7 +217,11 @@ def _build_finer(args: argparse.Namespace) -> int:
 def _build_bench(args: argparse.Namespace) -> int:
     if not args.scene_graphs.is_file():
         raise UserError(f"--scene-graphs {args.scene_graphs}: not found (or not a file)")
+    if args.protocol == "yn":
+        return _build_yn(args)
     identity = _identity(args, "build finer-bench")
+    for key in YN_ONLY:  # an MCQ build keeps the identity it had before the yes/no protocol existed
+        identity["settings"].pop(key, None)
     claim_output_file(args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl"))
     settings = BenchSettings(
         args.max_objects,
@@ -220,6 +246,50 @@ def _build_bench(args: argparse.Namespace) -> int:
         f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs "
         f"({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
         f"skipped {json.dumps(manifest['skipped'])}"
+    )
+    for name in manifest["missing_images"][:5]:
+        print(f"missing image: {name}")
+    return 0
+
+
+def _build_yn(args: argparse.Namespace) -> int:
+    """``--protocol yn``: the yes/no granularity probe (``data_builders/finer/yn.py``)."""
+    identity = _identity(args, "build finer-bench")
+    for key in MCQ_ONLY:  # flags of the MCQ protocol: they change nothing here
+        identity["settings"].pop(key, None)
+    claim_output_file(args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl"))
+    settings = YnSettings(seed=args.seed, anchors_per_image=args.anchors_per_image)
+    discriminator = _discriminator(args)
+    filter_negatives = None
+    if discriminator is not None:
+        if args.image_root is None:
+            raise UserError("--filter-model: needs --image-root (the discriminator looks at the images)")
+
+        def filter_negatives(graphs: list, out: Path) -> dict[str, Any]:
+            return filter_bench_negatives(
+                graphs,
+                args.image_root,
+                discriminator,
+                _thresholds(args),
+                _client(args),
+                args.llm_attempts,
+                args.filter_rounds,
+                args.seed,
+                out,
+            )
+
+    manifest = build_finer_yn(
+        args.scene_graphs,
+        args.out,
+        settings,
+        image_root=args.image_root,
+        filter_negatives=filter_negatives,
+        build=identity,
+    )
+    counts = manifest["counts"]
+    print(
+        f"wrote {args.out}: {counts['pairs']} yes/no pairs from {counts['samples']} samples "
+        f"({json.dumps(counts['pairs_by_level'])}); skipped {json.dumps(manifest['skipped'])}"
     )
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
