@@ -1,0 +1,160 @@
+"""DAPO's dynamic sampling in veritune's GRPO (Yu et al. 2025, arXiv 2503.14476, Sec. 3.2), through the real
+entry point on the tiny model: groups with no reward spread never reach the loss, the batch keeps its size,
+the round limit is honoured, and a 2-process run keeps whole groups per process and draws no prompt twice.
+
+The reward (tests/learning_rewards.py) is constant on the questions whose answer is "yes" (the fixture's cat
+and apple questions) and spreads on the others (umbrella, dog).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import REPO_ROOT, entry_env, run_entry
+from wandb_offline import offline_history
+
+RECIPE = "recipes/tiny_oric_demo.yaml"  # 2 prompts x G = 4 per step, over 2 accumulation micro-steps
+CONSTANT_ON = ("cat", "apple")
+DS_KEYS = ("dynamic_sampling/kept_share", "dynamic_sampling/rounds", "dynamic_sampling/prompts_drawn")
+
+
+def command(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str) -> list[str]:
+    return [
+        RECIPE,
+        "--model_name_or_path",
+        str(model),
+        "--dataset_path",
+        str(data[0]),
+        "--image_root",
+        str(data[1]),
+        "--output_dir",
+        str(output_dir),
+        "--reward_funcs",
+        "learning_rewards.constant_on_yes_reward",
+        "--reward_weights",
+        "1.0",
+        "--dynamic_sampling",
+        "true",
+        "--log_completions",
+        "true",
+        "--num_completions_to_print",
+        "0",
+        *extra,
+    ]
+
+
+def train_log(output_dir: Path) -> list[dict[str, Any]]:
+    lines = (output_dir / "train_log.jsonl").read_text().splitlines()
+    return [row for row in map(json.loads, lines) if "loss" in row]
+
+
+def tables(output_dir: Path) -> list[Any]:
+    import pandas as pd
+
+    return [pd.read_parquet(path) for path in sorted((output_dir / "completions").glob("completions_*.parquet"))]
+
+
+def question_object(prompt: str) -> str:
+    return next(name for name in ("cat", "umbrella", "apple", "dog") if f" {name} in the image" in prompt)
+
+
+@pytest.fixture(scope="module")
+def sampled_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    from conftest import write_oric_fixture
+
+    root = tmp_path_factory.mktemp("dynamic-sampling")
+    data = write_oric_fixture(root / "data", num_items=16)
+    output_dir = root / "run"
+    result = run_entry(
+        "grpo.py",
+        *command(tiny_qwen3vl, data, output_dir, "--max_steps", "3", "--save_steps", "3", "--report_to", "wandb"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return output_dir, result.stdout + result.stderr
+
+
+def test_constant_reward_groups_never_reach_the_loss(sampled_run: tuple[Path, str]) -> None:
+    output_dir, _ = sampled_run
+    logs = train_log(output_dir)
+    assert [row["step"] for row in logs] == [1, 2, 3]
+    for row, table in zip(logs, tables(output_dir), strict=True):
+        assert row["dynamic_sampling/filled_groups"] == 0  # enough spreading questions: the limit was not hit
+        objects = {question_object(str(prompt)) for prompt in table["prompt"]}
+        assert objects.isdisjoint(CONSTANT_ON), objects
+        assert (table["advantage"].abs() > 0).all()
+        assert row["frac_reward_zero_std"] == 0.0  # TRL's own share, of what was trained on
+
+
+def test_batch_keeps_its_size_and_sampling_is_logged(sampled_run: tuple[Path, str]) -> None:
+    output_dir, console = sampled_run
+    for table in tables(output_dir):
+        assert len(table) == 2 * 4  # 2 prompts x G = 4, as without dynamic sampling
+        assert table["question_id"].nunique() == 2 and table["question_id"].value_counts().eq(4).all()
+    logs = train_log(output_dir)
+    for row in logs:
+        assert row["dynamic_sampling/rounds"] >= 1
+        assert row["dynamic_sampling/prompts_drawn"] >= 2
+        assert 0 < row["dynamic_sampling/kept_share"] <= 1
+        # Kept share = informative groups / groups drawn: at least the 2 trained on were informative.
+        assert row["dynamic_sampling/kept_share"] * row["dynamic_sampling/prompts_drawn"] >= 2 - 1e-9
+    assert any(row["dynamic_sampling/rounds"] > 1 for row in logs)  # a cat or apple question was replaced
+    assert "kept " in console and "rounds " in console and "zero_std " in console
+    wandb_rows = [row for row in offline_history(output_dir / "wandb") if "train/dynamic_sampling/rounds" in row]
+    assert [row["train/global_step"] for row in wandb_rows] == [1, 2, 3]
+    assert all(f"train/{key}" in row for row in wandb_rows for key in DS_KEYS)
+
+
+def test_round_limit_is_honoured_and_said(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """A threshold above any spread of 0/1 rewards drops every group: one extra round, then the batch is filled
+    with dropped groups, keeps its size, and the log says so."""
+    from conftest import write_oric_fixture
+
+    data = write_oric_fixture(tmp_path / "data", num_items=16)
+    extra = ["--max_steps", "1", "--save_strategy", "no", "--report_to", "none"]
+    extra += ["--dynamic_sampling_min_std", "10", "--dynamic_sampling_max_rounds", "1"]
+    result = run_entry("grpo.py", *command(tiny_qwen3vl, data, tmp_path / "run", *extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    (row,) = train_log(tmp_path / "run")
+    assert row["dynamic_sampling/rounds"] == 2
+    assert row["dynamic_sampling/prompts_drawn"] == 4
+    assert row["dynamic_sampling/kept_share"] == 0
+    assert row["dynamic_sampling/filled_groups"] == 2
+    (table,) = tables(tmp_path / "run")
+    assert len(table) == 2 * 4
+    assert "1 extra round(s) reached (dynamic_sampling_max_rounds)" in result.stderr
+    assert "2 with reward spread <= 10" in result.stderr
+
+
+@pytest.mark.slow
+def test_two_processes_keep_whole_groups_and_draw_no_prompt_twice(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    from conftest import write_oric_fixture
+    from test_distributed import free_port
+
+    data = write_oric_fixture(tmp_path / "data", num_items=16)
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1"]
+    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--cpu", "--main_process_port", str(free_port())]
+    args = command(tiny_qwen3vl, data, tmp_path / "run", "--max_steps", "2", "--save_strategy", "no")
+    result = subprocess.run(
+        [*launch, str(REPO_ROOT / "finetune" / "grpo.py"), *args, "--report_to", "none"],
+        cwd=REPO_ROOT,
+        env=entry_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = train_log(tmp_path / "run")
+    assert [row["step"] for row in logs] == [1, 2]
+    for row, table in zip(logs, tables(tmp_path / "run"), strict=True):
+        # 2 processes x 4 completions x 2 micro-steps = 16 completions = 4 groups of G = 4 per step.
+        assert len(table) == 16
+        questions = table["question_id"]
+        assert questions.nunique() == 4 and questions.value_counts().eq(4).all()  # no prompt drawn twice in a step
+        if row["dynamic_sampling/filled_groups"] == 0:
+            assert {question_object(str(p)) for p in table["prompt"]}.isdisjoint(CONSTANT_ON)
+            assert (table["advantage"].abs() > 0).all()
