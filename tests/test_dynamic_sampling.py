@@ -136,8 +136,11 @@ def test_two_processes_keep_whole_groups_and_draw_no_prompt_twice(tiny_qwen3vl: 
     from test_distributed import free_port
 
     data = write_oric_fixture(tmp_path / "data", num_items=16)
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--num_machines", "1"]
-    launch += ["--mixed_precision", "no", "--dynamo_backend", "no", "--cpu", "--main_process_port", str(free_port())]
+    # `--multi_gpu` starts the 2 processes (accelerate's `--cpu` with --num_processes 2 starts one); the recipe's
+    # use_cpu keeps them on the CPU, where accelerate joins them as MULTI_CPU over gloo.
+    launch = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2"]
+    launch += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+    launch += ["--main_process_port", str(free_port())]
     args = command(tiny_qwen3vl, data, tmp_path / "run", "--max_steps", "2", "--save_strategy", "no")
     result = subprocess.run(
         [*launch, str(REPO_ROOT / "finetune" / "grpo.py"), *args, "--report_to", "none"],
@@ -158,3 +161,19 @@ def test_two_processes_keep_whole_groups_and_draw_no_prompt_twice(tiny_qwen3vl: 
         if row["dynamic_sampling/filled_groups"] == 0:
             assert {question_object(str(p)) for p in table["prompt"]}.isdisjoint(CONSTANT_ON)
             assert (table["advantage"].abs() > 0).all()
+
+
+def test_demo_select_passes_recipe_overrides_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    """`veritune demo-select --set KEY=VALUE` compares another setting (dynamic sampling) on the dev split; a
+    malformed override is one error line before anything is built."""
+    result = subprocess.run(
+        [sys.executable, "-m", "veritune.cli", "demo-select", "--out", str(tmp_path / "sel"), "--set", "dynamic"],
+        cwd=REPO_ROOT,
+        env=entry_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == "error: --set: expected KEY=VALUE, got 'dynamic'"
+    assert not (tmp_path / "sel").exists()
