@@ -130,6 +130,30 @@ def test_round_limit_is_honoured_and_said(tiny_qwen3vl: Path, tmp_path: Path) ->
     assert "2 with reward spread <= 10" in result.stderr
 
 
+def test_with_lora_and_the_eval_hook(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """Dynamic sampling with LoRA adapters and the eval hook at every checkpoint: the hook's generation runs
+    in eval mode and is left alone; the adapters train on informative groups only."""
+    from conftest import write_oric_fixture
+    from eval_fixtures import write_oric_bench
+
+    data = write_oric_fixture(tmp_path / "data", num_items=16)
+    write_oric_bench(tmp_path / "bench", questions=3)
+    extra = ["--max_steps", "2", "--save_steps", "1", "--report_to", "none"]
+    extra += ["--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"]
+    extra += ["--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1", "--eval_data_root"]
+    extra += [str(tmp_path / "bench"), "--eval_limit", "2"]
+    result = run_entry("grpo.py", *command(tiny_qwen3vl, data, tmp_path / "run", *extra))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "run" / "adapter_model.safetensors").is_file()
+    history = json.loads((tmp_path / "run" / "trainer_state.json").read_text())["log_history"]
+    assert [row["step"] for row in history if "eval/oric_bench_r1/macro/f1" in row] == [1, 2]
+    steps = [row for row in history if "loss" in row]
+    assert [row["step"] for row in steps] == [1, 2] and all(key in row for row in steps for key in DS_KEYS)
+    for row, table in zip(steps, tables(tmp_path / "run"), strict=True):
+        if row["dynamic_sampling/filled_groups"] == 0:
+            assert {question_object(str(p)) for p in table["prompt"]}.isdisjoint(CONSTANT_ON)
+
+
 @pytest.mark.slow
 def test_two_processes_keep_whole_groups_and_draw_no_prompt_twice(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     from conftest import write_oric_fixture
