@@ -201,3 +201,22 @@ def test_demo_select_passes_recipe_overrides_and_refuses_a_bad_one(tmp_path: Pat
     assert result.returncode != 0
     assert result.stderr.strip().splitlines()[-1] == "error: --set: expected KEY=VALUE, got 'dynamic'"
     assert not (tmp_path / "sel").exists()
+
+
+def test_process_share_must_be_whole_groups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On 2 processes, micro-batches of 2 completions split TRL's groups of 4 across processes: fine for TRL,
+    refused with dynamic sampling (a process trains only on groups it generated), before any model loads."""
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+    from veritune.core.errors import UserError
+
+    types = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+    monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: 2))
+    split = [RECIPE, "--per_device_train_batch_size", "2", "--gradient_accumulation_steps", "1"]
+    parse_recipe(split, types)
+    with pytest.raises(UserError, match=r"dynamic_sampling: each process must hold whole groups, .* = 2 completions"):
+        parse_recipe([*split, "--dynamic_sampling", "true"], types)
+    with pytest.raises(UserError, match="dynamic_sampling_min_std: must be at least 0"):
+        parse_recipe([RECIPE, "--dynamic_sampling_min_std", "-0.1"], types)
+    with pytest.raises(UserError, match="dynamic_sampling_max_rounds: must be at least 0"):
+        parse_recipe([RECIPE, "--dynamic_sampling_max_rounds", "-1"], types)
