@@ -174,8 +174,37 @@ class VerituneGRPOConfig(GRPOConfig):
         },
     )
 
+    # DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, Sec. 3.2; finetune/grpo_trainer.py). Off by
+    # default: the ORIC paper's recipe (Table 9) trains on every group; a recipe that turns it on departs from it.
+    dynamic_sampling: bool = field(
+        default=False,
+        metadata={
+            "help": "Drop groups whose rewards have (almost) no spread and replace them with groups of newly drawn "
+            "prompts, so each optimizer step trains on informative groups (DAPO Sec. 3.2). The step's batch keeps "
+            "its size in prompts and completions."
+        },
+    )
+    dynamic_sampling_min_std: float = field(
+        default=0.0,
+        metadata={
+            "help": "With dynamic_sampling: a group whose reward standard deviation (of the weighted reward sum, "
+            "as TRL computes it) is at most this is dropped; 0 drops only groups of identical rewards."
+        },
+    )
+    dynamic_sampling_max_rounds: int = field(
+        default=3,
+        metadata={
+            "help": "With dynamic_sampling: at most this many extra sampling rounds per generation batch; then the "
+            "step fills its batch with the dropped groups of largest spread and says so in the log."
+        },
+    )
+
     def __post_init__(self) -> None:
         require_optional_packages(self)
+        if self.dynamic_sampling_min_std < 0:
+            raise UserError(f"dynamic_sampling_min_std: must be at least 0, got {self.dynamic_sampling_min_std}")
+        if self.dynamic_sampling_max_rounds < 0:
+            raise UserError(f"dynamic_sampling_max_rounds: must be at least 0, got {self.dynamic_sampling_max_rounds}")
         explicit_steps_per_generation = self.steps_per_generation
         written_accumulation = self.gradient_accumulation_steps
         if self.global_batch_prompts is not None:
@@ -211,6 +240,14 @@ class VerituneGRPOConfig(GRPOConfig):
                     f"{self.generation_batch_size} completions, not a multiple of num_generations "
                     f"({self.num_generations})"
                 )
+        local = self.per_device_train_batch_size * self.steps_per_generation
+        if self.dynamic_sampling and local % self.num_generations:
+            raise UserError(
+                f"dynamic_sampling: each process must hold whole groups, but its generation batch of "
+                f"per_device_train_batch_size ({self.per_device_train_batch_size}) x steps_per_generation "
+                f"({self.steps_per_generation}) = {local} completions is not a multiple of num_generations "
+                f"({self.num_generations})"
+            )
 
     def _process_count(self) -> int:
         """The processes of this launch. Accelerate reports one process at this point under a multi-process

@@ -6,13 +6,29 @@ table type inference rejects such a column ("Data row contained incompatible typ
 at the first logging step. Here each logged conversation becomes its plain text (an image part as
 ``<image>``) just before TRL builds the table; the ``completions/*.parquet`` files and the console sample
 get the same text. Everything else, the per-reward columns and the advantage included, is TRL's.
+
+With ``dynamic_sampling: true`` the trainer also does DAPO's dynamic sampling (Yu et al. 2025, "DAPO: An
+Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476, Sec. 3.2), which TRL 1.16 lacks:
+see :class:`DynamicSamplingMixin`.
 """
 
 from __future__ import annotations
 
+import itertools
+import logging
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import torch
+from datasets import Dataset
 from trl import GRPOTrainer
+from trl.trainer.utils import nanstd
+
+from veritune.core.errors import UserError
+
+ds_logger = logging.getLogger("veritune.grpo")
 
 IMAGE_PLACEHOLDER = "<image>"
 
@@ -48,8 +64,289 @@ def conversation_text(messages: Any) -> str:
     return "\n".join(lines)
 
 
-class VerituneGRPOTrainer(GRPOTrainer):
-    """``GRPOTrainer`` whose completion tables hold text (see the module docstring)."""
+# ---- Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, Sec. 3.2): train only on informative groups
+
+DS_ROW_COLUMN = "veritune_row"  # each training row's index in the dataset: how extra prompts are drawn and excluded
+
+
+class _Probed(Exception):  # noqa: N818 - a control-flow signal, not an error
+    """Raised by ``_generate`` in a probe round, right after generation: TRL has prepared the prompts (images
+    included) and generated; padding, processor calls and log-prob passes are left for the final batch."""
+
+    def __init__(self, prompts: list[Any], generated: tuple[Any, ...]) -> None:
+        super().__init__("probe round")
+        self.prompts = prompts
+        self.generated = generated
+
+
+@dataclass
+class _Round:
+    """One sampling round, as this process sees it: its rows, what TRL generated for them, the rewards of
+    every process's rows (gathered), and each group's reward spread over all processes."""
+
+    rows: list[dict[str, Any]]
+    generated: tuple[Any, ...]
+    rewards: torch.Tensor  # (processes x local rows, reward functions), gathered
+    spread: torch.Tensor  # (processes, local groups): std of the weighted reward sum within each group
+    extra_logs: dict[str, list[Any]]
+
+
+def _take(values: Any, rows: list[int]) -> Any:
+    return None if values is None else [values[i] for i in rows]
+
+
+def _group_rows(group: int, size: int) -> list[int]:
+    return list(range(group * size, (group + 1) * size))
+
+
+class DynamicSamplingMixin:
+    """DAPO's dynamic sampling on top of TRL's ``GRPOTrainer`` (recipe keys ``dynamic_sampling``,
+    ``dynamic_sampling_min_std``, ``dynamic_sampling_max_rounds``; README, "GRPO").
+
+    A group whose G completions all earn the same reward has zero advantage and carries no gradient (DAPO
+    Sec. 3.2). Each generation batch is sampled and scored by TRL as usual; groups whose reward spread (the
+    standard deviation of the weighted reward sum within the group, as TRL computes it) is at most
+    ``dynamic_sampling_min_std`` are dropped and replaced by groups of newly drawn prompts, in extra rounds,
+    until every process holds its configured number of informative groups or ``dynamic_sampling_max_rounds``
+    extra rounds were drawn. Each round draws enough prompts to fill the largest process's deficit at the share
+    of informative groups seen so far in the step (a whole batch when none was), at most one configured batch
+    per process. (DAPO and verl draw a whole batch each round; drawing only the deficit hit the round limit on
+    10 of 15 steps of perf/bench_dynamic_sampling.py, with half the groups informative.) When the rounds run
+    out, the step trains on what it has: the informative groups, filled up with the dropped groups of largest
+    spread (earliest drawn first), so the batch keeps its configured size in prompts and completions; the log
+    says so.
+
+    The batch is then handed to TRL's ``_generate_and_score_completions`` as if it had been generated in one
+    go (the completions and rewards are replayed, not generated again), so padding, log-probs, advantages
+    and TRL's metrics (``frac_reward_zero_std`` included) are TRL's own, of the batch trained on.
+
+    Extra prompts come from a permutation of the dataset seeded by ``seed`` and the global step, the same on
+    every process: process ``p`` takes the ``p``-th slice of each round's draw, and no prompt already in the
+    step (on any process) is drawn again. A resumed run therefore draws what an uninterrupted run draws,
+    with nothing to store in the checkpoint. Each process's share stays whole groups: a process only ever
+    trains on groups it generated itself.
+    """
+
+    def _ds_setup(self) -> None:
+        args = self.args
+        self._ds_replay: tuple[tuple[Any, ...], torch.Tensor, dict[str, list[Any]]] | None = None
+        self._ds_probing = False
+        if not args.dynamic_sampling:
+            return
+        unsupported = {
+            "rollout_func": self.rollout_func,
+            "tools": self.tools,
+            "environment_factory": self.environment_factories,
+        }
+        for name, value in unsupported.items():
+            if value:
+                raise UserError(f"dynamic_sampling: not supported together with {name} (set dynamic_sampling: false)")
+
+    # -- TRL's hooks, replayed or interrupted during dynamic sampling
+
+    def _generate(self, prompts: list[Any]) -> tuple[Any, ...]:
+        if self._ds_replay is not None:
+            return self._ds_replay[0]
+        generated = super()._generate(prompts)
+        if self._ds_probing:
+            raise _Probed(prompts, generated)
+        return generated
+
+    def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
+        if self._ds_replay is not None:
+            _, rewards, extra_logs = self._ds_replay
+            self._pending_extra_logs.clear()
+            self._pending_extra_logs.update(extra_logs)
+            return rewards
+        return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        if not self.args.dynamic_sampling or not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        rows, generated, rewards, extra_logs = self._ds_sample(inputs)
+        self._ds_replay = (generated, rewards, extra_logs)
+        try:
+            return super()._generate_and_score_completions(rows)
+        finally:
+            self._ds_replay = None
+
+    # -- the sampling rounds
+
+    def _ds_probe(self, rows: list[dict[str, Any]]) -> _Round:
+        """Generate and score ``rows`` (this process's share of a round) through TRL, without training on them."""
+        self._ds_probing = True
+        try:
+            super()._generate_and_score_completions(rows)
+        except _Probed as probed:
+            prompts, generated = probed.prompts, probed.generated
+        else:  # pragma: no cover - TRL always generates
+            raise RuntimeError("dynamic sampling: TRL did not generate")
+        finally:
+            self._ds_probing = False
+        completions, completion_ids = generated[3], generated[1]
+        rewards = self._calculate_rewards(rows, prompts, completions, completion_ids)
+        extra_logs = {column: list(values) for column, values in self._pending_extra_logs.items()}
+        self._pending_extra_logs.clear()
+        weighted = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
+        weighted[torch.isnan(rewards).all(dim=1)] = torch.nan
+        spread = nanstd(weighted.view(-1, self.num_generations), dim=1)
+        spread = spread.view(self.accelerator.num_processes, -1).cpu()
+        return _Round(rows, generated, rewards, spread, extra_logs)
+
+    def _ds_informative(self, spread: torch.Tensor) -> torch.Tensor:
+        threshold = self.args.dynamic_sampling_min_std
+        return (spread > threshold) & ~torch.isclose(spread, torch.zeros_like(spread))
+
+    def _ds_extra_stream(self, used: set[int]) -> Iterator[int]:
+        """Dataset rows not yet in this step, in an order fixed by ``seed`` and the global step."""
+        generator = torch.Generator().manual_seed(int(self.args.seed) * 1_000_003 + int(self.state.global_step))
+        for index in torch.randperm(len(self.train_dataset), generator=generator).tolist():
+            if index not in used:
+                yield index
+
+    def _ds_sample(
+        self, inputs: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], tuple[Any, ...], torch.Tensor, dict[str, list[Any]]]:
+        group_size = self.num_generations
+        processes, rank = self.accelerator.num_processes, self.accelerator.process_index
+        wanted = len(inputs) // group_size  # groups per process
+        device = self.accelerator.device
+        own = torch.tensor([int(inputs[g * group_size][DS_ROW_COLUMN]) for g in range(wanted)], device=device)
+        used = set(self.accelerator.gather(own).tolist())
+        stream = self._ds_extra_stream(used)
+
+        rounds = [self._ds_probe(inputs)]
+        # Per process: the (round, group) pairs that are informative, in the order drawn.
+        kept: list[list[tuple[int, int]]] = [[] for _ in range(processes)]
+        exhausted = False
+        while True:
+            informative = self._ds_informative(rounds[-1].spread)
+            for process in range(processes):
+                kept[process] += [(len(rounds) - 1, g) for g in informative[process].nonzero().flatten().tolist()]
+            deficit = max(wanted - len(groups) for groups in kept)
+            if deficit <= 0 or len(rounds) > self.args.dynamic_sampling_max_rounds:
+                break
+            # Enough prompts to fill the largest deficit at the share of informative groups seen so far in this
+            # step (a whole batch when none was), at most one configured batch per process.
+            seen = sum(found.spread.numel() for found in rounds)
+            share = sum(len(groups) for groups in kept) / seen
+            size = wanted if share == 0 else min(wanted, max(deficit, math.ceil(deficit / share)))
+            drawn = list(itertools.islice(stream, size * processes))
+            if len(drawn) < size * processes:
+                exhausted = True
+                break
+            mine = drawn[rank * size : (rank + 1) * size]
+            rows = [dict(row) for index in mine for row in itertools.repeat(self.train_dataset[index], group_size)]
+            rounds.append(self._ds_probe(rows))
+
+        # This process's batch: its first `wanted` informative groups, filled with its dropped groups of largest
+        # spread (earliest drawn first) when the rounds ran out. Every process computes every process's choice
+        # (the spreads are gathered), which is what the gathered rewards of the batch are built from.
+        def choose(process: int) -> list[tuple[int, int]]:
+            chosen = kept[process][:wanted]
+            if len(chosen) < wanted:
+                taken = set(chosen)
+                dropped = [
+                    (r, g)
+                    for r, found in enumerate(rounds)
+                    for g in range(found.spread.shape[1])
+                    if (r, g) not in taken
+                ]
+                dropped.sort(key=lambda rg: -float(torch.nan_to_num(rounds[rg[0]].spread[process, rg[1]], nan=-1.0)))
+                chosen += dropped[: wanted - len(chosen)]
+            return sorted(chosen)
+
+        choices = [choose(process) for process in range(processes)]
+        rows_out: list[dict[str, Any]] = []
+        local: list[list[int]] = [[] for _ in rounds]  # per round: this process's rows chosen
+        for r, g in choices[rank]:
+            local[r] += _group_rows(g, group_size)
+        for r, chosen_rows in enumerate(local):
+            rows_out += _take(rounds[r].rows, chosen_rows)
+        generated = self._ds_join(rounds, local)
+        reward_blocks = []
+        for process in range(processes):
+            for r, found in enumerate(rounds):
+                per_process = len(found.rows)
+                picked = [
+                    process * per_process + i
+                    for r2, g in choices[process]
+                    if r2 == r
+                    for i in _group_rows(g, group_size)
+                ]
+                reward_blocks.append(found.rewards[picked])
+        rewards = torch.cat(reward_blocks)
+        extra_logs: dict[str, list[Any]] = {}
+        for column in sorted({c for found in rounds for c in found.extra_logs}):
+            extra_logs[column] = [
+                value
+                for found, chosen_rows in zip(rounds, local, strict=True)
+                for value in _take(found.extra_logs.get(column, [None] * len(found.rows)), chosen_rows)
+            ]
+
+        # Per-step metrics (TRL averages them over the logging steps and sends them where its logs go).
+        drawn_groups = sum(found.spread.numel() for found in rounds)
+        informative_groups = sum(int(self._ds_informative(found.spread).sum()) for found in rounds)
+        filled = sum(max(0, wanted - len(groups)) for groups in kept)
+        metrics = self._metrics["train"]
+        metrics["dynamic_sampling/kept_share"].append(informative_groups / drawn_groups)
+        metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
+        metrics["dynamic_sampling/prompts_drawn"].append(float(drawn_groups))
+        metrics["dynamic_sampling/filled_groups"].append(float(filled))
+        if filled and self.accelerator.is_main_process:
+            reason = (
+                "the dataset has no more prompts for this step"
+                if exhausted
+                else (f"{self.args.dynamic_sampling_max_rounds} extra round(s) reached (dynamic_sampling_max_rounds)")
+            )
+            ds_logger.warning(
+                "dynamic sampling, step %d: %s; training on %d informative group(s) and %d with reward spread <= %g "
+                "(%d prompts drawn in %d round(s))",
+                self.state.global_step + 1,
+                reason,
+                wanted * processes - filled,
+                filled,
+                self.args.dynamic_sampling_min_std,
+                drawn_groups,
+                len(rounds),
+            )
+        return rows_out, generated, rewards, extra_logs
+
+    @staticmethod
+    def _ds_join(rounds: list[_Round], local: list[list[int]]) -> tuple[Any, ...]:
+        """TRL's ``_generate`` output for the chosen rows of each round, in order (one tuple, as if one call)."""
+        joined: list[Any] = []
+        for field_index in range(len(rounds[0].generated)):
+            parts = [found.generated[field_index] for found in rounds]
+            if field_index == 5:  # extra_fields: only rollout_func fills them (refused with dynamic sampling)
+                joined.append({})
+            elif field_index == 7:  # tool_images: only tools fill them (refused)
+                joined.append([])
+            elif all(part is None for part in parts):
+                joined.append(None)
+            else:
+                joined.append(
+                    [
+                        v
+                        for part, rows in zip(parts, local, strict=True)
+                        for v in (_take(part, rows) if part is not None else [None] * len(rows))
+                    ]
+                )
+        return tuple(joined)
+
+
+class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
+    """``GRPOTrainer`` whose completion tables hold text, with optional dynamic sampling (module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        config = kwargs.get("args")
+        dataset = kwargs.get("train_dataset")
+        if getattr(config, "dynamic_sampling", False) and dataset is not None:
+            if not isinstance(dataset, Dataset):
+                raise UserError("dynamic_sampling: needs a map-style dataset (extra prompts are drawn by index)")
+            kwargs["train_dataset"] = dataset.add_column(DS_ROW_COLUMN, list(range(len(dataset))))
+        super().__init__(*args, **kwargs)
+        self._ds_setup()
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.log_completions:

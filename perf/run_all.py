@@ -38,6 +38,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
         "labelled positions (issue 14)",
     ),
+    (
+        "dynamic_sampling",
+        ["perf/bench_dynamic_sampling.py"],
+        "GRPO with and without DAPO's dynamic sampling: seconds and completions per step, informative groups per "
+        "second (issue 30)",
+    ),
     ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
     (
         "cli_help",

@@ -76,12 +76,43 @@ def final_weights(output_dir: Path, name: str) -> dict[str, torch.Tensor]:
     return load_file(output_dir / name)
 
 
-@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
-def test_killed_run_resumes_to_the_same_result(tiny_qwen3vl: Path, tmp_path: Path, lora: bool) -> None:
+# Dynamic sampling (finetune/grpo_trainer.py) with a reward that is constant on half the questions, so steps
+# draw extra prompts: the resumed run must draw the ones the uninterrupted run drew.
+DYNAMIC_SAMPLING = [
+    "--dynamic_sampling",
+    "true",
+    "--reward_funcs",
+    "learning_rewards.constant_on_yes_reward",
+    "--reward_weights",
+    "1.0",
+    "--log_completions",
+    "true",
+    "--num_completions_to_print",
+    "0",
+]
+
+
+def trained_questions(output_dir: Path) -> dict[int, list[str]]:
+    """Per step, the question ids of the completions trained on (the reward logs them to the completion table)."""
+    import pandas as pd
+
+    return {
+        int(path.stem.split("_")[1]): pd.read_parquet(path)["question_id"].astype(str).tolist()
+        for path in sorted((output_dir / "completions").glob("completions_*.parquet"))
+    }
+
+
+@pytest.mark.parametrize(
+    ("lora", "dynamic"),
+    [(False, False), (True, False), (False, True), (True, True)],
+    ids=["full", "lora", "full-dynamic-sampling", "lora-dynamic-sampling"],
+)
+def test_killed_run_resumes_to_the_same_result(tiny_qwen3vl: Path, tmp_path: Path, lora: bool, dynamic: bool) -> None:
     from conftest import write_oric_fixture
 
     data = write_oric_fixture(tmp_path / "data")
     extra = ["--use_peft", "true", "--lora_r", "4", "--lora_target_modules", "q_proj", "v_proj"] if lora else []
+    extra += DYNAMIC_SAMPLING if dynamic else []
     weights = "adapter_model.safetensors" if lora else "model.safetensors"
 
     reference = tmp_path / "reference"
@@ -107,6 +138,18 @@ def test_killed_run_resumes_to_the_same_result(tiny_qwen3vl: Path, tmp_path: Pat
     # Optimizer and scheduler state were restored, not restarted: the last learning rate matches.
     reference_state = json.loads((reference / "trainer_state.json").read_text())
     assert state["log_history"][-2]["learning_rate"] == reference_state["log_history"][-2]["learning_rate"]
+
+    if dynamic:  # the steps after the resume drew and trained on the same questions as the uninterrupted run
+        expected_questions, actual_questions = trained_questions(reference), trained_questions(resumed)
+        assert set(expected_questions) == set(range(1, STEPS + 1))
+        for step in range(3, STEPS + 1):
+            assert actual_questions[step] == expected_questions[step], step
+        rounds = [row["dynamic_sampling/rounds"] for row in reference_state["log_history"] if "loss" in row]
+        assert max(rounds) > 1, "no step drew extra prompts"
+        drawn = [row["dynamic_sampling/prompts_drawn"] for row in state["log_history"] if "loss" in row]
+        assert drawn == [
+            row["dynamic_sampling/prompts_drawn"] for row in reference_state["log_history"] if "loss" in row
+        ]
 
 
 def test_incomplete_checkpoints_are_skipped(tmp_path: Path) -> None:

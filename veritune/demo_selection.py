@@ -10,6 +10,10 @@ the one that loses least). The table and the choice go to ``OUT/selection.json``
 the recipe's ``replay_ratio`` is then set by hand, and docs/RESULTS.md records the run.
 
     veritune demo-select --seeds 0 1 2 --ratios 0 0.25 0.5 1
+
+``--set KEY=VALUE`` (repeatable) overrides further GRPO recipe keys in every run of the sweep, so another
+setting is compared on dev the same way: e.g. ``--ratios 0.5 --set dynamic_sampling=true --out
+outputs/selection-ds`` against ``--ratios 0.5`` (DAPO's dynamic sampling, docs/RESULTS.md).
 """
 
 from __future__ import annotations
@@ -51,8 +55,10 @@ def select_replay_ratio(
     ratios: tuple[float, ...] = RATIOS,
     max_pope_drop: float = MAX_POPE_DROP,
     steps: int | None = None,
+    overrides: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Run the dev-split sweep under ``out`` (one directory per seed, one GRPO run per ratio) and choose."""
+    """Run the dev-split sweep under ``out`` (one directory per seed, one GRPO run per ratio) and choose.
+    ``overrides`` are ``KEY=VALUE`` recipe settings applied to every run."""
     from finetune.training import use_cpu_accelerator_without_gpu
     from veritune.demo import (
         _build_oric,
@@ -70,6 +76,12 @@ def select_replay_ratio(
     pin_threads()
     if any(ratio < 0 for ratio in ratios):
         raise UserError(f"--ratios: expected values >= 0, got {list(ratios)}")
+    extra_keys: list[str] = []
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UserError(f"--set: expected KEY=VALUE, got {item!r}")
+        extra_keys += [f"--{key}", value]
     out = out.resolve()
     runs: list[dict[str, Any]] = []
     for seed in seeds:
@@ -83,7 +95,7 @@ def select_replay_ratio(
         for ratio in ratios:
             _step(f"seed {seed}: GRPO with replay_ratio {ratio:g}, evaluated on the dev split")
             run = seed_out / f"grpo-replay{_ratio_name(ratio)}"
-            extra = ("--replay_ratio", f"{ratio:g}", "--report_to", "none")
+            extra = ("--replay_ratio", f"{ratio:g}", "--report_to", "none", *extra_keys)
             _train_grpo(paths, steps, seed, split="dev", run=run, extra=extra)
             rows = {
                 row["benchmark"] + " " + row["metric"]: row for row in results_table({"grpo": run}, seed, DEV_TABLE)
@@ -108,7 +120,14 @@ def select_replay_ratio(
         for ratio in ratios
     ]
     chosen = choose_ratio(means, max_pope_drop)
-    return {"runs": runs, "means": means, "chosen": chosen, "max_pope_drop": max_pope_drop, "seeds": list(seeds)}
+    return {
+        "runs": runs,
+        "means": means,
+        "chosen": chosen,
+        "max_pope_drop": max_pope_drop,
+        "seeds": list(seeds),
+        "overrides": list(overrides),
+    }
 
 
 def format_selection(selection: dict[str, Any]) -> str:
@@ -125,6 +144,8 @@ def format_selection(selection: dict[str, Any]) -> str:
         lines.append(
             f"  ratio {row['ratio']:g}: ORIC-Bench gain {row['oric_gain']:+.1f}, POPE {row['pope_change']:+.1f}"
         )
+    if selection.get("overrides"):
+        lines.append(f"every run with: {' '.join(selection['overrides'])}")
     lines.append(
         f"chosen replay_ratio: {selection['chosen']:g} (largest mean gain with a mean POPE drop of at most "
         f"{selection['max_pope_drop']:g} points)"
@@ -144,13 +165,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-pope-drop", type=float, default=MAX_POPE_DROP, help="largest mean dev POPE drop kept (points)"
     )
     parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further GRPO recipe key for every run (repeatable), e.g. dynamic_sampling=true",
+    )
     parser.set_defaults(handler=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
     from veritune.core.io import atomic_write_json, atomic_write_text
 
-    selection = select_replay_ratio(args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps)
+    selection = select_replay_ratio(
+        args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps, tuple(args.overrides)
+    )
     text = format_selection(selection)
     atomic_write_json(args.out / "selection.json", selection)
     atomic_write_text(args.out / "selection.txt", text + "\n")
