@@ -409,7 +409,7 @@ class RunConfigCallback(TrainerCallback):
     def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
-        provenance = run_provenance(self.script_args)
+        provenance = {**run_provenance(self.script_args), "world_size": args.world_size}
         atomic_write_json(Path(args.output_dir) / PROVENANCE_FILE, provenance)
         try:
             import wandb

@@ -107,7 +107,8 @@ def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
             *LAUNCH,
             "--config_file",
             "recipes/accelerate/ddp_multinode.yaml",
-            "--cpu",
+            # no `--cpu`: accelerate's MULTI_CPU launch starts a lone process where MPI is absent (two unjoined
+            # runs); the config's MULTI_GPU launch joins them, and the recipe's use_cpu keeps them on gloo
             "--mixed_precision",
             "no",
             "--num_machines",
@@ -147,3 +148,4 @@ def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     outputs = [process.communicate(timeout=600)[0] for process in ranks]
     assert [process.returncode for process in ranks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
     assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 2
+    assert json.loads((tmp_path / "run" / "veritune_run.json").read_text())["world_size"] == 2  # joined, not two runs

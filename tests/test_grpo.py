@@ -163,7 +163,9 @@ def test_grpo_two_processes_with_accelerate(tiny_qwen3vl: Path, tmp_path: Path) 
         "no",
         "--dynamo_backend",
         "no",
-        "--cpu",
+        # `--multi_gpu`, not `--cpu`: accelerate's `--cpu --num_processes 2` starts one process where MPI is
+        # absent; the recipe's use_cpu keeps both processes on the CPU (gloo)
+        "--multi_gpu",
         "--main_process_port",
         "29517",
         str(REPO_ROOT / "finetune" / "grpo.py"),
@@ -186,3 +188,4 @@ def test_grpo_two_processes_with_accelerate(tiny_qwen3vl: Path, tmp_path: Path) 
     state = json.loads((tmp_path / "run" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
     assert "rewards/accuracy_reward/mean" in state["log_history"][0]
+    assert json.loads((tmp_path / "run" / "veritune_run.json").read_text())["world_size"] == 2
