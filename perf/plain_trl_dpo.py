@@ -44,7 +44,7 @@ def main(model_dir: str, data_dir: str, output_dir: str, steps: int) -> None:
         use_cpu=True,
         bf16=False,
         optim="adamw_torch",  # as the recipe: TRL's defaults (bf16, fused AdamW) would differ
-        activation_checkpointing=False,
+        gradient_checkpointing=False,
         remove_unused_columns=False,
         logging_steps=1,
         save_strategy="no",

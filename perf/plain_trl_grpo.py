@@ -35,7 +35,7 @@ PROFILES = {
         max_completion_length=24,
         learning_rate=1e-4,
         use_cpu=True,
-        activation_checkpointing=False,
+        gradient_checkpointing=False,
         optim="adamw_torch",
     ),
     "oric-gpu": dict(
@@ -45,7 +45,7 @@ PROFILES = {
         max_completion_length=256,
         learning_rate=2e-6,
         bf16=True,
-        activation_checkpointing=True,
+        gradient_checkpointing=True,
     ),
     # the oric-gpu step on a CPU in float32: bench_gpu.py --smoke checks the GPU benchmark's code path
     "oric-smoke": dict(
@@ -55,7 +55,7 @@ PROFILES = {
         max_completion_length=256,
         learning_rate=2e-6,
         use_cpu=True,
-        activation_checkpointing=True,
+        gradient_checkpointing=True,
     ),
 }
 MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704, "oric-smoke": 4096}
