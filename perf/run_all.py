@@ -38,7 +38,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
         "labelled positions (issue 14)",
     ),
-    ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
+    (
+        "gpu",
+        ["perf/bench_gpu.py"],
+        "real-size GRPO step on a GPU with transformers and with colocated vLLM generation, a LoRA DPO step, "
+        "eval run on both backends (7.5, issue 28)",
+    ),
     (
         "cli_help",
         ["perf/bench_cli_help.py"],

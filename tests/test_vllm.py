@@ -303,3 +303,35 @@ def test_hook_generates_with_transformers_when_told_or_when_the_engine_is_a_serv
         assert reason in caplog.text
         caplog.clear()
     assert not fake.named("generate") and not fake.named("sync_weights")
+
+
+def test_entry_scripts_hand_the_hook_the_recipes_backend_and_the_trainers_engine(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from finetune.training import bind_callbacks, get_callbacks
+
+    write_oric_bench(tmp_path / "bench", questions=1)
+    script_args, training_args, _ = parse(
+        "tiny_oric_demo.yaml",
+        "--eval_on_save",
+        "true",
+        "--eval_benchmarks",
+        "oric_bench",
+        "--eval_data_root",
+        str(tmp_path / "bench"),
+        "--eval_backend",
+        "transformers",
+        "--report_to",
+        "none",
+        "--output_dir",
+        str(tmp_path / "run"),
+    )
+    (hook,) = [cb for cb in get_callbacks(script_args, training_args) if isinstance(cb, EvalHookCallback)]
+    assert hook.backend == "transformers"
+    engine = object()
+    for use_vllm, expected in ((True, engine), (False, None)):
+        trainer = SimpleNamespace(
+            use_vllm=use_vllm, vllm_generation=engine, callback_handler=SimpleNamespace(callbacks=[hook])
+        )
+        bind_callbacks(trainer)
+        assert hook._vllm is expected
