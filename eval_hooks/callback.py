@@ -21,10 +21,18 @@ Distributed runs: every process takes part; each answers a share of every batch 
 in lockstep with ``synced_gpus=True``. A failing benchmark is logged and skipped, and never stops
 training (a crash of one rank inside generation would still stall the others, as in any collective).
 For long benchmarks, prefer ``veritune eval watch`` as a separate job: training does not wait for it.
+
+Backend (``eval_backend`` in a recipe): on a GRPO run with colocated vLLM rollouts (``use_vllm: true``,
+``vllm_mode: colocate``) the hook generates with the trainer's own vLLM engines, after pushing the
+training model's current weights into them (``auto``, the default, or ``vllm``): the model is not loaded a
+second time and generation is vLLM's. Otherwise it generates with the live training model through
+transformers; with ``vllm_mode: server`` it says why (the engine is on another node and serves the
+trainers; the hook does not route benchmark prompts through it).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from pathlib import Path
 from typing import Any
@@ -133,6 +141,7 @@ class EvalHookCallback(TrainerCallback):
         max_new_tokens: int | None = None,
         final_benchmarks: list[str] | None = None,
         at_start: bool = False,
+        backend: str = "auto",
     ) -> None:
         self.benchmarks, self.limits = parse_benchmark_limits(expand_presets(benchmarks))
         self.final_benchmarks, self.final_limits = parse_benchmark_limits(expand_presets(final_benchmarks or []))
@@ -149,12 +158,53 @@ class EvalHookCallback(TrainerCallback):
         self.processor: Any = None
         self._prepared: dict[str, PreparedBenchmark] = {}
         self._handler: CallbackHandler | None = None
+        self.backend = backend
+        self._vllm: Any = None  # TRL's VLLMGeneration of the trainer, when it has one (bind_vllm)
+        self._said_backend = False
 
     def bind_handler(self, handler: CallbackHandler) -> None:
         """Callbacks get no handle on the Trainer: whoever builds the Trainer passes its CallbackHandler here
         (:func:`finetune.training.bind_callbacks`), through which the eval metrics reach every
         ``report_to`` integration like the Trainer's own logs. Unbound, they go to the log history and W&B."""
         self._handler = handler
+
+    def bind_vllm(self, generation: Any) -> None:
+        """The trainer's vLLM generation (TRL's ``trainer.vllm_generation``, None without ``use_vllm``), whose
+        colocated engine the hook reuses (:meth:`make_backend`)."""
+        self._vllm = generation
+
+    def make_backend(self, model: Any, processor: Any, out_dir: Path, step: int) -> Any:
+        """The backend of one evaluation: the trainer's colocated vLLM engine (``auto`` or ``vllm``, when there
+        is one), else the live model through transformers; the choice, and why, is logged once."""
+        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
+
+        from eval_hooks.runner import ColocatedVLLMBackend, TransformersBackend
+
+        name = f"{out_dir.parent.parent.name}/{checkpoint_name(step)}"
+        path = out_dir.parent.parent / checkpoint_name(step)
+        mode = getattr(self._vllm, "mode", None)
+        if self.backend != "transformers" and mode == "colocate":
+            self._say("the trainer's colocated vLLM engine (weights pushed from the training model first)")
+            parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+            dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else None
+            return ColocatedVLLMBackend(self._vllm, processor, model_name=name, model_path=path, dtype=dtype)
+        if self.backend == "vllm":  # the recipe check refuses this before training; a trainer built by hand
+            self._say(f"transformers: eval_backend vllm asked, but the trainer has no colocated vLLM engine ({mode})")
+        elif mode == "server":
+            self._say(
+                "transformers: the vLLM engine is a server on another node, busy with the trainers' rollouts; the "
+                "hook generates with the live training model"
+            )
+        else:
+            self._say("transformers (the live training model)")
+        return TransformersBackend(
+            model, processor, synced_gpus=is_deepspeed_zero3_enabled(), model_name=name, model_path=path
+        )
+
+    def _say(self, choice: str) -> None:
+        if not self._said_backend:
+            logger.info("eval hook: generating with %s", choice)
+            self._said_backend = True
 
     def on_train_begin(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
@@ -228,52 +278,56 @@ class EvalHookCallback(TrainerCallback):
         """Evaluate the live model on each benchmark (default: the per-save ones; every process calls
         this); ``{name: result}`` on the main process. A benchmark that fails is logged and left out."""
         names, limits = (self.benchmarks, self.limits) if names is None else (names, limits or {})
-        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-
-        from eval_hooks.runner import TransformersBackend
-
         if model is None or processor is None:
             logger.error("eval hook at step %d: the trainer passed no model or processor; skipped", step)
             return {}
-        backend = TransformersBackend(
-            model,
-            processor,
-            synced_gpus=is_deepspeed_zero3_enabled(),
-            model_name=f"{out_dir.parent.parent.name}/{checkpoint_name(step)}",
-            model_path=out_dir.parent.parent / checkpoint_name(step),
-        )
+        backend = self.make_backend(model, processor, out_dir, step)
         results: dict[str, dict[str, Any]] = {}
         was_training = model.training
         model.eval()
         try:
-            for name in names:
-                try:
-                    limit = limits.get(name, self.limit)
-                    key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
-                    if key not in self._prepared:
-                        self._prepared[key] = prepare_benchmark(
-                            name,
-                            data_root=self.data_root,
-                            data=self.data,
-                            image_root=self.image_root,
-                            limit=limit,
-                            max_new_tokens=self.max_new_tokens,
-                        )
-                    result = evaluate_prepared(backend, self._prepared[key], out_dir, batch_size=self.batch_size)
-                except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
-                    logger.error(
-                        "eval hook: %s failed at step %d (training continues): %s: %s",
-                        name,
-                        step,
-                        type(err).__name__,
-                        err,
-                    )
-                    continue
-                if result:
-                    results[name] = result
+            engaged = backend.engaged() if hasattr(backend, "engaged") else contextlib.nullcontext()
+            with engaged:
+                self._evaluate_each(backend, names, limits, out_dir, step, results)
         finally:
             model.train(was_training)
         return results
+
+    def _evaluate_each(
+        self,
+        backend: Any,
+        names: list[str],
+        limits: dict[str, int],
+        out_dir: Path,
+        step: int,
+        results: dict[str, dict[str, Any]],
+    ) -> None:
+        """Each benchmark in turn into ``results``; one that fails is logged and left out."""
+        for name in names:
+            try:
+                limit = limits.get(name, self.limit)
+                key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
+                if key not in self._prepared:
+                    self._prepared[key] = prepare_benchmark(
+                        name,
+                        data_root=self.data_root,
+                        data=self.data,
+                        image_root=self.image_root,
+                        limit=limit,
+                        max_new_tokens=self.max_new_tokens,
+                    )
+                result = evaluate_prepared(backend, self._prepared[key], out_dir, batch_size=self.batch_size)
+            except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
+                logger.error(
+                    "eval hook: %s failed at step %d (training continues): %s: %s",
+                    name,
+                    step,
+                    type(err).__name__,
+                    err,
+                )
+                continue
+            if result:
+                results[name] = result
 
     def log_results(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, results: dict[str, dict[str, Any]]

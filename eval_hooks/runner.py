@@ -15,9 +15,11 @@ How a run goes:
 4. The main process appends each batch's answers to ``predictions.jsonl`` (one ``{"id", "prediction"}``
    per line) and flushes, so an interrupted run resumes where it stopped without redoing items.
 
-Backends: :class:`TransformersBackend` (default: left padding, greedy, a live model or a checkpoint) and
-:class:`VLLMBackend` (``--backend vllm``; only when vLLM is installed, and not tested here: vLLM needs a
-GPU).
+Backends: :class:`TransformersBackend` (default: left padding, greedy, a live model or a checkpoint),
+:class:`VLLMBackend` (``--backend vllm``: a vLLM engine loaded from a checkpoint; needs vLLM and a GPU) and
+:class:`ColocatedVLLMBackend` (the eval hook on a run with colocated vLLM rollouts: the trainer's own engine,
+its weights synced from the training model first). The suite runs both vLLM backends' code against a
+recording stand-in for the ``vllm`` package (tests/fake_vllm.py): no GPU here.
 """
 
 from __future__ import annotations
@@ -305,6 +307,26 @@ class TransformersBackend:
         )
 
 
+def vllm_requests(processor: Any, batch: list[EvalItem], image_cache: bool = True) -> list[dict[str, Any]]:
+    """vLLM prompts for a batch: the chat-templated text (as with transformers) and the items' images."""
+    requests = []
+    for item in batch:
+        request: dict[str, Any] = {"prompt": chat_prompt(processor, item)}
+        if item.images:
+            request["multi_modal_data"] = {
+                "image": [load_image_cached(path, cache=image_cache) for path in item.images]
+            }
+        requests.append(request)
+    return requests
+
+
+def greedy_params(batch: list[EvalItem]) -> Any:
+    """vLLM sampling parameters of the runner: greedy, the batch's budget."""
+    from vllm import SamplingParams
+
+    return SamplingParams(temperature=0.0, max_tokens=batch[0].max_new_tokens)
+
+
 class VLLMBackend:
     """Generation with vLLM (continuous batching, paged attention): much faster on a GPU for large runs.
 
@@ -312,8 +334,8 @@ class VLLMBackend:
     (vLLM shards the model itself with ``tensor_parallel_size``); give it large batches (``--batch-size
     256``): each batch is one ``LLM.generate`` call. Prompts are built with the model's own chat template,
     exactly as with transformers, and decoding is greedy (temperature 0). LoRA adapter directories are
-    not loaded: merge them first or use the transformers backend. Untested in veritune's suite: vLLM
-    needs a GPU and is not in the test environment.
+    not loaded: merge them first or use the transformers backend. Needs vLLM (``pip install -e '.[vllm]'``)
+    and a CUDA GPU: without either, one ``error:`` line before anything loads.
     """
 
     name = "vllm"
@@ -327,17 +349,14 @@ class VLLMBackend:
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
     ) -> None:
-        try:
-            from vllm import LLM, SamplingParams
-        except ImportError:
-            raise UserError(
-                "--backend vllm: vLLM is not installed (pip install vllm); use --backend transformers"
-            ) from None
-        from transformers import AutoProcessor
+        from veritune.core.gpu import require_vllm
 
         if (Path(model_path) / "adapter_config.json").is_file():
             raise UserError(f"--backend vllm: {model_path} is a LoRA adapter; merge it or use --backend transformers")
-        self._sampling_params = SamplingParams
+        require_vllm("--backend vllm", "use --backend transformers")
+        from transformers import AutoProcessor
+        from vllm import LLM
+
         self.llm = LLM(
             model=str(model_path),
             dtype=dtype,
@@ -353,15 +372,78 @@ class VLLMBackend:
         self.dtype = dtype
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
-        requests = []
-        for item in batch:
-            request: dict[str, Any] = {"prompt": chat_prompt(self.processor, item)}
-            if item.images:
-                request["multi_modal_data"] = {"image": [load_image_cached(path) for path in item.images]}
-            requests.append(request)
-        params = self._sampling_params(temperature=0.0, max_tokens=batch[0].max_new_tokens)
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(vllm_requests(self.processor, batch), greedy_params(batch), use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
+
+
+class ColocatedVLLMBackend:
+    """The eval hook's generation with the vLLM engine a GRPO trainer already holds (TRL ``use_vllm: true``,
+    ``vllm_mode: colocate``): the model is not loaded a second time.
+
+    ``generation`` is TRL's ``VLLMGeneration`` (``trainer.vllm_generation``): one engine per training process
+    (or per tensor-parallel group), which holds the weights of the last rollout, not the weights just
+    saved. :meth:`engaged` pushes the training model's current weights into it first (TRL's own
+    ``sync_weights``: ZeRO-3 gathers, LoRA merges, sleep mode wakes the weights), wakes the KV cache when the
+    engine sleeps between rollouts, and puts it back to sleep afterwards, as TRL's rollouts do. Every process
+    takes part (the weight push is a collective); each answers its share of every batch with its own engine,
+    and with ``tensor_parallel_size`` > 1 the ranks of a group answer their gathered shares together.
+    Greedy, with the trainer engine's own limits (``vllm_max_model_length``; vLLM's default number of images
+    per prompt): a benchmark beyond them fails on its own and is logged, as any failing benchmark is.
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        generation: Any,
+        processor: Any,
+        *,
+        model_name: str,
+        model_path: str | Path | None = None,
+        dtype: str | None = None,
+        image_cache: bool = True,
+    ) -> None:
+        self.generation = generation
+        self.llm = generation.llm
+        self.processor = processor
+        self.tokenizer = getattr(processor, "tokenizer", processor)
+        self.model_name = model_name
+        self.model_path = model_path
+        self.dtype = dtype
+        self.image_cache = image_cache
+
+    @contextlib.contextmanager
+    def engaged(self) -> Iterator[None]:
+        """The engine holding the training model's current weights, awake, for the duration of the block."""
+        sleeping = bool(getattr(self.generation, "enable_sleep_mode", False))
+        self.generation.sync_weights()  # wakes the weights first when the engine sleeps
+        if sleeping:
+            self.llm.wake_up(tags=["kv_cache"])
+        try:
+            yield
+        finally:
+            if sleeping:  # as after a rollout: level 2 drops the weights, the next rollout pushes them again
+                self.llm.sleep(level=2)
+                self.generation._llm_weights_sleeping = True
+
+    def generate(self, batch: list[EvalItem]) -> list[str]:
+        size = int(getattr(self.generation, "tensor_parallel_size", 1) or 1)
+        share = batch
+        if size > 1:  # the ranks of a tensor-parallel group must submit the same prompts (TRL does the same)
+            import torch.distributed as dist
+
+            shares: list[Any] = [None] * size
+            dist.all_gather_object(shares, batch, group=self.generation.tp_group)
+            batch = [item for part in shares for item in part]
+        requests = vllm_requests(self.processor, batch, self.image_cache)
+        outputs = self.llm.generate(requests, greedy_params(batch), use_tqdm=False)
+        texts = [output.outputs[0].text for output in outputs]
+        if size > 1:
+            import torch.distributed as dist
+
+            rank = dist.get_rank(group=self.generation.tp_group)
+            texts = texts[rank * len(share) : (rank + 1) * len(share)]
+        return texts
 
 
 def get_backend(name: str, model_path: str | Path, dtype: str = "auto") -> Backend:

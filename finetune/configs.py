@@ -16,6 +16,9 @@ from trl import DPOConfig, GRPOConfig, ModelConfig
 
 from veritune.core.errors import UserError
 
+# What the eval hooks may generate with (ScriptArguments.eval_backend; eval_hooks/callback.py).
+EVAL_BACKENDS = ("auto", "transformers", "vllm")
+
 
 @dataclass
 class VerituneModelConfig(ModelConfig):
@@ -89,6 +92,14 @@ class ScriptArguments:
         default=None, metadata={"help": "Evaluate at most N items per benchmark (quick hooks)."}
     )
     eval_batch_size: int = field(default=8, metadata={"help": "Batch size of the eval hooks' generation."})
+    eval_backend: str = field(
+        default="auto",
+        metadata={
+            "help": "What the eval hooks generate with: `transformers` (the live training model), `vllm` (the "
+            "trainer's colocated vLLM engine, weights synced from the training model first; needs use_vllm: true "
+            "and vllm_mode: colocate) or `auto` (vllm when the trainer has a colocated engine, else transformers)."
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.accelerate_config and not Path(self.accelerate_config).is_file():
@@ -97,6 +108,8 @@ class ScriptArguments:
             raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
         if self.max_train_samples is not None and self.max_train_samples <= 0:
             raise UserError(f"max_train_samples: must be positive, got {self.max_train_samples}")
+        if self.eval_backend not in EVAL_BACKENDS:
+            raise UserError(f"eval_backend: expected one of {', '.join(EVAL_BACKENDS)}, got {self.eval_backend!r}")
 
 
 @dataclass
@@ -139,7 +152,22 @@ class GRPOScriptArguments(ScriptArguments):
 
 # Recipe switches that need a GPU extra (`pip install -e '.[gpu]'`): TRL's own options, checked up front so
 # a recipe asking for them on a machine without the package fails in one line, not deep inside TRL.
-OPTIONAL_PACKAGES = {"use_vllm": ("vllm", "vLLM rollouts"), "use_liger_kernel": ("liger_kernel", "Liger kernels")}
+# `use_vllm` is checked when the run starts instead (:func:`require_generation_runtime`): a vLLM recipe must
+# still parse on a login node or CPU machine (`veritune slurm submit` validates it there).
+OPTIONAL_PACKAGES = {"use_liger_kernel": ("liger_kernel", "Liger kernels")}
+
+
+def require_generation_runtime(config: object) -> None:
+    """With ``use_vllm: true``: one-line error, before any model loads, unless vLLM is installed and a CUDA
+    GPU is visible (colocated engines and the NCCL link to a vLLM server both need one)."""
+    from veritune.core.gpu import require_vllm, vllm_installed
+
+    if not getattr(config, "use_vllm", False):
+        return
+    fallback = "set use_vllm: false to generate with transformers"
+    if vllm_installed() and getattr(config, "use_cpu", False):
+        raise UserError(f"use_vllm: vLLM rollouts need a GPU and use_cpu is true; {fallback}")
+    require_vllm("use_vllm", fallback)
 
 
 def require_optional_packages(config: object) -> None:

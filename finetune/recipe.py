@@ -186,6 +186,25 @@ def check_recipe_values(instances: tuple[Any, ...]) -> None:
         _check_rewards(values["reward_funcs"], values.get("reward_weights"))
     if values.get("eval_benchmarks"):
         _check_benchmarks(values["eval_benchmarks"])
+    _check_vllm(values)
+
+
+def _check_vllm(values: dict[str, Any]) -> None:
+    """vLLM settings that TRL would only refuse after the model has loaded, or not at all."""
+    use_vllm = bool(values.get("use_vllm"))
+    if use_vllm and values.get("vllm_mode") not in ("colocate", "server"):
+        raise UserError(f"vllm_mode: expected colocate or server, got {values.get('vllm_mode')!r}")
+    if use_vllm and values.get("ds3_gather_for_generation") is False:
+        raise UserError(
+            "ds3_gather_for_generation: false cannot be used with use_vllm (TRL pushes gathered weights to vLLM); "
+            "set it to true, or use_vllm: false"
+        )
+    if values.get("eval_backend") == "vllm" and not (use_vllm and values.get("vllm_mode") == "colocate"):
+        raise UserError(
+            "eval_backend: vllm reuses the trainer's colocated vLLM engine, and this run has none "
+            f"(use_vllm: {str(use_vllm).lower()}, vllm_mode: {values.get('vllm_mode')}); set eval_backend: auto or "
+            "transformers, or use_vllm: true with vllm_mode: colocate"
+        )
 
 
 def _check_rewards(names: list[str], weights: list[float] | None) -> None:

@@ -15,7 +15,7 @@ import transformers
 from transformers import TrainerCallback, TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from finetune.configs import ScriptArguments, VerituneModelConfig
+from finetune.configs import ScriptArguments, VerituneModelConfig, require_generation_runtime
 from finetune.models import count_parameters, get_lora_config, get_model, get_processor
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, atomic_write_text, read_yaml
@@ -121,10 +121,14 @@ class CompactProgressCallback(ProgressCallback):
 
 
 def bind_callbacks(trainer: Any) -> None:
-    """Give the callbacks that log through the Trainer (the eval hook) its callback handler."""
+    """Give the callbacks that log through the Trainer (the eval hook) its callback handler, and the eval hook
+    the trainer's vLLM generation (TRL's ``vllm_generation`` with ``use_vllm``) whose colocated engine it reuses."""
+    generation = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
     for callback in trainer.callback_handler.callbacks:
         if hasattr(callback, "bind_handler"):
             callback.bind_handler(trainer.callback_handler)
+        if hasattr(callback, "bind_vllm"):
+            callback.bind_vllm(generation)
 
 
 def use_compact_progress(trainer: Any) -> None:
@@ -453,6 +457,7 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
                 image_root=script_args.eval_image_root,
                 final_benchmarks=script_args.eval_final_benchmarks,
                 at_start=script_args.eval_at_start,
+                backend=script_args.eval_backend,
             )
         )
     return callbacks
@@ -600,7 +605,13 @@ def score_only_labelled_positions() -> None:
 
 def start_run(training_args: TrainingArguments) -> bool:
     """Set up logging and TRL's LM head (:func:`score_only_labelled_positions`); True, after saying so, when
-    ``output_dir`` already holds this run finished (the entry scripts then stop before loading a model)."""
+    ``output_dir`` already holds this run finished (the entry scripts then stop before loading a model).
+
+    Raises:
+        UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
+            (:func:`finetune.configs.require_generation_runtime`), before any model loads.
+    """
+    require_generation_runtime(training_args)
     setup_logging(training_args)
     score_only_labelled_positions()
     return report_finished_run(training_args)

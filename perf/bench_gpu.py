@@ -4,12 +4,16 @@
     python perf/bench_gpu.py --smoke     # the same code path on a CPU, small dimensions, float32
 
 Runs one optimizer step of the ORIC recipe (8 generations of up to 256 tokens per prompt, bf16, sdpa)
-through ``finetune/grpo.py`` and through the plain-TRL baseline, and prints generation tokens/s, training
-tokens/s per GPU, model FLOPs utilisation against the GPU's bf16 dense peak, and peak memory, beside the
-physical limits: decode bounded by HBM bandwidth (each decode step reads every weight once), training by
-bf16 peak (6 FLOPs per parameter per token). Without a GPU it prints a note and exits 0; ``--smoke`` runs
+through ``finetune/grpo.py`` with ``transformers`` generation, through ``finetune/grpo.py`` with colocated
+vLLM (``recipes/qwen3vl_oric_vllm.yaml``'s settings) and through the plain-TRL baseline; one LoRA DPO step
+(``recipes/qwen3vl_8b_finer_lora.yaml`` on a small FINER-format set); and ``veritune eval run`` on a
+synthetic ORIC-Bench with both backends (transformers, vLLM). It prints generation tokens/s, training
+tokens/s per GPU, model FLOPs utilisation against the GPU's bf16 dense peak, peak memory and the rollout
+share of the GRPO step (TRL's own ``profiling/Time taken`` timers, read from an offline W&B run), beside
+the physical limits: decode bounded by HBM bandwidth (each decode step reads every weight once), training
+by bf16 peak (6 FLOPs per parameter per token). Without a GPU it prints a note and exits 0; ``--smoke`` runs
 the whole path on a CPU with small dimensions (its figures mean nothing; it checks the script before GPU
-time is spent on it).
+time is spent on it): the vLLM runs, which need a GPU, are then only parsed (recipe and flags), not run.
 """
 
 from __future__ import annotations
@@ -128,72 +132,206 @@ def build_real_size_model(size: str, out_dir: Path, device: str = "cuda") -> Pat
     return path
 
 
-def run_step(
-    script: str, model: Path, data: Path, images: Path, out: Path, lora: bool, smoke: bool = False
-) -> dict[str, float]:
-    import resource
+VLLM_FLAGS = [  # recipes/qwen3vl_oric_vllm.yaml's engine on one GPU (no ZeRO-3 in a one-process run)
+    "--use_vllm",
+    "true",
+    "--vllm_mode",
+    "colocate",
+    "--vllm_gpu_memory_utilization",
+    "0.35",
+    "--vllm_max_model_length",
+    "1280",
+    "--vllm_enable_sleep_mode",
+    "true",
+]
+
+
+def grpo_command(model: Path, data: Path, images: Path, out: Path, lora: bool, smoke: bool, vllm: bool) -> list[str]:
+    """``finetune/grpo.py`` on the ORIC recipe for two optimizer steps (the second is the one measured)."""
+    command = [
+        "recipes/qwen3vl_oric.yaml",
+        "--model_name_or_path",
+        str(model),
+        "--dataset_path",
+        str(data),
+        "--image_root",
+        str(images),
+        "--output_dir",
+        str(out),
+        "--max_steps",
+        "2",
+        "--save_strategy",
+        "no",
+        "--report_to",
+        "wandb",  # offline (WANDB_MODE): TRL's profiling timers are logged only to trackers
+        "--eval_on_save",
+        "false",
+        "--attn_implementation",
+        "sdpa",
+        "--global_batch_prompts",  # one prompt group per optimizer step, as perf/plain_trl_grpo.py's oric-gpu:
+        "1",  # 1 prompt x 8 generations, 8 micro-steps of 1 completion
+        "--per_device_train_batch_size",
+        "1",
+        "--max_pixels",
+        "4096" if smoke else "200704",
+    ]
+    if smoke:
+        command += ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32"]
+    if lora:
+        command += ["--use_peft", "true", "--lora_target_modules", "q_proj", "v_proj", "--lora_r", "32"]
+    if vllm:
+        command += VLLM_FLAGS
+    return command
+
+
+def dpo_command(model: Path, data: Path, out: Path, smoke: bool) -> list[str]:
+    """``finetune/dpo.py`` on a FINER LoRA recipe for two optimizer steps."""
+    command = ["recipes/qwen3vl_8b_finer_lora.yaml", "--model_name_or_path", str(model), "--dataset_path", str(data)]
+    command += ["--output_dir", str(out), "--max_steps", "2", "--save_strategy", "no", "--report_to", "none"]
+    command += ["--eval_strategy", "no", "--global_batch_size", "8", "--per_device_train_batch_size", "4"]
+    command += ["--eval_on_save", "false", "--attn_implementation", "sdpa"]
+    if smoke:
+        command += ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32"]
+    return command
+
+
+def check_parses(entry: str, command: list[str]) -> None:
+    """Parse an entry point's command line as it would (recipe, overrides, value checks), without running it."""
+    from finetune.configs import (
+        DPOScriptArguments,
+        GRPOScriptArguments,
+        VerituneDPOConfig,
+        VerituneGRPOConfig,
+        VerituneModelConfig,
+    )
+    from finetune.recipe import parse_recipe
+
+    types = (
+        (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+        if entry == "grpo"
+        else (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
+    )
+    parse_recipe(command, types)
+
+
+class PeakMemory:
+    """The largest device memory in use while the block runs (nvidia-smi, polled), in GiB; on a CPU (smoke),
+    the largest resident set of the child processes so far."""
+
+    def __init__(self, smoke: bool) -> None:
+        self.smoke, self.peak = smoke, 0.0
+
+    def __enter__(self) -> PeakMemory:
+        import subprocess
+        import threading
+
+        self._done = threading.Event()
+
+        def poll() -> None:
+            while not self._done.is_set() and not self.smoke:
+                query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
+                used = subprocess.run(query, capture_output=True, text=True).stdout.split()
+                self.peak = max(self.peak, float(used[0]) / 1024 if used else 0.0)
+                self._done.wait(0.5)
+
+        self._poller = threading.Thread(target=poll, daemon=True)
+        self._poller.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import resource
+
+        self._done.set()
+        self._poller.join()
+        if self.smoke:
+            self.peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+
+
+def run(command: list[str], env: dict[str, str] | None = None) -> None:
+    import os
     import subprocess
-    import threading
 
-    command = [sys.executable, script]
-    if script == "finetune/grpo.py":
-        command += [
-            "recipes/qwen3vl_oric.yaml",
-            "--model_name_or_path",
-            str(model),
-            "--dataset_path",
-            str(data),
-            "--image_root",
-            str(images),
-            "--output_dir",
-            str(out),
-            "--max_steps",
-            "2",
-            "--save_strategy",
-            "no",
-            "--report_to",
-            "none",
-            "--attn_implementation",
-            "sdpa",
-            "--gradient_accumulation_steps",
-            "8",
-            "--max_pixels",
-            "4096" if smoke else "200704",
-        ]
-        if smoke:
-            command += ["--use_cpu", "true", "--bf16", "false", "--dtype", "float32"]
-        if lora:
-            command += ["--use_peft", "true", "--lora_target_modules", "q_proj", "v_proj", "--lora_r", "32"]
-    else:
-        command += [str(model), str(data), str(images), str(out), "2", "oric-smoke" if smoke else "oric-gpu"]
-    start = time.perf_counter()
-    peak = [0.0]
-    done = threading.Event()
-
-    def poll_memory() -> None:  # the step runs in a child process: read the device's memory in use
-        while not done.is_set() and not smoke:
-            query = ["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"]
-            used = subprocess.run(query, capture_output=True, text=True).stdout.split()
-            peak[0] = max(peak[0], float(used[0]) / 1024 if used else 0.0)
-            done.wait(0.5)
-
-    poller = threading.Thread(target=poll_memory, daemon=True)
-    poller.start()
-    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True)
-    done.set()
-    poller.join()
+    result = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if result.returncode != 0:
-        raise SystemExit(result.stderr[-3000:])
-    if smoke:  # no device memory: the largest resident set of the children so far, in GiB
-        peak[0] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+        raise SystemExit(f"{' '.join(command[:3])} ...: exit {result.returncode}\n{result.stderr[-3000:]}")
+
+
+def rollout_seconds(out: Path) -> float | None:
+    """Generation time of the whole run (weight pushes to vLLM included), from TRL's profiling timers in its
+    offline W&B history (TRL logs them to trackers only, each as its own row without the training step)."""
+    from wandb_offline import offline_history
+
+    try:
+        rows = offline_history(out)
+    except FileNotFoundError:
+        return None
+    keys = (".transformers.generate", ".transformers.generate_batch", ".vLLM.generate", ".sync_weights")
+    timers = [
+        value
+        for row in rows
+        for name, value in row.items()
+        if name.startswith("profiling/Time taken: ") and name.endswith(keys) and isinstance(value, (int, float))
+    ]
+    return sum(timers) if timers else None
+
+
+def run_step(
+    script: str,
+    model: Path,
+    data: Path,
+    images: Path,
+    out: Path,
+    lora: bool,
+    smoke: bool = False,
+    vllm: bool = False,
+) -> dict[str, float]:
+    """One GRPO run of two steps (veritune's entry point or plain TRL); the second step's figures."""
+    if script == "finetune/grpo.py":
+        command = [sys.executable, script, *grpo_command(model, data, images, out, lora, smoke, vllm)]
+    else:
+        command = [sys.executable, script, str(model), str(data), str(images), str(out), "2"]
+        command.append("oric-smoke" if smoke else "oric-gpu")
+    start = time.perf_counter()
+    with PeakMemory(smoke) as memory:
+        run(command, {"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
     state = json.loads((out / "trainer_state.json").read_text())
-    last = [row for row in state["log_history"] if "step_time" in row][-1]
+    steps = [row for row in state["log_history"] if "step_time" in row]
+    rollout = rollout_seconds(out) if script == "finetune/grpo.py" else None
     return {
-        "step_time": last["step_time"],
-        "peak_gib": peak[0],
+        "step_time": steps[-1]["step_time"],
+        "peak_gib": memory.peak,
         "wall": time.perf_counter() - start,
-        "mean_length": last.get("completions/mean_length", 0.0),
+        "mean_length": steps[-1].get("completions/mean_length", 0.0),
+        # over the run's steps (TRL's timers carry no step): generation time / training-step time
+        "rollout_share": rollout / sum(row["step_time"] for row in steps) if rollout is not None else None,
     }
+
+
+def run_dpo(model: Path, data: Path, out: Path, smoke: bool) -> dict[str, float]:
+    """Two LoRA DPO steps; the mean step time of the training loop (train_runtime / steps)."""
+    with PeakMemory(smoke) as memory:
+        run([sys.executable, "finetune/dpo.py", *dpo_command(model, data, out, smoke)])
+    results = json.loads((out / "train_results.json").read_text())
+    return {"step_time": results["train_runtime"] / 2, "peak_gib": memory.peak}
+
+
+def run_eval(model: Path, bench_root: Path, out: Path, backend: str, smoke: bool) -> dict[str, float]:
+    """``veritune eval run`` on the synthetic ORIC-Bench; items per second over the whole command (model
+    load included) and the items answered."""
+    command = [sys.executable, "-m", "veritune.cli", "eval", "run", "--model", str(model), "--benchmarks"]
+    command += ["oric_bench", "--data-root", str(bench_root), "--out", str(out), "--backend", backend]
+    command += [
+        "--max-new-tokens",
+        "16" if smoke else "64",
+        "--batch-size",
+        "8" if backend == "transformers" else "256",
+    ]
+    start = time.perf_counter()
+    with PeakMemory(smoke) as memory:
+        run(command)
+    wall = time.perf_counter() - start
+    items = json.loads((out / "oric_bench" / "metrics.json").read_text())["counts"]["items"]
+    return {"wall": wall, "items": items, "peak_gib": memory.peak}
 
 
 def main() -> None:
@@ -215,6 +353,8 @@ def main() -> None:
         return
 
     from conftest import write_oric_fixture
+    from eval_fixtures import write_oric_bench
+    from helpers import write_finer_fixture
 
     name = "CPU (smoke run)" if args.smoke else torch.cuda.get_device_name()
     peak_flops, bandwidth = gpu_specs(name)
@@ -225,19 +365,39 @@ def main() -> None:
 
         n_params = _count_parameters(AutoConfig.from_pretrained(model))
         data, images = write_oric_fixture(tmp_path / "data", num_items=16)
+        finer = write_finer_fixture(tmp_path / "finer", num_images=8)
+        write_oric_bench(tmp_path / "bench", questions=64)
         ours = run_step("finetune/grpo.py", model, data, images, tmp_path / "ours", args.lora, args.smoke)
         plain = run_step("perf/plain_trl_grpo.py", model, data, images, tmp_path / "plain", args.lora, args.smoke)
+        dpo = run_dpo(model, finer, tmp_path / "dpo", args.smoke)
+        evals = {"transformers": run_eval(model, tmp_path / "bench", tmp_path / "eval-tf", "transformers", args.smoke)}
+        vllm_side = None
+        if args.smoke:  # vLLM needs a GPU: check that its runs would parse, and say so
+            check_parses("grpo", grpo_command(model, data, images, tmp_path / "v", args.lora, True, vllm=True))
+            print("vLLM runs (GRPO colocate, eval --backend vllm): parsed only; they need a GPU")
+        else:
+            vllm_side = run_step("finetune/grpo.py", model, data, images, tmp_path / "vllm", args.lora, vllm=True)
+            evals["vllm"] = run_eval(model, tmp_path / "bench", tmp_path / "eval-vllm", "vllm", args.smoke)
 
-    tokens = 8 * 256  # one prompt group: 8 generations of up to 256 tokens
+    tokens = 8 * 256  # one optimizer step: one prompt group, 8 generations of up to 256 tokens
     train_flops = 6 * n_params * tokens
     print(f"GPU: {name}; model: random Qwen3-VL-{args.size.upper()} ({n_params / 1e9:.2f} B parameters)")
-    print("| runner | step time (s) | mean completion tokens | training tokens/s | MFU | peak memory (GiB) |")
-    print("| --- | --- | --- | --- | --- | --- |")
-    for label, result in (("veritune", ours), ("plain TRL", plain)):
+    print("| GRPO step | step time (s) | mean completion tokens | tokens/s | MFU | rollout share | peak memory (GiB) |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    rows = [("veritune, transformers generation", ours), ("plain TRL", plain)]
+    rows += [("veritune, colocated vLLM", vllm_side)] if vllm_side else []
+    for label, result in rows:
+        share = f"{result['rollout_share']:.0%}" if result.get("rollout_share") is not None else "-"
         print(
             f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} "
             f"| {tokens / result['step_time']:,.0f} | "
-            f"{train_flops / result['step_time'] / peak_flops:.1%} | {result['peak_gib']:.1f} |"
+            f"{train_flops / result['step_time'] / peak_flops:.1%} | {share} | {result['peak_gib']:.1f} |"
+        )
+    print(f"| LoRA DPO step (batch 8) | {dpo['step_time']:.2f} | - | - | - | - | {dpo['peak_gib']:.1f} |")
+    for backend, result in evals.items():
+        print(
+            f"eval run --backend {backend}: {result['items']} items in {result['wall']:.1f} s "
+            f"({result['items'] / result['wall']:.2f} items/s, model load included), peak {result['peak_gib']:.1f} GiB"
         )
     decode_limit = bandwidth / (2 * n_params)
     print(

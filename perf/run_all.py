@@ -44,7 +44,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "GRPO with and without DAPO's dynamic sampling: seconds and completions per step, informative groups per "
         "second (issue 30)",
     ),
-    ("gpu", ["perf/bench_gpu.py"], "real-size GRPO step on a GPU (7.5)"),
+    (
+        "gpu",
+        ["perf/bench_gpu.py"],
+        "real-size GRPO step on a GPU with transformers and with colocated vLLM generation, a LoRA DPO step, "
+        "eval run on both backends (7.5, issue 28)",
+    ),
     (
         "cli_help",
         ["perf/bench_cli_help.py"],

@@ -33,14 +33,29 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _node_lines(host: str, nodes: int, memory_mb: int) -> list[str]:
+    """One node named after the host, or ``nodes`` nodes ``vt1``..``vtN`` on this host (one slurmd each,
+    ``slurmd -N``), each reached at 127.0.0.1 on a port of its own."""
+    if nodes == 1:
+        return [f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN"]
+    return [
+        f"NodeName=vt{index} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={os.cpu_count()} "
+        f"RealMemory={memory_mb // nodes} State=UNKNOWN"
+        for index in range(1, nodes + 1)
+    ]
+
+
 @contextmanager
-def local_cluster(root: Path) -> Iterator[dict[str, str]]:
-    """Start the cluster under ``root``; yields the environment that points Slurm commands at it."""
+def local_cluster(root: Path, nodes: int = 1) -> Iterator[dict[str, str]]:
+    """Start the cluster under ``root`` with ``nodes`` nodes (all on this machine); yields the environment
+    that points Slurm commands at it."""
     root.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0]
+    names = [host] if nodes == 1 else [f"vt{index}" for index in range(1, nodes + 1)]
     memory_mb = int(Path("/proc/meminfo").read_text().split()[1]) // 1024 - 1024
     (root / "state").mkdir(exist_ok=True)
-    (root / "spool").mkdir(exist_ok=True)
+    for name in names:
+        (root / "spool" / name).mkdir(parents=True, exist_ok=True)
     (root / "munge").mkdir(exist_ok=True)
     key = root / "munge.key"
     key.write_bytes(os.urandom(1024))
@@ -58,13 +73,13 @@ def local_cluster(root: Path) -> Iterator[dict[str, str]]:
                 f"AuthInfo=socket={munge_socket}",
                 "CredType=cred/munge",
                 f"StateSaveLocation={root}/state",
-                f"SlurmdSpoolDir={root}/spool",
+                f"SlurmdSpoolDir={root}/spool/%n",
                 f"SlurmctldPidFile={root}/slurmctld.pid",
-                f"SlurmdPidFile={root}/slurmd.pid",
+                f"SlurmdPidFile={root}/slurmd-%n.pid",
                 f"SlurmctldLogFile={root}/slurmctld.log",
-                f"SlurmdLogFile={root}/slurmd.log",
+                f"SlurmdLogFile={root}/slurmd-%n.log",
                 f"SlurmctldPort={_free_port()}",
-                f"SlurmdPort={_free_port()}",
+                *([f"SlurmdPort={_free_port()}"] if nodes == 1 else []),
                 "ProctrackType=proctrack/linuxproc",
                 "TaskPlugin=task/none",
                 "JobAcctGatherType=jobacct_gather/none",
@@ -76,14 +91,15 @@ def local_cluster(root: Path) -> Iterator[dict[str, str]]:
                 "ReturnToService=2",
                 "MpiDefault=none",
                 "MinJobAge=3600",
-                f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN",
+                *_node_lines(host, nodes, memory_mb),
                 "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
                 "",
             ]
         )
     )
     env = dict(os.environ, SLURM_CONF=str(config))
-    pids = {name: root / f"{name}.pid" for name in ("munged", "slurmctld", "slurmd")}
+    pids = {name: root / f"{name}.pid" for name in ("munged", "slurmctld")}
+    pids.update({f"slurmd-{name}": root / f"slurmd-{name}.pid" for name in names})
     try:
         subprocess.run(
             [
@@ -98,18 +114,19 @@ def local_cluster(root: Path) -> Iterator[dict[str, str]]:
             check=True,
         )
         subprocess.run(["slurmctld", "-f", str(config)], check=True, env=env)
-        subprocess.run(["slurmd", "-f", str(config)], check=True, env=env)
+        for name in names:
+            subprocess.run(["slurmd", "-f", str(config), *(["-N", name] if nodes > 1 else [])], check=True, env=env)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             state = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, env=env).stdout.strip()
-            if state == "idle":
+            if state == "idle":  # all nodes idle (sinfo groups nodes of one state on one line)
                 break
             time.sleep(0.5)
         else:
             raise RuntimeError(f"local Slurm node never became idle (state {state!r}); see {root}/slurmctld.log")
         yield env
     finally:
-        for name in ("slurmd", "slurmctld", "munged"):
+        for name in [*(f"slurmd-{n}" for n in names), "slurmctld", "munged"]:
             if pids[name].is_file():
                 try:
                     os.kill(int(pids[name].read_text().strip()), signal.SIGTERM)

@@ -149,7 +149,8 @@ def test_accelerate_config_loads(config: Path) -> None:
         assert loaded.deepspeed_config["zero_stage"] == int(config.name[4])
 
 
-@pytest.mark.parametrize(("flag", "package"), [("--use_vllm", "vllm"), ("--use_liger_kernel", "liger_kernel")])
+# use_vllm is checked when the run starts, so that vLLM recipes parse on a login node: tests/test_vllm.py
+@pytest.mark.parametrize(("flag", "package"), [("--use_liger_kernel", "liger_kernel")])
 def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
     import importlib.util
 

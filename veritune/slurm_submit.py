@@ -6,6 +6,10 @@
 
 Each stage is one of the generic scripts in ``slurm/``; the run directory is chosen here and passed to
 every job, so the eval job knows where the trained model is. ``--dry-run`` prints the sbatch commands.
+
+``--nodes`` counts training nodes. A recipe that generates with a vLLM server (``use_vllm: true``,
+``vllm_mode: server``) gets one node more for the server (``veritune.slurm_layout``; slurm/train.sbatch
+runs it on the job's last node and waits for its /health endpoint before training).
 """
 
 from __future__ import annotations
@@ -149,6 +153,15 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
     build, overrides = validate(args)
     run_dir = args.run_dir or f"{args.run_root}/{Path(args.recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     common = [*args.sbatch_arg, f"--export=ALL,VERITUNE_RUN_DIR={run_dir}"]
+    from veritune.slurm_layout import vllm_server_layout
+
+    server = vllm_server_layout(args.recipe, overrides)
+    nodes = args.nodes + 1 if server else args.nodes
+    if server:
+        print(
+            f"vLLM server mode: {args.nodes} training node(s) + 1 node for `trl vllm-serve` {server.model} "
+            f"(port {server.port}) = --nodes={nodes}"
+        )
     jobs: dict[str, str] = {}
     dependency: list[str] = []
     if args.build:
@@ -156,7 +169,7 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
             ["sbatch", "--parsable", *common, "slurm/build.sbatch", *build], args.dry_run, "BUILD_JOB"
         )
         dependency = [f"--dependency=afterok:{jobs['build']}"]
-    resources = [f"--nodes={args.nodes}"] + ([f"--gpus-per-node={args.gpus_per_node}"] if args.gpus_per_node else [])
+    resources = [f"--nodes={nodes}"] + ([f"--gpus-per-node={args.gpus_per_node}"] if args.gpus_per_node else [])
     train = ["sbatch", "--parsable", *common, *dependency, *resources, "slurm/train.sbatch", args.entry, args.recipe]
     if args.accelerate_config:
         train.append(args.accelerate_config)
@@ -194,7 +207,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--recipe", required=True, help="the recipe YAML")
     parser.add_argument("--accelerate-config", help="default: the recipe's accelerate_config")
-    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument(
+        "--nodes", type=int, default=1, help="training nodes (a vLLM server-mode recipe gets one more, for the server)"
+    )
     parser.add_argument("--gpus-per-node", type=int, default=0)
     parser.add_argument("--override", help='recipe overrides, e.g. "--learning_rate 1e-6"')
     parser.add_argument("--build", help="arguments of a `veritune build` job to run first")
