@@ -443,3 +443,57 @@ def test_kill_9_during_force_rebuild_leaves_old_or_new(
         assert manifest in (parts(old)[1], parts(new)[1]), f"killed at call {kill_at}: the manifest is neither"
         recover_output(folder / name)
         assert visible(snapshot(folder)) in (old, new), f"killed at call {kill_at}: a mix after recovery"
+
+
+# ---------------------------------------------------------------------------------------------- recipe paths
+
+DEMO_RECIPE = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+SUBMIT = ["slurm", "submit", "--entry", "grpo", "--recipe", str(DEMO_RECIPE), "--run-dir", "r"]
+
+# Run from a folder outside the repository: each flag's own mistake is the error, not the accelerate config.
+SUBMIT_CASES = [
+    (
+        "unknown-benchmark",
+        ["--eval-benchmarks", "popee", "--eval-data-root", "d", "--dry-run"],
+        "--eval-benchmarks: unknown benchmark 'popee'",
+    ),
+    ("no-eval-data-root", ["--eval-benchmarks", "pope", "--dry-run"], "--eval-benchmarks needs --eval-data-root"),
+    ("no-sbatch", [], "sbatch not found"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), [case[1:] for case in SUBMIT_CASES], ids=[c[0] for c in SUBMIT_CASES])
+def test_slurm_submit_from_another_directory_names_the_real_mistake(
+    extra: list[str], message: str, tmp_path: Path, monkeypatch, capsys
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path / "no-bin"))
+    code, err = run_cli([*SUBMIT, *extra], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert message in err and "accelerate" not in err, err
+
+
+def test_repository_relative_recipe_paths_resolve_from_any_directory(tmp_path: Path, monkeypatch, capsys) -> None:
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import load_recipe, parse_recipe
+
+    types = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+    monkeypatch.chdir(REPO_ROOT)
+    here = load_recipe(DEMO_RECIPE, types)
+    assert here["accelerate_config"] == "recipes/accelerate/single.yaml"  # as written, from the repository
+    monkeypatch.chdir(tmp_path)
+    elsewhere = load_recipe(DEMO_RECIPE, types)
+    assert elsewhere["accelerate_config"] == str(REPO_ROOT / "recipes/accelerate/single.yaml")
+    script_args, *_ = parse_recipe([str(DEMO_RECIPE), "--use_cpu", "true"], types)
+    assert Path(script_args.accelerate_config).is_file()
+
+    assert main([*SUBMIT, "--dry-run"]) == 0
+    train = f"slurm/train.sbatch grpo {DEMO_RECIPE} {REPO_ROOT / 'recipes/accelerate/single.yaml'}"
+    assert train in capsys.readouterr().out  # the job gets the config found in the recipe's repository
+
+    broken = tmp_path / "recipes" / "broken.yaml"
+    broken.parent.mkdir()
+    broken.write_text("accelerate_config: recipes/accelerate/nope.yaml\n")
+    code, err = run_cli(["slurm", "submit", "--entry", "grpo", "--recipe", str(broken), "--dry-run"], capsys)
+    assert code == 2 and "accelerate_config: recipes/accelerate/nope.yaml not found (looked in: " in err
+    assert str(tmp_path / "recipes" / "recipes/accelerate/nope.yaml") in err
