@@ -37,6 +37,9 @@ MAX_RETRY_AFTER = 120.0  # seconds: a longer Retry-After is capped
 SNIPPET_CHARS = 160
 
 
+PROBE_PROMPT = "Answer with one word: is this a test?"  # ChatClient.check_endpoint's request (never cached)
+
+
 class ChatClient:
     """Chat completions with an on-disk answer cache.
 
@@ -126,7 +129,7 @@ class ChatClient:
         Raises:
             UserError: naming the endpoint and what it answered (after this client's retries).
         """
-        payload = self._payload("Answer with one word: is this a test?", None)
+        payload = self._payload(PROBE_PROMPT, None)
 
         async def probe() -> str:
             import openai
