@@ -114,7 +114,7 @@ def resolve_recipe_path(recipe: str | os.PathLike[str], value: str, *, key: str,
             return value if place == Path(value) else str(place)
     if required:
         looked = ", ".join(str(place if place.is_absolute() else Path.cwd() / place) for place in candidates)
-        raise UserError(f"{recipe}: {key}: {value} not found (looked in: {looked})")
+        raise UserError(f"{recipe}: {key}: {value} does not exist (looked in: {looked})")
     return value
 
 

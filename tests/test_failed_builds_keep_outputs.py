@@ -495,5 +495,5 @@ def test_repository_relative_recipe_paths_resolve_from_any_directory(tmp_path: P
     broken.parent.mkdir()
     broken.write_text("accelerate_config: recipes/accelerate/nope.yaml\n")
     code, err = run_cli(["slurm", "submit", "--entry", "grpo", "--recipe", str(broken), "--dry-run"], capsys)
-    assert code == 2 and "accelerate_config: recipes/accelerate/nope.yaml not found (looked in: " in err
+    assert code == 2 and "accelerate_config: recipes/accelerate/nope.yaml does not exist (looked in: " in err
     assert str(tmp_path / "recipes" / "recipes/accelerate/nope.yaml") in err
