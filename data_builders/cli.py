@@ -45,36 +45,51 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     world.add_argument(
         "--out-of-context-rate", type=float, default=0.7, help="probability of an object of another scene"
     )
+    world.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     world.set_defaults(handler=_synthetic_world)
 
     graphs = subparsers.add_parser("scene-graphs", help=command_help("build", "scene-graphs"))
     graphs.add_argument("--annotations", type=Path, required=True, help="the synthetic world's COCO annotations")
-    graphs.add_argument("--out", type=Path, required=True, help="output JSON")
+    graphs.add_argument(
+        "--out", type=Path, required=True, help="output JSON (a <name>.manifest.json is written beside it)"
+    )
+    graphs.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     graphs.set_defaults(handler=_scene_graphs)
 
 
 def _synthetic_world(args: argparse.Namespace) -> int:
-    from data_builders.synthetic_world import build_synthetic_world
+    from data_builders.synthetic_world import build_synthetic_world, check_world_settings
+    from veritune.core.io import build_identity, check_output_path, claim_output_dir
 
-    paths = build_synthetic_world(
-        args.out,
-        num_train_images=args.train_images,
-        num_val_images=args.val_images,
-        num_dev_images=args.dev_images,
-        seed=args.seed,
-        image_size=args.image_size,
-        backgrounds=args.backgrounds,
-        in_context_rate=args.in_context_rate,
-        out_of_context_rate=args.out_of_context_rate,
-    )
-    print(json.dumps({key: str(value) for key, value in paths.items()}, indent=2))
+    check_output_path(args.out, directory=True)
+    settings = {
+        "num_train_images": args.train_images,
+        "num_val_images": args.val_images,
+        "num_dev_images": args.dev_images,
+        "image_size": args.image_size,
+        "backgrounds": args.backgrounds,
+        "in_context_rate": args.in_context_rate,
+        "out_of_context_rate": args.out_of_context_rate,
+    }
+    check_world_settings(**settings)  # the flags first, then the output policy, then the drawing
+    identity = build_identity("build synthetic-world", {**settings, "seed": args.seed}, {})
+    with claim_output_dir(args.out, identity, force=args.force) as staged:
+        paths = build_synthetic_world(staged.path, seed=args.seed, **settings)
+    print(json.dumps({key: str(staged.published(value)) for key, value in paths.items()}, indent=2))
     return 0
 
 
 def _scene_graphs(args: argparse.Namespace) -> int:
     from data_builders.finer.synthetic import scene_graphs_from_coco
+    from data_builders.oric.annotations import load_instances
+    from veritune.core.io import build_identity, check_output_path, claim_output_file
 
-    print(f"wrote {scene_graphs_from_coco(args.annotations, args.out)}")
+    check_output_path(args.out)
+    load_instances(args.annotations)  # the input in full (boxes, categories) before the output policy
+    identity = build_identity("build scene-graphs", {}, {"annotations": args.annotations})
+    with claim_output_file(args.out, identity, force=args.force) as staged:
+        scene_graphs_from_coco(args.annotations, staged.path)
+    print(f"wrote {args.out}")
     return 0
 
 

@@ -281,6 +281,30 @@ def _write_pope_random(
     return atomic_write_text(path, "\n".join(lines) + "\n")
 
 
+def check_world_settings(
+    *,
+    num_train_images: int,
+    num_val_images: int,
+    num_dev_images: int,
+    image_size: int,
+    backgrounds: str,
+    in_context_rate: float,
+    out_of_context_rate: float,
+) -> None:
+    """The world's settings, checked before anything is drawn or written (one line naming the setting)."""
+    counts = {"num_train_images": num_train_images, "num_val_images": num_val_images, "num_dev_images": num_dev_images}
+    for key, count in counts.items():
+        if count < 0:
+            raise UserError(f"{key}: expected a count >= 0, got {count}")
+    if image_size < 1:
+        raise UserError(f"image_size: expected a positive number of pixels, got {image_size}")
+    if backgrounds not in BACKGROUNDS:
+        raise UserError(f"backgrounds: expected one of {', '.join(BACKGROUNDS)}, got {backgrounds!r}")
+    for key, rate in (("in_context_rate", in_context_rate), ("out_of_context_rate", out_of_context_rate)):
+        if not 0.0 <= rate <= 1.0:
+            raise UserError(f"{key}: expected a probability in [0, 1], got {rate}")
+
+
 def build_synthetic_world(
     out_dir: str | Path,
     *,
@@ -314,15 +338,15 @@ def build_synthetic_world(
     """
     out_dir = Path(out_dir)
     rng = random.Random(seed)
-    counts = {"num_train_images": num_train_images, "num_val_images": num_val_images, "num_dev_images": num_dev_images}
-    for key, count in counts.items():
-        if count < 0:
-            raise UserError(f"{key}: expected a count >= 0, got {count}")
-    if backgrounds not in BACKGROUNDS:
-        raise UserError(f"backgrounds: expected one of {', '.join(BACKGROUNDS)}, got {backgrounds!r}")
-    for key, rate in (("in_context_rate", in_context_rate), ("out_of_context_rate", out_of_context_rate)):
-        if not 0.0 <= rate <= 1.0:
-            raise UserError(f"{key}: expected a probability in [0, 1], got {rate}")
+    check_world_settings(
+        num_train_images=num_train_images,
+        num_val_images=num_val_images,
+        num_dev_images=num_dev_images,
+        image_size=image_size,
+        backgrounds=backgrounds,
+        in_context_rate=in_context_rate,
+        out_of_context_rate=out_of_context_rate,
+    )
     look = {"backgrounds": backgrounds, "rates": (in_context_rate, out_of_context_rate)}
     paths = _split(out_dir, "train", num_train_images, rng, image_size, look)
     paths.update(_split(out_dir, "val", num_val_images, rng, image_size, look))

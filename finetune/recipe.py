@@ -41,14 +41,81 @@ def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
 
 
 def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    """Read a recipe and check every key against the dataclasses' fields and every value against its type."""
+    """Read a recipe and check every key against the dataclasses' fields and every value against its type;
+    relative paths in :data:`RECIPE_PATH_KEYS` are resolved by :func:`resolve_recipe_path`."""
     recipe = read_yaml(path, what="recipe file")
     keys = valid_keys(dataclass_types)
     for key in recipe:
         if key not in keys:
             raise UserError(_unknown_key_message(str(path), str(key), keys))
     check_value_types(recipe, dataclass_types, str(path))
+    for key in RECIPE_PATH_KEYS:
+        if isinstance(recipe.get(key), str) and recipe[key]:
+            recipe[key] = resolve_recipe_path(path, recipe[key], key=key, required=key in REQUIRED_PATH_KEYS)
     return recipe
+
+
+# ---------------------------------------------------------------------------------------------- recipe paths
+#
+# One rule for a relative path written in a recipe file, whoever reads it (the entry scripts, `veritune slurm
+# submit`, `veritune demo`; docs/DATA_FORMATS.md, "Paths in recipes"): it is looked up in the current
+# directory, then in the recipe's repository (the nearest folder above the recipe holding pyproject.toml or
+# .git), then in the recipe's own folder; the first place that has it wins (the current directory keeps the
+# path as written). A path found nowhere is kept as written (an output to be made there, or a hub id), except
+# for keys that must exist (accelerate_config), where the error lists every place looked in.
+
+RECIPE_PATH_KEYS = (
+    "accelerate_config",
+    "model_name_or_path",
+    "dataset_path",
+    "image_root",
+    "eval_data_root",
+    "eval_image_root",
+)
+REQUIRED_PATH_KEYS = ("accelerate_config",)
+
+
+def recipe_repository(recipe: str | os.PathLike[str]) -> Path | None:
+    """The repository a recipe file belongs to: the nearest folder above it holding pyproject.toml or .git."""
+    for folder in Path(recipe).resolve().parents:
+        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
+            return folder
+    return None
+
+
+def recipe_path_candidates(recipe: str | os.PathLike[str], value: str) -> list[Path]:
+    """Where a relative path ``value`` of ``recipe`` is looked for, in order (see the rule above)."""
+    places = [Path(value)]
+    repository = recipe_repository(recipe)
+    if repository is not None:
+        places.append(repository / value)
+    places.append(Path(recipe).resolve().parent / value)
+    unique: list[Path] = []
+    for place in places:
+        if place not in unique:
+            unique.append(place)
+    return unique
+
+
+def resolve_recipe_path(recipe: str | os.PathLike[str], value: str, *, key: str, required: bool = False) -> str:
+    """``value`` of the recipe key ``key`` as a path that works from the current directory: unchanged when it is
+    absolute or exists here, else the first of :func:`recipe_path_candidates` that exists.
+
+    Raises:
+        UserError: ``required`` and the path exists nowhere (the message lists where it looked).
+    """
+    if Path(value).is_absolute():
+        if required and not Path(value).exists():
+            raise UserError(f"{recipe}: {key}: {value} does not exist")
+        return value
+    candidates = recipe_path_candidates(recipe, value)
+    for place in candidates:
+        if place.exists():
+            return value if place == Path(value) else str(place)
+    if required:
+        looked = ", ".join(str(place if place.is_absolute() else Path.cwd() / place) for place in candidates)
+        raise UserError(f"{recipe}: {key}: {value} does not exist (looked in: {looked})")
+    return value
 
 
 # ---------------------------------------------------------------------------------------------- value checks

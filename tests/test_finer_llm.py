@@ -18,7 +18,7 @@ from data_builders.finer.llm import Caption
 from data_builders.finer.phrases import Rejected
 from veritune.cli import main
 from veritune.core.errors import UserError
-from veritune.core.llm_client import ChatClient
+from veritune.core.llm_client import PROBE_PROMPT, ChatClient
 
 CAPTION = (
     "A brown dog with a red collar is lying on a striped rug in a bright living room. "
@@ -48,6 +48,8 @@ def _last_user(body: dict[str, Any]) -> str:
 
 def responder(body: dict[str, Any]) -> str:
     """Canned answers by task; the first OBJ extraction, OBJ negative and ATTR negative are malformed."""
+    if body["messages"][0]["content"] == PROBE_PROMPT:  # the CLI's check of the endpoint before it builds
+        return "Yes."
     system, user = body["messages"][0]["content"], _last_user(body)
     retry = user.startswith("That answer was rejected")
     first_user = body["messages"][1]["content"]

@@ -19,7 +19,7 @@ from data_builders.synthetic_world import build_synthetic_world
 from finetune.oric_data import get_oric_dataset
 from veritune.cli import main
 from veritune.core.errors import UserError
-from veritune.core.llm_client import ChatClient
+from veritune.core.llm_client import PROBE_PROMPT, ChatClient
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 needs_official = pytest.mark.skipif(not SHARED_ORIC.is_dir(), reason="official ORIC files not present")
@@ -674,6 +674,8 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
     answered: list[dict] = []
 
     def flaky(request: dict) -> str | tuple[int, str]:  # five answers, then an outage
+        if request["messages"][0]["content"] == PROBE_PROMPT:  # the CLI's check of the endpoint, before the build
+            return "Yes."
         answered.append(request)
         return "No." if len(answered) <= 5 else (503, "{}")
 

@@ -142,8 +142,12 @@ def recipe_accelerate_config(recipe: str) -> str:
     """The recipe's ``accelerate_config`` key, or one process (``recipes/accelerate/single.yaml``)."""
     import yaml
 
+    from finetune.recipe import resolve_recipe_path
+
     config = (yaml.safe_load((REPO_ROOT / recipe).read_text()) or {}).get("accelerate_config")
-    return config or ACCELERATE_CONFIG
+    if not config:
+        return ACCELERATE_CONFIG
+    return resolve_recipe_path(REPO_ROOT / recipe, config, key="accelerate_config", required=True)
 
 
 def _launch(script: str, recipe: str, overrides: list[str]) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -133,19 +134,35 @@ def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         raise UserError(f"--gpus-per-node: must be 0 (the sbatch script's default) or more, got {args.gpus_per_node}")
     if not Path(args.recipe).is_file():
         raise UserError(f"recipe not found: {args.recipe}")
-    if args.accelerate_config and not Path(args.accelerate_config).is_file():
-        raise UserError(f"--accelerate-config: {args.accelerate_config} not found (see recipes/accelerate/)")
     build = _split("--build", args.build) if args.build else []
     overrides = _split("--override", args.override) if args.override else []
-    processes = args.nodes * args.gpus_per_node if args.gpus_per_node else None
-    script_args = validate_recipe(args.entry, args.recipe, overrides, processes)
-    if script_args is not None and not args.accelerate_config and not script_args.accelerate_config:
-        raise UserError(f"{args.recipe} names no accelerate_config; pass --accelerate-config")
+    # The flags' own checks come before the recipe's paths, so none of them is masked by an accelerate config.
     if args.eval_benchmarks:
         check_benchmark_names(args.eval_benchmarks, "--eval-benchmarks")
         if not args.eval_data_root:
             raise UserError("--eval-benchmarks needs --eval-data-root")
+    if not args.dry_run and shutil.which("sbatch") is None:
+        raise UserError("sbatch not found: run this on a Slurm login node (or use --dry-run)")
+    if args.accelerate_config and not Path(args.accelerate_config).is_file():
+        raise UserError(
+            f"--accelerate-config: {args.accelerate_config} not found in {Path.cwd()} (see recipes/accelerate/)"
+        )
+    processes = args.nodes * args.gpus_per_node if args.gpus_per_node else None
+    script_args = validate_recipe(args.entry, args.recipe, overrides, processes)
+    if script_args is not None and not args.accelerate_config and not script_args.accelerate_config:
+        raise UserError(f"{args.recipe} names no accelerate_config; pass --accelerate-config")
     return build, overrides
+
+
+def _recipe_accelerate_config(recipe: str) -> str | None:
+    """The recipe's ``accelerate_config`` resolved as every entry point resolves it (finetune.recipe), when the
+    path as written is not found from here (then the train job is given the resolved path)."""
+    from finetune.recipe import resolve_recipe_path
+
+    value = read_yaml(recipe, what="recipe file").get("accelerate_config")
+    if not isinstance(value, str) or not value or Path(value).is_file():
+        return None
+    return resolve_recipe_path(recipe, value, key="accelerate_config", required=True)
 
 
 def submit(args: argparse.Namespace) -> dict[str, str]:
@@ -171,8 +188,9 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
         dependency = [f"--dependency=afterok:{jobs['build']}"]
     resources = [f"--nodes={nodes}"] + ([f"--gpus-per-node={args.gpus_per_node}"] if args.gpus_per_node else [])
     train = ["sbatch", "--parsable", *common, *dependency, *resources, "slurm/train.sbatch", args.entry, args.recipe]
-    if args.accelerate_config:
-        train.append(args.accelerate_config)
+    accelerate_config = args.accelerate_config or _recipe_accelerate_config(args.recipe)
+    if accelerate_config:
+        train.append(accelerate_config)
     if overrides:
         train += ["--", *overrides]
     jobs["train"] = _sbatch(train, args.dry_run, "TRAIN_JOB")

@@ -142,7 +142,8 @@ def _base_manifest(
     }
 
 
-def _check_settings(image_root: Path, max_tuples: int, validation_ratio: float) -> None:
+def check_settings(image_root: Path, max_tuples: int, validation_ratio: float) -> None:
+    """The FINER-Tuning build's settings, checked before anything is read or written (one line naming the flag)."""
     if not image_root.is_dir():
         raise UserError(f"--image-root {image_root}: not a directory")
     if max_tuples < 1:
@@ -183,7 +184,7 @@ def build_finer_from_scene_graphs(
     With a ``discriminator`` the negatives are filtered first (App. B.3; regenerated with ``client`` when
     given, dropped otherwise); the filtered scene graphs are kept as ``scene_graphs.filtered.json``.
     """
-    _check_settings(image_root, max_tuples, validation_ratio)
+    check_settings(image_root, max_tuples, validation_ratio)
     graphs = load_scene_graphs(scene_graphs)
     manifest = _base_manifest(
         "scene-graphs", scene_graphs, image_root, seed=seed, max_tuples=max_tuples, validation_ratio=validation_ratio
@@ -246,7 +247,7 @@ def build_finer_from_captions(
     The file is checked in full before any request is sent (a bad line is an error naming it). Answers are
     cached by ``client``, so an interrupted build resumes and a finished one reruns without requests.
     """
-    _check_settings(image_root, max_tuples, validation_ratio)
+    check_settings(image_root, max_tuples, validation_ratio)
     if attempts < 1:
         raise UserError(f"--llm-attempts {attempts}: must be at least 1")
     total = sum(1 for _ in read_captions(captions))

@@ -22,13 +22,15 @@ from data_builders.finer.build import (
     VALIDATION_RATIO,
     build_finer_from_captions,
     build_finer_from_scene_graphs,
+    check_settings,
 )
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
-from data_builders.finer.llm import DEFAULT_ATTEMPTS
+from data_builders.finer.llm import DEFAULT_ATTEMPTS, read_captions
+from data_builders.finer.scene_graph import load_scene_graphs
 from data_builders.finer.yn import YnSettings, build_finer_yn
 from veritune.cli import command_help
 from veritune.core.errors import UserError
-from veritune.core.io import build_identity, claim_output_dir, claim_output_file
+from veritune.core.io import build_identity, check_output_path, claim_output_dir, claim_output_file
 
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
@@ -132,6 +134,10 @@ def _discriminator(args: argparse.Namespace) -> ChoiceDiscriminator | None:
     return ChoiceDiscriminator(args.filter_model, device=args.filter_device, max_pixels=args.filter_max_pixels)
 
 
+# Files of a scene-graph build that an identical rebuild resumes from (the filter's answers, FINER App. B.3).
+FILTER_FILES = ("filter_log.jsonl",)
+
+
 def _thresholds(args: argparse.Namespace) -> dict[str, float]:
     return {"obj": args.theta_obj, "attr": args.theta_attr, "rel": args.theta_rel}
 
@@ -166,43 +172,66 @@ def _identity(args: argparse.Namespace, command: str) -> dict[str, Any]:
     return build_identity(command, settings, inputs)
 
 
+def _check_llm(args: argparse.Namespace, client: Any) -> None:
+    """Reach the endpoint once before the build starts (only when the build will send it requests)."""
+    if client is not None:
+        client.check_endpoint()
+
+
 def _build_finer(args: argparse.Namespace) -> int:
+    # Everything that can be checked cheaply is checked before --out is looked at (docs/DATA_FORMATS.md,
+    # "Build outputs"): the flags, the input file in full, the LLM endpoint when the build needs one.
+    check_output_path(args.out, directory=True)
     for flag in ("scene_graphs", "captions"):
         path = getattr(args, flag)
         if path is not None and not path.is_file():
             raise UserError(f"--{flag.replace('_', '-')} {path}: not found (or not a file)")
-    if claim_output_dir(args.out, _identity(args, "build finer"), force=args.force):
-        print(f"{args.out} holds this same build: resuming it", flush=True)
+    check_settings(args.image_root, args.max_tuples, args.validation_ratio)
+    if args.llm_attempts < 1:
+        raise UserError(f"--llm-attempts {args.llm_attempts}: must be at least 1")
     if args.captions:
         if args.filter_model:
             raise UserError(
                 "--filter-model: negative filtering needs four negatives per entity, which scene graphs have; "
                 "use it with --scene-graphs"
             )
-        manifest = build_finer_from_captions(
-            args.captions,
-            args.image_root,
-            args.out,
-            _client(args, required="--captions"),
-            max_tuples=args.max_tuples,
-            seed=args.seed,
-            validation_ratio=args.validation_ratio,
-            attempts=args.llm_attempts,
-        )
+        client = _client(args, required="--captions")
+        for _ in read_captions(args.captions):
+            pass
+        _check_llm(args, client)
     else:
-        manifest = build_finer_from_scene_graphs(
-            args.scene_graphs,
-            args.image_root,
-            args.out,
-            max_tuples=args.max_tuples,
-            seed=args.seed,
-            validation_ratio=args.validation_ratio,
-            discriminator=_discriminator(args),
-            thresholds=_thresholds(args),
-            client=_client(args),
-            attempts=args.llm_attempts,
-            filter_rounds=args.filter_rounds,
-        )
+        client = _client(args)
+        load_scene_graphs(args.scene_graphs)
+        _check_llm(args, client if args.filter_model else None)
+    staged = claim_output_dir(args.out, _identity(args, "build finer"), force=args.force, resume_files=FILTER_FILES)
+    if staged.resuming:
+        print(f"{args.out} holds this same build: resuming it", flush=True)
+    with staged:
+        if args.captions:
+            manifest = build_finer_from_captions(
+                args.captions,
+                args.image_root,
+                staged.path,
+                client,
+                max_tuples=args.max_tuples,
+                seed=args.seed,
+                validation_ratio=args.validation_ratio,
+                attempts=args.llm_attempts,
+            )
+        else:
+            manifest = build_finer_from_scene_graphs(
+                args.scene_graphs,
+                args.image_root,
+                staged.path,
+                max_tuples=args.max_tuples,
+                seed=args.seed,
+                validation_ratio=args.validation_ratio,
+                discriminator=_discriminator(args),
+                thresholds=_thresholds(args),
+                client=client,
+                attempts=args.llm_attempts,
+                filter_rounds=args.filter_rounds,
+            )
     counts = manifest["counts"]
     print(
         f"wrote {args.out}: {counts['train']} train + {counts['validation']} validation tuples "
@@ -215,14 +244,13 @@ def _build_finer(args: argparse.Namespace) -> int:
 
 
 def _build_bench(args: argparse.Namespace) -> int:
+    check_output_path(args.out)
     if not args.scene_graphs.is_file():
         raise UserError(f"--scene-graphs {args.scene_graphs}: not found (or not a file)")
+    if args.image_root is not None and not args.image_root.is_dir():
+        raise UserError(f"--image-root {args.image_root}: not a directory")
     if args.protocol == "yn":
         return _build_yn(args)
-    identity = _identity(args, "build finer-bench")
-    for key in YN_ONLY:  # an MCQ build keeps the identity it had before the yes/no protocol existed
-        identity["settings"].pop(key, None)
-    claim_output_file(args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl"))
     settings = BenchSettings(
         args.max_objects,
         args.max_attributes,
@@ -230,18 +258,27 @@ def _build_bench(args: argparse.Namespace) -> int:
         tuple(s.strip() for s in args.settings.split(",") if s.strip()),
         args.seed,
     )
-    manifest = build_finer_bench(
-        args.scene_graphs,
-        args.out,
-        settings,
-        image_root=args.image_root,
-        discriminator=_discriminator(args),
-        thresholds=_thresholds(args),
-        client=_client(args),
-        attempts=args.llm_attempts,
-        filter_rounds=args.filter_rounds,
-        build=identity,
-    )
+    load_scene_graphs(args.scene_graphs)
+    client = _client(args)
+    _check_llm(args, client if args.filter_model else None)
+    identity = _identity(args, "build finer-bench")
+    for key in YN_ONLY:  # an MCQ build keeps the identity it had before the yes/no protocol existed
+        identity["settings"].pop(key, None)
+    with claim_output_file(
+        args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl")
+    ) as staged:
+        manifest = build_finer_bench(
+            args.scene_graphs,
+            staged.path,
+            settings,
+            image_root=args.image_root,
+            discriminator=_discriminator(args),
+            thresholds=_thresholds(args),
+            client=client,
+            attempts=args.llm_attempts,
+            filter_rounds=args.filter_rounds,
+            build=identity,
+        )
     print(
         f"wrote {args.out}: {manifest['counts']['pairs']} MCQ pairs "
         f"({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
@@ -253,17 +290,20 @@ def _build_bench(args: argparse.Namespace) -> int:
 
 
 def _build_yn(args: argparse.Namespace) -> int:
-    """``--protocol yn``: the yes/no granularity probe (``data_builders/finer/yn.py``)."""
+    """``--protocol yn``: the yes/no granularity probe (``data_builders/finer/yn.py``). Checked like the MCQ
+    build: flags, the scene graphs in full and the LLM endpoint first, then --out, then built beside it."""
     identity = _identity(args, "build finer-bench")
     for key in MCQ_ONLY:  # flags of the MCQ protocol: they change nothing here
         identity["settings"].pop(key, None)
-    claim_output_file(args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl"))
     settings = YnSettings(seed=args.seed, anchors_per_image=args.anchors_per_image)
     discriminator = _discriminator(args)
+    if discriminator is not None and args.image_root is None:
+        raise UserError("--filter-model: needs --image-root (the discriminator looks at the images)")
+    load_scene_graphs(args.scene_graphs)
+    client = _client(args)
+    _check_llm(args, client if args.filter_model else None)
     filter_negatives = None
     if discriminator is not None:
-        if args.image_root is None:
-            raise UserError("--filter-model: needs --image-root (the discriminator looks at the images)")
 
         def filter_negatives(graphs: list, out: Path) -> dict[str, Any]:
             return filter_bench_negatives(
@@ -271,21 +311,24 @@ def _build_yn(args: argparse.Namespace) -> int:
                 args.image_root,
                 discriminator,
                 _thresholds(args),
-                _client(args),
+                client,
                 args.llm_attempts,
                 args.filter_rounds,
                 args.seed,
                 out,
             )
 
-    manifest = build_finer_yn(
-        args.scene_graphs,
-        args.out,
-        settings,
-        image_root=args.image_root,
-        filter_negatives=filter_negatives,
-        build=identity,
-    )
+    with claim_output_file(
+        args.out, identity, force=args.force, companions=(".manifest.json", ".filter_log.jsonl")
+    ) as staged:
+        manifest = build_finer_yn(
+            args.scene_graphs,
+            staged.path,
+            settings,
+            image_root=args.image_root,
+            filter_negatives=filter_negatives,
+            build=identity,
+        )
     counts = manifest["counts"]
     print(
         f"wrote {args.out}: {counts['pairs']} yes/no pairs from {counts['samples']} samples "

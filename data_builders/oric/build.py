@@ -336,13 +336,15 @@ def build_oric_file(
     batch_size: int = 64,
     exclude_images: set[str] | None = None,
     build: dict[str, Any] | None = None,
+    instances: tuple[list[ImageRecord], list[str]] | None = None,
 ) -> tuple[Path, BuildStats]:
-    """Build one ORIC file end to end (the ``veritune build oric`` / ``oric-bench`` commands).
+    """Build one ORIC file end to end (the ``veritune build oric`` / ``oric-bench`` commands); ``instances``:
+    ``annotations`` already loaded by :func:`load_instances` (the CLI checks them before claiming ``out``).
 
     Raises:
         UserError: nothing usable was built (no question of a label that was asked for), with the reason.
     """
-    images, class_names = load_instances(annotations)
+    images, class_names = instances or load_instances(annotations)
     stats = BuildStats()
     if exclude_images:
         kept = [record for record in images if record.file_name not in exclude_images]

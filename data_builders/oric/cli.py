@@ -9,13 +9,15 @@ from functools import partial
 from pathlib import Path
 
 from data_builders.cli import add_llm_arguments, llm_client_options
+from data_builders.oric.annotations import load_instances
 from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, oric_file_images
 from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
-from data_builders.oric.judges import JUDGES, get_judge
+from data_builders.oric.judges import JUDGES, get_judge, judge_factory
 from data_builders.oric.review import write_review_html
 from veritune.cli import command_help
 from veritune.core.errors import UserError
-from veritune.core.io import build_identity, claim_output_file, manifest_path, read_json
+from veritune.core.io import build_identity, check_output_path, claim_output_file, manifest_path, read_json
+from veritune.core.llm_client import ChatClient
 
 
 def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
@@ -84,6 +86,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _build(args: argparse.Namespace, kind: str) -> int:
+    # Everything that can be checked cheaply is checked before --out is looked at (docs/DATA_FORMATS.md,
+    # "Build outputs"): the flags, the input files, the judge and its endpoint.
     for flag, value, least in (
         ("--num-yes", args.num_yes, 0),
         ("--num-no", args.num_no, 0),
@@ -94,34 +98,45 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     ):
         if value < least:
             raise UserError(f"{flag} must be at least {least} (got {value})")
+    llm_options = llm_client_options(args)
+    check_output_path(args.out)
     if not args.image_root.is_dir():
         raise UserError(f"--image-root: not a directory: {args.image_root}")
+    instances = load_instances(args.annotations)
     exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
+    judge_factory(args.context_judge)
+    if args.context_judge == "openai":
+        if not args.llm_base_url or not args.llm_model:
+            raise UserError("--context-judge openai needs --llm-base-url and --llm-model")
+        with ChatClient(args.llm_base_url, args.llm_model, **llm_options) as client:
+            client.check_endpoint()
     identity = _identity(args, kind)
-    claim_output_file(args.out, identity, force=args.force)
     settings = BuildSettings(
         kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed
     )
-    judge_factory = partial(
+    judge = partial(
         get_judge,
         args.context_judge,
         threshold=args.context_judge_threshold,
         base_url=args.llm_base_url,
         model=args.llm_model,
-        **llm_client_options(args),
+        **llm_options,
     )
-    out, stats = build_oric_file(
-        args.annotations,
-        args.image_root,
-        args.out,
-        settings,
-        judge_factory=judge_factory,
-        clip_model=args.clip_model,
-        clip_cache=args.clip_cache,
-        batch_size=args.batch_size,
-        exclude_images=exclude,
-        build=identity,
-    )
+    with claim_output_file(args.out, identity, force=args.force) as staged:
+        _, stats = build_oric_file(
+            args.annotations,
+            args.image_root,
+            staged.path,
+            settings,
+            judge_factory=judge,
+            clip_model=args.clip_model,
+            clip_cache=args.clip_cache,
+            batch_size=args.batch_size,
+            exclude_images=exclude,
+            build=identity,
+            instances=instances,
+        )
+    out = args.out
     items = read_json(out)
     if args.review_html:
         write_review_html(items, args.annotations, args.image_root, args.review_html, args.review_sample, args.seed)

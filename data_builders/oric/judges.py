@@ -151,6 +151,15 @@ def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
     Options: ``threshold`` (cooccurrence); ``base_url``, ``model``, ``api_key_env``, ``cache_path``,
     ``concurrency``, ``max_retries``, ``timeout``, ``temperature``, ``max_tokens`` (openai).
     """
+    return judge_factory(name)(images, **options)
+
+
+def judge_factory(name: str) -> Callable[..., Judge]:
+    """The factory of the judge ``name`` (:data:`JUDGES` or a dotted path), checked before a build starts.
+
+    Raises:
+        UserError: no judge of that name.
+    """
     factory = JUDGES.get(name)
     if factory is None and "." in name:
         try:
@@ -161,4 +170,4 @@ def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
         raise UserError(
             f"--context-judge: unknown judge {name!r}; known: {', '.join(JUDGES)}, or a dotted path to a factory"
         )
-    return factory(images, **options)
+    return factory

@@ -192,12 +192,19 @@ def package_versions(packages: tuple[str, ...]) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------------- build outputs
 #
 # One policy for every builder's output: each build names its own files (``<out>`` and
-# ``<out stem>.manifest.json`` for a file, everything inside ``<out>`` for a directory), records what it is
-# (its identity: command, input hashes, settings) before it starts, and an output that holds a different
-# build is refused unless ``--force``, which clears it first. The same build again resumes or rewrites
-# the same result.
+# ``<out stem>.manifest.json`` for a file, everything inside ``<out>`` for a directory) and records what it is
+# (its identity: command, input hashes, settings). An output that holds a different build is refused unless
+# ``--force``. Builders check their inputs first, then claim the output (:func:`claim_output_file`,
+# :func:`claim_output_dir`), then build *beside* it, in a staging folder in the same directory, and only a
+# finished build replaces the output (:meth:`StagedOutput.commit`): a build that fails, or is killed, leaves
+# the previous build and its manifest exactly as they were. The same build again rebuilds the same result
+# (an interrupted one resumes from what its staging folder kept).
 
 BUILD_RECORD_FILE = ".veritune_build.json"
+STAGING_SUFFIX = ".veritune-staging"  # .<out name>.veritune-staging: where a build is written before it replaces <out>
+_STAGING_RECORD = ".veritune_staging.json"  # inside the staging folder: the identity of the build it holds
+_COMMIT_JOURNAL = ".veritune_commit.json"  # inside a file output's staging folder: the moves under way
+_OLD_SUFFIX = ".veritune-old"  # a directory output being replaced, on systems without an atomic exchange
 
 
 def build_identity(
@@ -220,6 +227,13 @@ def manifest_path(out: str | os.PathLike[str]) -> Path:
     """Where a file output's manifest goes: ``<out stem>.manifest.json`` beside it (one per build)."""
     out = Path(out)
     return out.with_name(f"{out.stem}.manifest.json")
+
+
+def staging_path(out: str | os.PathLike[str]) -> Path:
+    """The folder a build of ``out`` is written to before it replaces ``out``: ``.<out name>.veritune-staging``
+    beside it (same file system, so the replacement is a rename)."""
+    out = Path(out)
+    return out.with_name(f".{out.name}{STAGING_SUFFIX}")
 
 
 def _difference(previous: Any, identity: dict[str, Any]) -> str:
@@ -250,8 +264,250 @@ def _check_writable(directory: Path) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", str(directory))
 
 
+def check_output_path(out: str | os.PathLike[str], *, directory: bool = False) -> None:
+    """Check ``--out`` as a flag, before the inputs are read: the right kind of path (a file, or a directory
+    when ``directory``) under folders that exist or can be made and written. Creates nothing.
+
+    Raises:
+        UserError: ``out`` is a directory where a file goes, or the reverse.
+        OSError: a part of the path is a file, or the folder cannot be written (named by the CLI's error line).
+    """
+    import errno
+
+    out = Path(out)
+    if directory and out.exists() and not out.is_dir():
+        raise UserError(f"--out {out}: is a file, but this build writes a directory; give a directory path")
+    if not directory and out.is_dir():
+        raise UserError(
+            f"--out {out}: is a directory; give a file path (e.g. {out / ('output' + (out.suffix or '.json'))})"
+        )
+    for part in out.parents:
+        if part.exists():
+            if not part.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(part))
+            if not os.access(part, os.W_OK | os.X_OK):
+                raise PermissionError(errno.EACCES, "Permission denied", str(part))
+            return
+        if os.path.lexists(part):  # a dangling link
+            raise NotADirectoryError(errno.ENOTDIR, "Not a directory", str(part))
+
+
 def _refuse(out: Path, reason: str) -> UserError:
     return UserError(f"--out {out}: {reason}; choose another --out, or add --force to clear it and build anew")
+
+
+def _read_record(path: Path) -> tuple[bool, Any]:
+    """``(exists, build identity or None)`` of a manifest or build record (unreadable: no identity)."""
+    if not path.is_file():
+        return path.exists(), None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError, OSError):
+        return True, None
+    return True, data.get("build") if isinstance(data, dict) else None
+
+
+def _remove(path: Path) -> None:
+    import shutil
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink(missing_ok=True)
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Swap two directories in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) == 0:
+        return True
+    import errno
+
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(second))
+
+
+def recover_output(out: str | os.PathLike[str]) -> None:
+    """Finish a replacement of ``out`` that a killed build left half done (every claim does this first)."""
+    _recover(Path(out))
+
+
+def _recover(out: Path) -> None:
+    """Finish a replacement of ``out`` that a killed build left half done (its moves are journaled, so the new
+    build is rolled forward); a staging folder without a finished build is left for :func:`_open_staging`."""
+    staging = staging_path(out)
+    journal = staging / _COMMIT_JOURNAL
+    if journal.is_file():  # a file output's commit: every staged file was complete before the journal was written
+        try:
+            plan = json.loads(journal.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError):
+            plan = None
+        if isinstance(plan, dict):
+            for name in plan.get("move", []):
+                if (staging / name).exists():
+                    os.replace(staging / name, out.parent / name)
+            for name in plan.get("remove", []):
+                (out.parent / name).unlink(missing_ok=True)
+            _fsync_dir(out.parent)
+        _remove(staging)
+    old = out.with_name(f".{out.name}{_OLD_SUFFIX}")
+    if old.exists():  # a directory output's two-rename replacement
+        if not out.exists():
+            os.replace(staging if staging.is_dir() else old, out)
+        _remove(old)
+
+
+def _open_staging(out: Path, identity: dict[str, Any], seed: tuple[Path, ...] = ()) -> tuple[Path, bool]:
+    """The staging folder for a build ``identity`` of ``out``: kept when it holds an interrupted build of the
+    same identity (returns True: the build resumes), else emptied and seeded with copies of ``seed``."""
+    import shutil
+
+    staging = staging_path(out)
+    _, held = _read_record(staging / _STAGING_RECORD)
+    if staging.is_dir() and held == identity:
+        return staging, True
+    _remove(staging)
+    staging.mkdir()
+    for path in seed:
+        if path.is_file():
+            shutil.copy2(path, staging / path.name)
+    atomic_write_json(staging / _STAGING_RECORD, {"build": identity, "target": out.name})
+    return staging, False
+
+
+class StagedOutput:
+    """A claimed output: the build writes to :attr:`path` (inside the staging folder), then :meth:`commit`
+    replaces the output with it. As a context manager it commits when the block succeeds and discards the
+    staging folder when the block raises an ``Exception`` (an interrupt keeps it, so the same build resumes).
+
+    Attributes:
+        target: the output the user named (``--out``).
+        path: where the builder writes its output (same file name as ``target``).
+        resuming: ``target`` (or the staging folder) already holds this same build.
+    """
+
+    def __init__(
+        self,
+        target: Path,
+        path: Path,
+        kind: str,
+        identity: dict[str, Any],
+        resuming: bool,
+        owned: tuple[str, ...] = (),
+    ) -> None:
+        self.target = target
+        self.owned = owned  # a file output's own file names (its companions), removed when the new build has none
+        self.path = path
+        self.kind = kind
+        self.identity = identity
+        self.resuming = resuming
+        self.committed = False
+
+    @property
+    def staging(self) -> Path:
+        """The staging folder (for a directory output, the new directory itself)."""
+        return staging_path(self.target)
+
+    def staged(self, target_path: str | os.PathLike[str]) -> Path:
+        """Where the build writes what will become ``target_path`` (a path under or beside the output)."""
+        target_path = Path(target_path)
+        if self.kind == "dir":
+            return self.path / target_path.relative_to(self.target)
+        return self.staging / target_path.relative_to(self.target.parent)
+
+    def published(self, staged_path: str | os.PathLike[str]) -> Path:
+        """Where ``staged_path`` (a path the build wrote) lies once committed."""
+        staged_path = Path(staged_path)
+        if self.kind == "dir":
+            return self.target / staged_path.relative_to(self.path)
+        return self.target.parent / staged_path.relative_to(self.staging)
+
+    def commit(self) -> Path:
+        """Replace the output with the staged build; returns the output's path. A file output's files are moved
+        in, its manifest last, under a journal (a kill in between is rolled forward by the next claim); a
+        directory output is swapped in one atomic exchange where the system has one."""
+        if self.committed:
+            return self.target
+        if self.kind == "dir":
+            self._commit_dir()
+        else:
+            self._commit_file()
+        self.committed = True
+        return self.target
+
+    def discard(self) -> None:
+        """Remove the staging folder; the output stays as it was."""
+        if not self.committed:
+            _remove(self.staging)
+
+    def __enter__(self) -> StagedOutput:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: Any) -> None:
+        if kind is None:
+            self.commit()
+        elif issubclass(kind, Exception):
+            self.discard()
+
+    def _commit_file(self) -> None:
+        staging, out = self.staging, self.target
+        if not self.path.is_file():
+            raise RuntimeError(f"the build wrote no {self.path}")
+        manifest = staging / manifest_path(out).name
+        if not manifest.is_file():  # a builder without a manifest of its own: the build's identity is the manifest
+            atomic_write_json(
+                manifest, {"output": out.name, "output_sha256": sha256_file(self.path), "build": self.identity}
+            )
+        names = sorted(p.name for p in staging.iterdir() if p.name not in (_STAGING_RECORD, _COMMIT_JOURNAL))
+        moves = [name for name in names if name not in (out.name, manifest.name)] + [out.name, manifest.name]
+        removes = [name for name in self.owned if name not in moves]
+        (staging / _STAGING_RECORD).unlink(missing_ok=True)
+        atomic_write_json(staging / _COMMIT_JOURNAL, {"move": moves, "remove": removes})
+        _fsync_dir(staging)
+        _recover(out)
+
+    def _commit_dir(self) -> None:
+        staging, out = self.path, self.target
+        atomic_write_json(staging / BUILD_RECORD_FILE, {"build": self.identity})
+        (staging / _STAGING_RECORD).unlink(missing_ok=True)
+        if out.is_dir() and any(out.iterdir()):
+            if _exchange(staging, out):
+                _remove(staging)  # now the previous build
+            else:
+                old = out.with_name(f".{out.name}{_OLD_SUFFIX}")
+                os.replace(out, old)
+                os.replace(staging, out)
+                _remove(old)
+        else:
+            if out.is_dir():
+                out.rmdir()
+            os.replace(staging, out)
+        _fsync_dir(out.parent)
 
 
 def claim_output_file(
@@ -260,71 +516,68 @@ def claim_output_file(
     *,
     force: bool,
     companions: tuple[str, ...] = (".manifest.json",),
-) -> Path:
-    """Make ``out`` (a file output) ready for the build ``identity``; returns its manifest path.
+) -> StagedOutput:
+    """Check that ``out`` (a file output) may take the build ``identity`` and open its staging folder; call
+    this after every cheap check of the inputs, and write the build to the returned :attr:`StagedOutput.path`.
 
-    ``companions`` are the suffixes (after ``<out stem>``) of the other files the build writes beside it.
-    An existing output of another build, or a file veritune did not build, is refused unless ``force``,
-    which removes it and its companions first.
+    ``companions`` are the suffixes (after ``<out stem>``) of the other files the build writes beside it. An
+    existing output of another build, or a file veritune did not build, is refused unless ``force``; nothing
+    is removed here: the output and its companions are replaced when the build commits.
 
     Raises:
-        UserError: ``out`` is a directory, or holds a different build and ``force`` is not set.
+        UserError: ``out`` is a directory, holds a different build, or its manifest describes a build whose
+            output is missing, and ``force`` is not set.
     """
     out = Path(out)
-    if out.is_dir():
-        raise UserError(
-            f"--out {out}: is a directory; give a file path (e.g. {out / ('output' + (out.suffix or '.json'))})"
-        )
+    check_output_path(out)
+    _check_writable(out.parent)
+    _recover(out)
     manifest = manifest_path(out)
     owned = [out, *(out.with_name(out.stem + suffix) for suffix in companions)]
-    previous = None
-    if manifest.is_file():
-        try:
-            previous = json.loads(manifest.read_text(encoding="utf-8")).get("build")
-        except (ValueError, UnicodeDecodeError, AttributeError):
-            previous = None
-    # A claim left by a build that stopped before writing anything holds nothing to protect.
-    if any(path.exists() for path in owned if path != manifest) or (manifest.exists() and previous is None):
-        if previous != identity:
-            if not force:
-                raise _refuse(out, _difference(previous, identity))
-            for path in owned:
-                path.unlink(missing_ok=True)
-            previous = None
-    _check_writable(out.parent)
-    if previous != identity:  # claim it: an interrupted build of the same identity resumes from its companions
-        atomic_write_json(manifest, {"build": identity, "status": "in progress"})
-    return manifest
+    has_manifest, previous = _read_record(manifest)
+    others = [path for path in owned if path != manifest and path.exists()]
+    if previous != identity and not force:
+        if out.exists() or (others and not has_manifest):
+            raise _refuse(out, _difference(previous, identity))
+        if has_manifest and previous is not None and not _claim_left_unfinished(manifest):
+            raise UserError(
+                f"manifest {manifest} describes a build whose output is missing ({out} is gone); "
+                f"remove the manifest, or add --force to build anew"
+            )
+    seed = tuple(path for path in others if path != out) if previous == identity else ()
+    staging, resumed = _open_staging(out, identity, seed)
+    resuming = previous == identity or resumed
+    return StagedOutput(out, staging / out.name, "file", identity, resuming, tuple(path.name for path in owned))
 
 
-def claim_output_dir(out_dir: str | os.PathLike[str], identity: dict[str, Any], *, force: bool) -> bool:
-    """Make ``out_dir`` (a directory output) ready for the build ``identity``; True when it already holds
-    this build (the build resumes there).
+def _claim_left_unfinished(manifest: Path) -> bool:
+    """A manifest written by an older veritune when a build started (``"status": "in progress"``) protects nothing."""
+    try:
+        return json.loads(manifest.read_text(encoding="utf-8")).get("status") == "in progress"
+    except (ValueError, UnicodeDecodeError, AttributeError, OSError):
+        return False
+
+
+def claim_output_dir(
+    out_dir: str | os.PathLike[str], identity: dict[str, Any], *, force: bool, resume_files: tuple[str, ...] = ()
+) -> StagedOutput:
+    """Check that ``out_dir`` (a directory output) may take the build ``identity`` and open its staging
+    directory (the new ``out_dir`` to be); call this after every cheap check of the inputs, and write the
+    build into the returned :attr:`StagedOutput.path`. ``resume_files`` (names inside ``out_dir``) are copied
+    into a fresh staging directory when ``out_dir`` holds this same build, so the rebuild resumes from them.
 
     Raises:
         UserError: ``out_dir`` is a file, or holds something else and ``force`` is not set.
     """
-    import shutil
-
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise UserError(f"--out {out_dir}: is a file, but this build writes a directory; give a directory path")
-    record = out_dir / BUILD_RECORD_FILE
-    resuming = False
-    if out_dir.is_dir() and any(child.name != BUILD_RECORD_FILE for child in out_dir.iterdir()):
-        previous = None
-        if record.is_file():
-            try:
-                previous = json.loads(record.read_text(encoding="utf-8")).get("build")
-            except (ValueError, UnicodeDecodeError, AttributeError):
-                previous = None
-        if previous == identity:
-            resuming = True
-        elif not force:
-            raise _refuse(out_dir, _difference(previous, identity))
-        else:
-            for child in out_dir.iterdir():
-                shutil.rmtree(child) if child.is_dir() and not child.is_symlink() else child.unlink()
-    _check_writable(out_dir)
-    atomic_write_json(record, {"build": identity})
-    return resuming
+    check_output_path(out_dir, directory=True)
+    _check_writable(out_dir.parent)
+    _recover(out_dir)
+    _, previous = _read_record(out_dir / BUILD_RECORD_FILE)
+    holds = out_dir.is_dir() and any(child.name != BUILD_RECORD_FILE for child in out_dir.iterdir())
+    if holds and previous != identity and not force:
+        raise _refuse(out_dir, _difference(previous, identity))
+    same = holds and previous == identity
+    seed = tuple(out_dir / name for name in resume_files) if same else ()
+    staging, resumed = _open_staging(out_dir, identity, seed)
+    return StagedOutput(out_dir, staging, "dir", identity, resuming=same or resumed)

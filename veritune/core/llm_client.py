@@ -37,6 +37,9 @@ MAX_RETRY_AFTER = 120.0  # seconds: a longer Retry-After is capped
 SNIPPET_CHARS = 160
 
 
+PROBE_PROMPT = "Answer with one word: is this a test?"  # ChatClient.check_endpoint's request (never cached)
+
+
 class ChatClient:
     """Chat completions with an on-disk answer cache.
 
@@ -118,6 +121,33 @@ class ChatClient:
             with progress_bar(total=len(found) + len(unique), initial=len(found), desc=desc, unit="req") as bar:
                 found.update(_run(self._send_all(unique, bar=bar)))
         return [found[key] for key in keys]
+
+    def check_endpoint(self) -> None:
+        """Send one short request, uncached and uncounted, before a build that needs the endpoint starts, so a
+        server that is down, slow, refuses the key or answers no chat completion is the error, not the output.
+
+        Raises:
+            UserError: naming the endpoint and what it answered (after this client's retries).
+        """
+        payload = self._payload(PROBE_PROMPT, None)
+
+        async def probe() -> str:
+            import openai
+
+            api_key = os.environ.get(self.api_key_env) or None
+            async with openai.AsyncOpenAI(
+                base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout
+            ) as client:
+                return await self._request(client, payload, api_key)
+
+        sent = self.requests_sent
+        try:
+            _run(probe())
+        except UserError as err:
+            reason = str(err).replace("; answers received so far are cached, rerun to resume", "")
+            raise UserError(f"{reason} (checked before building: nothing was written)") from None
+        finally:
+            self.requests_sent = sent
 
     def __enter__(self) -> ChatClient:
         return self
