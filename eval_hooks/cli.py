@@ -182,9 +182,7 @@ def _prepare(args: argparse.Namespace) -> list:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from accelerate import PartialState
-
-    from eval_hooks.runner import get_backend
+    from eval_hooks.runner import get_backend, process_state
 
     prepared = _prepare(args)  # before the model loads: a wrong path fails fast
     judge = _judge(args)
@@ -193,7 +191,7 @@ def _run(args: argparse.Namespace) -> int:
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
     backend = get_backend(args.backend, args.model, args.dtype)
     results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force)
-    if PartialState().is_main_process:
+    if process_state().is_main_process:
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")
         if args.report_to == "wandb":

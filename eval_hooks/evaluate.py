@@ -16,7 +16,14 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
 from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
-from eval_hooks.runner import PREDICTIONS_FILE, Backend, predictions_provenance, read_predictions, run_items
+from eval_hooks.runner import (
+    PREDICTIONS_FILE,
+    Backend,
+    predictions_provenance,
+    process_state,
+    read_predictions,
+    run_items,
+)
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json
 
@@ -303,13 +310,11 @@ def evaluate_prepared(
     Every process of a distributed run calls this; the main process scores, writes ``metrics.json`` and
     returns the result, the others return ``{}``.
     """
-    from accelerate import PartialState
-
     bench_dir = Path(out_dir) / prepared.name
     predictions = run_items(
         backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name, force=force
     )
-    if not PartialState().is_main_process:
+    if not process_state().is_main_process:
         return {}
     missing = sorted({str(path) for item in prepared.items for path in item.missing_images})
     if missing:

@@ -198,7 +198,6 @@ def drop_torn_tail(path: Path) -> None:
 def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
     """Model (in eval mode, on this process's device) and processor from a checkpoint directory or hub
     id; a LoRA adapter directory is merged into its base model."""
-    from accelerate import PartialState
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
     path = Path(model_path)
@@ -215,7 +214,7 @@ def load_model(model_path: str | Path, dtype: str = "auto") -> tuple[Any, Any]:
         processor = AutoProcessor.from_pretrained(model_path)
     except (OSError, ValueError) as err:
         raise UserError(f"--model: cannot load {model_path} ({str(err).strip().splitlines()[0]})") from None
-    return model.to(PartialState().device).eval(), processor
+    return model.to(process_state().device).eval(), processor
 
 
 def chat_prompt(processor: Any, item: EvalItem) -> str:
@@ -455,6 +454,16 @@ def get_backend(name: str, model_path: str | Path, dtype: str = "auto") -> Backe
     raise UserError(f"--backend: unknown backend {name!r}; choose transformers or vllm")
 
 
+def process_state() -> Any:
+    """accelerate's process state for evaluation. On a machine without CUDA it is asked for the CPU, so that
+    the processes of `accelerate launch --multi_gpu --num_processes N` join over gloo; by default each of
+    them would count itself rank 0 of 1, and every one would answer every item and write the same file."""
+    import torch
+    from accelerate import PartialState
+
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
 # ---------------------------------------------------------------------------------------------- batching
 
 
@@ -529,11 +538,9 @@ def run_items(
     batch and all return the same predictions. Items with missing or unreadable images are never
     generated. ``sort_by_length=False`` keeps the file order within a group (for the benchmark script).
     """
-    from accelerate import PartialState
-
     if batch_size < 1:
         raise UserError(f"--batch-size: must be at least 1, got {batch_size}")
-    state = PartialState()
+    state = process_state()
     predictions_path = Path(predictions_path)
     provenance = predictions_provenance(backend, items)
     done = resume_predictions(predictions_path, provenance, state, force=force)

@@ -365,7 +365,7 @@ def test_two_processes_split_the_work_and_agree_with_one(tiny_qwen3vl: Path, ori
         "accelerate.commands.launch",
         "--num_processes",
         "2",
-        "--cpu",
+        "--multi_gpu",  # `--cpu` would start one process where MPI is absent
         "--mixed_precision",
         "no",
         "--main_process_port",
