@@ -69,19 +69,20 @@ class CooccurrenceJudge:
 
     def probability(self, context: Sequence[str], target: str, image_id: int | None = None) -> float:
         """Mean P(target | c) over the context classes, leaving ``image_id`` out of the counts."""
-        own = self.classes_of.get(image_id, set()) if image_id is not None else set()
+        own = self.classes_of.get(image_id, ()) if image_id is not None else ()
+        target_own = target in own
+        pair_counts, class_counts = self.pair_counts, self.class_counts
         total = 0.0
         for c in context:
-            pair = self.pair_counts[tuple(sorted((c, target)))] - (1 if {c, target} <= own else 0)
-            count = self.class_counts[c] - (1 if c in own else 0)
+            c_own = c in own
+            pair = pair_counts[(c, target) if c < target else (target, c)] - (1 if c_own and target_own else 0)
+            count = class_counts[c] - (1 if c_own else 0)
             total += pair / count if count > 0 else 0.0
         return total / len(context) if context else 0.0
 
     def __call__(self, queries: list[Query]) -> list[str | None]:
-        return [
-            "yes" if self.probability(ctx, target, image_id) >= self.threshold else "no"
-            for ctx, target, image_id in queries
-        ]
+        probability, threshold = self.probability, self.threshold
+        return ["yes" if probability(ctx, target, image_id) >= threshold else "no" for ctx, target, image_id in queries]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold}
