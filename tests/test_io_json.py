@@ -36,7 +36,7 @@ SHAPES = {
     "records of unequal list lengths": [{"a": [1, 2]}, {"a": [1]}],
     "records with other key orders": [{"a": 1, "b": 2}, {"b": 2, "a": 1}],
     "records with nested records": [{"a": {"b": [1, {"c": None}]}}, {"a": {"b": []}}],
-    "records with non-string keys": [{1: "a", 2.5: "b", None: "c", True: "d"}],
+    "records with non-string keys": [{1: "a", 2.5: "b", None: "c", False: "d"}],
     "records of lists of lists": [{"a": [[1], [2]]}, {"a": [[3], [4]]}],
     "records with no keys": [{}, {}],
     "not records": [1, "two", [3], {"four": 4}],
