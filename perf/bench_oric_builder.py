@@ -43,7 +43,9 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
-LOAD, COOCCURRENCE, ROI, WRITE = (
+from figures import figures_table  # noqa: E402  (perf/, this script's folder, is on the path)
+
+STAGES = LOAD, COOCCURRENCE, ROI, WRITE = (
     "load + validate",
     "co-occurrence statistics",
     "ROI split + judge + compose",
@@ -251,8 +253,9 @@ def run_side(side: str, path: Path, tmp: Path) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def model_free(images: int, rounds: int, tmp: Path) -> float:
-    """Both sides' model-free stages, alternately; print min and median; return judge queries per query image."""
+def model_free(images: int, rounds: int, tmp: Path) -> tuple[float, list[tuple[str, float, str, str]]]:
+    """Both sides' model-free stages, alternately; print min and median; return judge queries per query image
+    and the figures to record."""
     from data_builders.synthetic_world import generate_coco_scale_annotations
 
     path = generate_coco_scale_annotations(tmp / "instances.json", num_images=images)
@@ -277,7 +280,7 @@ def model_free(images: int, rounds: int, tmp: Path) -> float:
         "| stage | official min (s) | official median (s) | veritune min (s) | veritune median (s) | "
         "ratio min | ratio median |\n| --- | --- | --- | --- | --- | --- | --- |"
     )
-    for stage in (LOAD, COOCCURRENCE, ROI, WRITE, None):
+    for stage in (*STAGES, None):
         (o_min, o_med), (v_min, v_med) = stat("official", stage), stat("veritune", stage)
         ratios = f"{v_min / o_min:.2f} | {v_med / o_med:.2f}" if o_min else "- | -"
         label = stage or "**all model-free stages**"
@@ -286,11 +289,21 @@ def model_free(images: int, rounds: int, tmp: Path) -> float:
     print(
         f"model-free ratio veritune / official: {v_min / o_min:.2f} (min), {v_med / o_med:.2f} (median) (target <= 0.3)"
     )
-    print(f"peak RSS (veritune side): {max(r['peak_rss_gib'] for r in runs['veritune']):.2f} GiB (target < 4)")
-    return ours["judged"] / ours["queries"]
+    rss = max(r["peak_rss_gib"] for r in runs["veritune"])
+    print(f"peak RSS (veritune side): {rss:.2f} GiB (target < 4)")
+    figures = [(f"veritune {stage} (median)", stat("veritune", stage)[1], "s", "lower") for stage in STAGES]
+    figures += [
+        ("model-free stages, veritune (min)", v_min, "s", "lower"),
+        ("model-free stages, veritune (median)", v_med, "s", "lower"),
+        ("model-free stages, official (median)", o_med, "s", "lower"),
+        ("model-free ratio veritune / official (min)", v_min / o_min, "x", "lower"),
+        ("model-free ratio veritune / official (median)", v_med / o_med, "x", "lower"),
+        ("peak RSS, veritune side", rss, "GiB", "lower"),
+    ]
+    return ours["judged"] / ours["queries"], figures
 
 
-def neighbour_search(images: int, queries: int = 1024, dim: int = 512) -> None:
+def neighbour_search(images: int, queries: int = 1024, dim: int = 512) -> float:
     """Exact most-similar-image search (Alg. 2, step 1) on random unit embeddings of CLIP ViT-B/32's size."""
     import numpy as np
 
@@ -305,9 +318,10 @@ def neighbour_search(images: int, queries: int = 1024, dim: int = 512) -> None:
         f"exact neighbour search ({dim}-d, {images:,} candidates): {queries / elapsed:,.0f} query images/s "
         f"({queries:,} in {elapsed:.2f} s; the builder searches only the query images it visits)"
     )
+    return queries / elapsed
 
 
-def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
+def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> float:
     import numpy as np
     from PIL import Image
 
@@ -335,9 +349,10 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> None:
         f"CLIP image embedding (tiny encoder, {count} 640x480 JPEGs of {size_kb:.0f} KB, batch {batch_size}, "
         f"decoding overlapped): {count / elapsed:.0f} images/s"
     )
+    return count / elapsed
 
 
-def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, concurrency: int = 8) -> None:
+def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, concurrency: int = 8) -> float:
     from fake_openai_server import FakeChatServer
 
     from veritune.core.llm_client import ChatClient
@@ -357,6 +372,7 @@ def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, c
         "client and cache overhead only, the model's latency comes on top); "
         f"rerun from cache: {requests / cached:,.0f} answers/s"
     )
+    return rate
 
 
 def main() -> None:
@@ -374,10 +390,13 @@ def main() -> None:
         print(json.dumps(side(args.annotations, args.out)))
         return
     with tempfile.TemporaryDirectory() as tmp:
-        queries_per_image = model_free(args.images, args.rounds, Path(tmp))
-        neighbour_search(args.images)
-        clip_throughput(Path(tmp), batch_size=args.batch_size)
-        judge_throughput(Path(tmp), queries_per_image, concurrency=args.concurrency)
+        queries_per_image, figures = model_free(args.images, args.rounds, Path(tmp))
+        figures.append(("exact neighbour search", neighbour_search(args.images), "query images/s", "higher"))
+        clip = clip_throughput(Path(tmp), batch_size=args.batch_size)
+        figures.append(("CLIP image embedding (tiny encoder)", clip, "images/s", "higher"))
+        judge = judge_throughput(Path(tmp), queries_per_image, concurrency=args.concurrency)
+        figures.append(("openai judge vs local server", judge, "requests/s", "higher"))
+    print("\n" + figures_table(figures))
 
 
 if __name__ == "__main__":

@@ -262,19 +262,22 @@ def oric_item(
         solution = f"<SOLUTION>{label}</SOLUTION>"
     else:
         problem, solution = paraphrases(name), label
-    item = {"id": 0, "image": image.file_name, "target_object": name, "problem": problem, "solution": solution}
-    roi_area = provenance.pop("roi_area", None)
-    item.update(
-        label=label,
-        source_image_id=image.image_id,
-        similar_image_id=other.image_id,
-        roi_area=round(roi_area, 2) if roi_area is not None else None,
-        object_size=size_tier(roi_area) if roi_area is not None else None,
-        judge_verdict=provenance.pop("verdict", None),
-        clip_score=provenance.pop("clip_score", None),
-        image_similarity=round(provenance.pop("similarity"), 6),
-    )
-    return item
+    roi_area = provenance.get("roi_area")
+    return {
+        "id": 0,
+        "image": image.file_name,
+        "target_object": name,
+        "problem": problem,
+        "solution": solution,
+        "label": label,
+        "source_image_id": image.image_id,
+        "similar_image_id": other.image_id,
+        "roi_area": round(roi_area, 2) if roi_area is not None else None,
+        "object_size": size_tier(roi_area) if roi_area is not None else None,
+        "judge_verdict": provenance.get("verdict"),
+        "clip_score": provenance.get("clip_score"),
+        "image_similarity": round(provenance["similarity"], 6),
+    }
 
 
 MANIFEST_PACKAGES = ("torch", "transformers", "pycocotools", "numpy", "pillow")  # the packages that shape the output
