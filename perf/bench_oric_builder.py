@@ -360,14 +360,19 @@ def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, c
     with FakeChatServer(lambda request: "no") as server:
         client = ChatClient(server.base_url, "judge", cache_path=tmp / "cache.sqlite", concurrency=concurrency)
         start = time.perf_counter()
+        client.complete_many(["warm-up"], desc="judge")  # imports the openai package: once per process
+        warm_up = time.perf_counter() - start
+        start, cpu = time.perf_counter(), time.process_time()
         client.complete_many([f"question {i}" for i in range(requests)], desc="judge")
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
         start = time.perf_counter()
         client.complete_many([f"question {i}" for i in range(requests)], desc="judge (cached)")
         cached = time.perf_counter() - start
     rate = requests / elapsed
     print(
-        f"openai judge vs local server (concurrency {concurrency}): {rate:.0f} requests/s; "
+        f"openai judge vs local server (concurrency {concurrency}): {rate:.0f} requests/s, "
+        f"{1000 * cpu / requests:.1f} ms CPU per request (client and server, one process; the first request, "
+        f"which imports the openai package, took {warm_up:.1f} s); "
         f"{1000 * queries_per_image / rate:.1f} s per 1,000 query images ({queries_per_image:.2f} ROI queries each; "
         "client and cache overhead only, the model's latency comes on top); "
         f"rerun from cache: {requests / cached:,.0f} answers/s"

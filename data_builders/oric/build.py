@@ -244,8 +244,8 @@ def judge_roi_objects(
             owners.append(record.image_id)
     answers = judge(queries) if queries else []
     result: dict[int, tuple[list[str], dict[str, float]]] = {r.image_id: ([], areas_of[r.image_id]) for r in records}
+    stats.judge_answers.update(map(str, answers[: len(queries)]))
     for (_, name, _), owner, answer in zip(queries, owners, answers):
-        stats.judge_answers[str(answer)] += 1
         if answer == "no":  # Alg. 1: the judge cannot infer it from context
             result[owner][0].append(name)
     return result
