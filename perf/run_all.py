@@ -125,6 +125,11 @@ def main() -> None:
         f"- machine: {machine()}\n- date: {datetime.date.today().isoformat()}\n\n"
         "Ratios are measured side by side in the same run; absolute times hold only for this machine. A section\n"
         "rerun alone (`--only NAME`) carries its own date.\n\n"
+        "A section that ends with a figures table (`| figure | value | unit | better |`, printed by the benchmark\n"
+        "through `perf/figures.py`) is what the next `make bench` compares with: it prints each new figure beside\n"
+        "the one recorded here, with the ratio new / recorded, and `REGRESSION` where a figure is more than 20%\n"
+        "worse (a time-like figure, `better` = lower, whose ratio is above 1.2; a throughput, higher, below 1/1.2).\n"
+        "The machine is shared: a regression is confirmed by rerunning the old and the new code alternately.\n\n"
     )
     order = [name for name, _, _ in BENCHMARKS]
     args.out.write_text(header + "\n".join(sections[name] for name in sorted(sections, key=order.index)))
