@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import combinations
+from itertools import chain, combinations
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,11 +61,11 @@ class CooccurrenceJudge:
         self.class_counts: Counter[str] = Counter()
         self.pair_counts: Counter[tuple[str, str]] = Counter()
         self.classes_of: dict[int, set[str]] = {}
-        for record in images:
-            classes = set(record.boxes)
+        every = [set(record.boxes) for record in images]  # counted in one pass each below
+        for record, classes in zip(images, every):
             self.classes_of[record.image_id] = classes
-            self.class_counts.update(classes)
-            self.pair_counts.update(combinations(sorted(classes), 2))
+        self.class_counts.update(chain.from_iterable(every))
+        self.pair_counts.update(chain.from_iterable(combinations(sorted(classes), 2) for classes in every))
 
     def probability(self, context: Sequence[str], target: str, image_id: int | None = None) -> float:
         """Mean P(target | c) over the context classes, leaving ``image_id`` out of the counts."""
