@@ -16,7 +16,7 @@ def record(number: int, **extra: object) -> dict:
         "id": number,
         "image": f"COCO_val2014_{number:012d}.jpg",
         "target_object": "traffic light",
-        "problem": [f"Is there a {number}% \"odd\" \\ thing\nhere?", "é ünïcode ✓", "tab\there", "nul\x00byte"],
+        "problem": [f'Is there a {number}% "odd" \\ thing\nhere?', "é ünïcode ✓", "tab\there", "nul\x00byte"],
         "solution": "yes",
         "roi_area": 1234.5 + number,
         "object_size": None,
