@@ -38,7 +38,10 @@ def figures_table(rows: list[tuple[str, float, str, str]]) -> str:
     for name, value, unit, better in rows:
         if better not in ("lower", "higher") or "|" in name:
             raise ValueError(f"figure {name!r}: better must be 'lower' or 'higher', and the name has no '|'")
-        lines.append(f"| {name} | {value:.4g} | {unit} | {better} |")
+        text = f"{value:.4g}"
+        if "e+" in text:  # four significant digits, but no exponent for a large number
+            text = f"{value:.0f}"
+        lines.append(f"| {name} | {text} | {unit} | {better} |")
     return "\n".join(lines)
 
 

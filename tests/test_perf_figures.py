@@ -33,10 +33,11 @@ peak RSS: 1.43 GiB
 
 
 def test_the_table_round_trips() -> None:
-    rows = [("stage one (median)", 1.23456, "s", "lower"), ("throughput", 1234.0, "items/s", "higher")]
+    rows = [("stage one (median)", 1.23456, "s", "lower"), ("throughput", 12345.6, "items/s", "higher")]
+    assert "| throughput | 12346 | items/s | higher |" in figures_table(rows)
     assert parse_figures("text before\n" + figures_table(rows) + "\ntext after") == {
         "stage one (median)": Figure(1.235, "s", "lower"),
-        "throughput": Figure(1234.0, "items/s", "higher"),
+        "throughput": Figure(12346.0, "items/s", "higher"),
     }
 
 
