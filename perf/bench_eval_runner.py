@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from figures import figures_table  # perf/, this script's folder, is on the path
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -60,6 +62,12 @@ def print_report(args: argparse.Namespace, answers: dict[str, dict[str, str]], s
         f"length sort alone: {unsorted_time / uncached_time:.2f}x; "
         f"image cache alone: {uncached_time / batched_time:.2f}x; identical outputs (all four): {same}/{n}"
     )
+    figures = [
+        ("one at a time", n / single_time, "items/s", "higher"),
+        ("batched, sorted by length, decoded images cached", n / batched_time, "items/s", "higher"),
+        ("speed-up batched / one at a time", single_time / batched_time, "x", "higher"),
+    ]
+    print("\n" + figures_table(figures))
     return same
 
 

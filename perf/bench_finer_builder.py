@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from figures import figures_table  # perf/, this script's folder, is on the path
+
 
 def scene_graph(index: int) -> dict:
     names = ["dog", "bench", "tree", "ball"]
@@ -65,7 +67,14 @@ def main() -> None:
     print(
         f"MCQs (finer-bench): {args.images:,} images -> {pairs:,} pairs in {mcq_s:.1f} s = {pairs / mcq_s:,.0f} pairs/s"
     )
-    print(f"peak RSS: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GiB")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"peak RSS: {rss:.2f} GiB")
+    figures = [
+        ("tuples (scene-graph path)", built / tuples_s, "tuples/s", "higher"),
+        ("MCQs (finer-bench)", pairs / mcq_s, "pairs/s", "higher"),
+        ("peak RSS", rss, "GiB", "lower"),
+    ]
+    print("\n" + figures_table(figures))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,10 @@
 Each benchmark is a standalone script in this folder that prints its own figures; this runner records
 them with the machine, the date and the exact command, so every figure in PERFORMANCE.md can be
 reproduced. Ratios are measured in one run; absolute times hold for the machine named.
+
+A benchmark that ends its output with a figures table (``perf/figures.py``) has each of its figures printed
+again beside the one recorded last time in PERFORMANCE.md, with the ratio new / recorded and ``REGRESSION``
+where it got more than 20% worse, so a slowdown stands out when anyone runs it (no timed test asserts it).
 """
 
 from __future__ import annotations
@@ -19,6 +23,9 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from figures import compare, parse_figures  # noqa: E402  (perf/ is a folder of scripts, not a package)
 
 # (name, script and arguments, what it measures)
 BENCHMARKS: list[tuple[str, list[str], str]] = [
@@ -89,10 +96,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "PERFORMANCE.md")
     args = parser.parse_args()
 
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    # the caller's PYTHONPATH after the repository's (e.g. where shapely is, for the official ORIC side)
+    path = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    env = dict(os.environ, PYTHONPATH=path, WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
     sections: dict[str, str] = {}
-    if args.only and args.out.is_file():  # keep the other benchmarks' sections (with their own dates)
-        sections = previous_sections(args.out.read_text())
+    recorded = previous_sections(args.out.read_text()) if args.out.is_file() else {}
+    if args.only:  # keep the other benchmarks' sections (with their own dates)
+        sections = dict(recorded)
+    regressions = []
     for name, command, what in BENCHMARKS:
         if args.only and name not in args.only:
             continue
@@ -108,6 +119,11 @@ def main() -> None:
         if result.returncode != 0:
             output += f"\n\nFAILED (exit {result.returncode}):\n" + result.stderr.strip()[-2000:]
         print(output, flush=True)
+        figures = parse_figures(output)
+        if figures:
+            lines = compare(figures, parse_figures(recorded.get(name, "")))
+            print("\nagainst the figures recorded in PERFORMANCE.md:\n" + "\n".join(lines), flush=True)
+            regressions += [f"{name}: {line}" for line in lines if "REGRESSION" in line]
         today = datetime.date.today().isoformat()
         sections[name] = (
             f"## {name}\n\n{what}. Command: `{shown}` ({time.monotonic() - start:.0f} s, {today})\n\n{output}\n"
@@ -120,10 +136,17 @@ def main() -> None:
         f"- machine: {machine()}\n- date: {datetime.date.today().isoformat()}\n\n"
         "Ratios are measured side by side in the same run; absolute times hold only for this machine. A section\n"
         "rerun alone (`--only NAME`) carries its own date.\n\n"
+        "A section that ends with a figures table (`| figure | value | unit | better |`, printed by the benchmark\n"
+        "through `perf/figures.py`) is what the next `make bench` compares with: it prints each new figure beside\n"
+        "the one recorded here, with the ratio new / recorded, and `REGRESSION` where a figure is more than 20%\n"
+        "worse (a time-like figure, `better` = lower, whose ratio is above 1.2; a throughput, higher, below 1/1.2).\n"
+        "The machine is shared: a regression is confirmed by rerunning the old and the new code alternately.\n\n"
     )
     order = [name for name, _, _ in BENCHMARKS]
     args.out.write_text(header + "\n".join(sections[name] for name in sorted(sections, key=order.index)))
     print(f"\nwritten: {args.out}")
+    if regressions:
+        print(f"\n{len(regressions)} REGRESSION(S), more than 20% worse than recorded:\n" + "\n".join(regressions))
 
 
 if __name__ == "__main__":

@@ -244,8 +244,8 @@ def judge_roi_objects(
             owners.append(record.image_id)
     answers = judge(queries) if queries else []
     result: dict[int, tuple[list[str], dict[str, float]]] = {r.image_id: ([], areas_of[r.image_id]) for r in records}
+    stats.judge_answers.update(map(str, answers[: len(queries)]))
     for (_, name, _), owner, answer in zip(queries, owners, answers):
-        stats.judge_answers[str(answer)] += 1
         if answer == "no":  # Alg. 1: the judge cannot infer it from context
             result[owner][0].append(name)
     return result
@@ -262,19 +262,22 @@ def oric_item(
         solution = f"<SOLUTION>{label}</SOLUTION>"
     else:
         problem, solution = paraphrases(name), label
-    item = {"id": 0, "image": image.file_name, "target_object": name, "problem": problem, "solution": solution}
-    roi_area = provenance.pop("roi_area", None)
-    item.update(
-        label=label,
-        source_image_id=image.image_id,
-        similar_image_id=other.image_id,
-        roi_area=round(roi_area, 2) if roi_area is not None else None,
-        object_size=size_tier(roi_area) if roi_area is not None else None,
-        judge_verdict=provenance.pop("verdict", None),
-        clip_score=provenance.pop("clip_score", None),
-        image_similarity=round(provenance.pop("similarity"), 6),
-    )
-    return item
+    roi_area = provenance.get("roi_area")
+    return {
+        "id": 0,
+        "image": image.file_name,
+        "target_object": name,
+        "problem": problem,
+        "solution": solution,
+        "label": label,
+        "source_image_id": image.image_id,
+        "similar_image_id": other.image_id,
+        "roi_area": round(roi_area, 2) if roi_area is not None else None,
+        "object_size": size_tier(roi_area) if roi_area is not None else None,
+        "judge_verdict": provenance.get("verdict"),
+        "clip_score": provenance.get("clip_score"),
+        "image_similarity": round(provenance["similarity"], 6),
+    }
 
 
 MANIFEST_PACKAGES = ("torch", "transformers", "pycocotools", "numpy", "pillow")  # the packages that shape the output

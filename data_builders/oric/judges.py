@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import combinations
+from itertools import chain, combinations
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -61,27 +61,28 @@ class CooccurrenceJudge:
         self.class_counts: Counter[str] = Counter()
         self.pair_counts: Counter[tuple[str, str]] = Counter()
         self.classes_of: dict[int, set[str]] = {}
-        for record in images:
-            classes = set(record.boxes)
+        every = [set(record.boxes) for record in images]  # counted in one pass each below
+        for record, classes in zip(images, every):
             self.classes_of[record.image_id] = classes
-            self.class_counts.update(classes)
-            self.pair_counts.update(combinations(sorted(classes), 2))
+        self.class_counts.update(chain.from_iterable(every))
+        self.pair_counts.update(chain.from_iterable(combinations(sorted(classes), 2) for classes in every))
 
     def probability(self, context: Sequence[str], target: str, image_id: int | None = None) -> float:
         """Mean P(target | c) over the context classes, leaving ``image_id`` out of the counts."""
-        own = self.classes_of.get(image_id, set()) if image_id is not None else set()
+        own = self.classes_of.get(image_id, ()) if image_id is not None else ()
+        target_own = target in own
+        pair_counts, class_counts = self.pair_counts, self.class_counts
         total = 0.0
         for c in context:
-            pair = self.pair_counts[tuple(sorted((c, target)))] - (1 if {c, target} <= own else 0)
-            count = self.class_counts[c] - (1 if c in own else 0)
+            c_own = c in own
+            pair = pair_counts[(c, target) if c < target else (target, c)] - (1 if c_own and target_own else 0)
+            count = class_counts[c] - (1 if c_own else 0)
             total += pair / count if count > 0 else 0.0
         return total / len(context) if context else 0.0
 
     def __call__(self, queries: list[Query]) -> list[str | None]:
-        return [
-            "yes" if self.probability(ctx, target, image_id) >= self.threshold else "no"
-            for ctx, target, image_id in queries
-        ]
+        probability, threshold = self.probability, self.threshold
+        return ["yes" if probability(ctx, target, image_id) >= threshold else "no" for ctx, target, image_id in queries]
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold}

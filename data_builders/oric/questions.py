@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from veritune.core.prompts import R1_INSTRUCTION
 
 PARAPHRASES = (
@@ -24,7 +26,12 @@ def with_article(name: str) -> str:
 
 def paraphrases(name: str) -> list[str]:
     """The four ORIC-Bench questions about ``name``."""
-    return [template.format(object=with_article(name)) for template in PARAPHRASES]
+    return list(_paraphrases(name))
+
+
+@functools.lru_cache(maxsize=4096)  # a build asks about the same few classes over and over
+def _paraphrases(name: str) -> tuple[str, ...]:
+    return tuple(template.format(object=with_article(name)) for template in PARAPHRASES)
 
 
 def r1_prompt(name: str) -> str:

@@ -1,0 +1,81 @@
+"""``perf/figures.py``: the figures table a benchmark prints, read back from PERFORMANCE.md, and the comparison
+``make bench`` prints beside each figure (issue 31). Hand-made numbers only: no timing happens here."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "perf"))
+
+from figures import Figure, compare, figures_table, parse_figures  # noqa: E402
+
+SECTION = """## oric_builder
+
+ORIC builder (7.2). Command: `python perf/bench_oric_builder.py` (120 s, 2026-11-25)
+
+| stage | official min (s) | veritune min (s) |
+| --- | --- | --- |
+| load + validate | 6.3 | 4.1 |
+
+| figure | value | unit | better |
+| --- | --- | --- | --- |
+| model-free stages, veritune (median) | 10 | s | lower |
+| model-free ratio veritune / official (median) | 0.28 | x | lower |
+| CLIP image embedding | 240 | images/s | higher |
+| not a number | n/a | s | lower |
+| no direction | 3 | s | sideways |
+
+peak RSS: 1.43 GiB
+"""
+
+
+def test_the_table_round_trips() -> None:
+    rows = [("stage one (median)", 1.23456, "s", "lower"), ("throughput", 12345.6, "items/s", "higher")]
+    assert "| throughput | 12346 | items/s | higher |" in figures_table(rows)
+    assert parse_figures("text before\n" + figures_table(rows) + "\ntext after") == {
+        "stage one (median)": Figure(1.235, "s", "lower"),
+        "throughput": Figure(12346.0, "items/s", "higher"),
+    }
+
+
+def test_only_the_figures_table_of_a_section_is_read() -> None:
+    assert parse_figures(SECTION) == {
+        "model-free stages, veritune (median)": Figure(10.0, "s", "lower"),
+        "model-free ratio veritune / official (median)": Figure(0.28, "x", "lower"),
+        "CLIP image embedding": Figure(240.0, "images/s", "higher"),
+    }
+    assert parse_figures("| stage | seconds |\n| --- | --- |\n| load | 6.9 |") == {}
+
+
+def test_a_figure_more_than_20_percent_worse_is_a_regression() -> None:
+    recorded = parse_figures(SECTION)
+    now = {
+        "model-free stages, veritune (median)": Figure(12.1, "s", "lower"),  # 1.21x the time: worse by > 20%
+        "model-free ratio veritune / official (median)": Figure(0.336, "x", "lower"),  # 1.2x: not more than 20%
+        "CLIP image embedding": Figure(199.0, "images/s", "higher"),  # 240 / 199 = 1.206: slower by > 20%
+        "new figure": Figure(1.0, "s", "lower"),
+    }
+    lines = compare(now, recorded)
+    assert (
+        lines[0]
+        == "model-free stages, veritune (median): 12.1 s, recorded 10 s, ratio 1.21  REGRESSION (lower is better)"
+    )
+    assert lines[1] == "model-free ratio veritune / official (median): 0.336 x, recorded 0.28 x, ratio 1.20"
+    assert lines[2].endswith("ratio 0.83  REGRESSION (higher is better)")
+    assert lines[3] == "new figure: 1 s (nothing recorded)"
+
+
+def test_faster_is_never_a_regression() -> None:
+    recorded = {"time": Figure(10.0, "s", "lower"), "rate": Figure(100.0, "items/s", "higher")}
+    now = {"time": Figure(2.0, "s", "lower"), "rate": Figure(500.0, "items/s", "higher")}
+    assert not any("REGRESSION" in line for line in compare(now, recorded))
+
+
+def test_bad_rows_are_refused_when_printed() -> None:
+    with pytest.raises(ValueError):
+        figures_table([("a | b", 1.0, "s", "lower")])
+    with pytest.raises(ValueError):
+        figures_table([("a", 1.0, "s", "faster")])
