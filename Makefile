@@ -19,4 +19,5 @@ lint: setup
 	.venv/bin/ruff format --check .
 
 bench: setup
+	.venv/bin/python -c 'import shapely' 2>/dev/null || .venv/bin/python -m pip install --quiet -e '.[test,bench]'
 	.venv/bin/python perf/run_all.py
