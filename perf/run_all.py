@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+RECORD = REPO_ROOT / "docs" / "PERFORMANCE.md"  # the figures recorded last time
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from figures import compare, parse_figures  # noqa: E402  (perf/ is a folder of scripts, not a package)
@@ -93,7 +94,7 @@ def previous_sections(text: str) -> dict[str, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", help="run only these benchmarks")
-    parser.add_argument("--out", type=Path, default=REPO_ROOT / "docs" / "PERFORMANCE.md")
+    parser.add_argument("--out", type=Path, default=RECORD)
     args = parser.parse_args()
 
     # the caller's PYTHONPATH after the repository's (e.g. where shapely is, for the official ORIC side)
@@ -103,6 +104,8 @@ def main() -> None:
     recorded = previous_sections(args.out.read_text()) if args.out.is_file() else {}
     if args.only:  # keep the other benchmarks' sections (with their own dates)
         sections = dict(recorded)
+    # figures are compared with the repository's record, also when --out writes elsewhere
+    baseline = previous_sections(RECORD.read_text()) if RECORD.is_file() else {}
     regressions = []
     for name, command, what in BENCHMARKS:
         if args.only and name not in args.only:
@@ -121,7 +124,7 @@ def main() -> None:
         print(output, flush=True)
         figures = parse_figures(output)
         if figures:
-            lines = compare(figures, parse_figures(recorded.get(name, "")))
+            lines = compare(figures, parse_figures(baseline.get(name, "")))
             print("\nagainst the figures recorded in PERFORMANCE.md:\n" + "\n".join(lines), flush=True)
             regressions += [f"{name}: {line}" for line in lines if "REGRESSION" in line]
         today = datetime.date.today().isoformat()
