@@ -5,7 +5,7 @@
 1. Model-free stages on a generated COCO-2014-train-scale annotation file (82,783 images, ~600,000
    boxes, 80 classes), the official ORIC code's against veritune's, run alternately (each run in a fresh
    process, one thread) and reported as min and median per side with their ratio (target: veritune at most
-   0.3x the official time; issue 31). Both sides judge every query image with the same co-occurrence judge
+   0.3x the official time). Both sides judge every query image with the same co-occurrence judge
    (the official code asks an LLM, a model, which is not timed here) and write the "yes" questions of the
    same images; a build stops once its counts are met, so this is the worst case. Peak RSS of veritune's
    side: target under 4 GiB.

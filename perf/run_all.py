@@ -50,13 +50,13 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "dynamic_sampling",
         ["perf/bench_dynamic_sampling.py"],
         "GRPO with and without DAPO's dynamic sampling: seconds and completions per step, informative groups per "
-        "second (issue 30)",
+        "second",
     ),
     (
         "gpu",
         ["perf/bench_gpu.py"],
         "real-size GRPO step on a GPU with transformers and with colocated vLLM generation, a LoRA DPO step, "
-        "eval run on both backends (7.5, issue 28)",
+        "eval run on both backends (7.5)",
     ),
     (
         "cli_help",

@@ -19,10 +19,10 @@ from helpers import REPO_ROOT, entry_env
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 GAP_MIN = 15.0  # the issue's bound on POPE accuracy minus ORIC-Bench macro-F1, base model
 # ORIC-Bench macro-F1 after GRPO minus before, with dynamic sampling (seeds 0, 1, 2: +14.7, +11.4, +7.6; without it
-# +15.9, +7.3, +7.2 on the same machine, docs/RESULTS.md tenth pass)
+# +15.9, +7.3, +7.2 on the same machine, docs/RESULTS.md, "Dynamic sampling on val")
 GAIN_MIN = 6.0
 # POPE accuracy points GRPO may cost (seeds 0, 1, 2: -2.3, +3.3, +1.0 with dynamic sampling; without it -3.6, +2.3, -0.1
-# on the eighth pass's machine; the target is 2, unmet on seed 0).
+# on another 2-core machine; the target is 2, unmet on seed 0).
 # Float sums differ between CPU types and move a run's numbers: the same code gave seed 0 a POPE change of
 # -3.3 on one machine and -1.6 on another (docs/RESULTS.md, eighth pass), so the bound is seed 0's -3.6 less
 # that shift, rounded out

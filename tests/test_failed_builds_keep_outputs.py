@@ -1,4 +1,4 @@
-"""A failed or killed build never costs the previous one (issue 33): every builder checks its inputs, flags,
+"""A failed or killed build never costs the previous one: every builder checks its inputs, flags,
 judge and LLM endpoint before it looks at ``--out``, builds beside the output and replaces it only when the
 new build is ready. Table-driven like tests/test_bad_input.py: each bad input runs against an empty ``--out``,
 against one holding an earlier build, and against that build with ``--force``; the error names the real

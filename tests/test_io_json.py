@@ -1,5 +1,5 @@
 """``veritune.core.io.json_text``: the same text as ``json.dumps(indent=..., ensure_ascii=False)``, to the byte,
-on the records builders write and on every shape it leaves to ``json.dumps`` (issue 31)."""
+on the records builders write and on every shape it leaves to ``json.dumps``."""
 
 from __future__ import annotations
 

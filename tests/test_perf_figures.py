@@ -1,5 +1,5 @@
 """``perf/figures.py``: the figures table a benchmark prints, read back from PERFORMANCE.md, and the comparison
-``make bench`` prints beside each figure (issue 31). Hand-made numbers only: no timing happens here."""
+``make bench`` prints beside each figure. Hand-made numbers only: no timing happens here."""
 
 from __future__ import annotations
 

@@ -37,7 +37,9 @@ def finer_prompt(question: str, options: dict[str, str]) -> str:
     return f"{question}\n{option_block(options)}\nPlease answer with a single capital letter ({letter_list(options)})."
 
 
-def _files(data_path: Path) -> list[Path]:
+def finer_files(data_path: Path, what: str = "FINER MCQ") -> list[Path]:
+    """The question files of a FINER benchmark: ``data_path`` itself, or every table in that directory
+    (manifests left out). Shared by FINER-bench and the yes/no probe, which use the same file layout."""
     if data_path.is_dir():
         files = sorted(
             p
@@ -45,7 +47,7 @@ def _files(data_path: Path) -> list[Path]:
             if p.suffix.lower() in FILE_SUFFIXES and not p.name.endswith(".manifest.json")
         )
         if not files:
-            raise UserError(f"{data_path}: no FINER MCQ file (.csv, .tsv, .json, .jsonl) in this directory")
+            raise UserError(f"{data_path}: no {what} file (.csv, .tsv, .json, .jsonl) in this directory")
         return files
     return [data_path]
 
@@ -71,7 +73,7 @@ class Finer(Benchmark):
         data_path = Path(data_path)
         root = Path(image_root) if image_root else data_path if data_path.is_dir() else data_path.parent
         items: list[EvalItem] = []
-        for path in _files(data_path):
+        for path in finer_files(data_path):
             rows = read_table(path, what="FINER MCQ file")
             if not rows:
                 raise UserError(f"{path}: no rows (expected the FINER MCQ columns {', '.join(FIELDS)})")

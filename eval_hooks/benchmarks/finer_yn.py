@@ -29,32 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.benchmarks.finer import finer_files
 from rewards.graders import extract_yes_no, normalize_yes_no_label
 from veritune.core.errors import UserError
 from veritune.core.finer_yn import LEVELS, PATTERNS
 from veritune.core.finer_yn import REQUIRED_COLUMNS as FIELDS
 from veritune.core.io import read_table
 
-FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")
 INSTRUCTION = "Please answer with Yes or No."
 FINE_LEVELS = (3, 4, 5, 6, 7)  # the headline: negatives from level 3 on (FINER's "finer granularity")
 
 
 def finer_yn_prompt(question: str) -> str:
     return f"{question}\n{INSTRUCTION}"
-
-
-def _files(data_path: Path) -> list[Path]:
-    if data_path.is_dir():
-        files = sorted(
-            p
-            for p in data_path.iterdir()
-            if p.suffix.lower() in FILE_SUFFIXES and not p.name.endswith(".manifest.json")
-        )
-        if not files:
-            raise UserError(f"{data_path}: no FINER yes/no file (.csv, .tsv, .json, .jsonl) in this directory")
-        return files
-    return [data_path]
 
 
 def _level(path: Path, line: int, value: Any) -> int:
@@ -75,7 +62,7 @@ class FinerYn(Benchmark):
         data_path = Path(data_path)
         root = Path(image_root) if image_root else data_path if data_path.is_dir() else data_path.parent
         items: list[EvalItem] = []
-        for path in _files(data_path):
+        for path in finer_files(data_path, "FINER yes/no"):
             rows = read_table(path, what="FINER yes/no file")
             if not rows:
                 raise UserError(f"{path}: no rows (expected the columns {', '.join(FIELDS)})")

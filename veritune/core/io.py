@@ -77,7 +77,7 @@ def json_text(data: Any, indent: int | str | None = 2) -> str:
     """``json.dumps(data, indent=indent, ensure_ascii=False)``, the same text to the byte, faster for records.
 
     Python's ``json`` writes indented text with its pure-Python encoder (the C one only writes compact text),
-    which was most of the time a builder spent writing a large output (issue 31, docs/PERFORMANCE.md). A list
+    which was most of the time a builder spent writing a large output (docs/PERFORMANCE.md, oric_builder). A list
     of records (dicts with the same keys in the same order, each value a string, number, boolean, null, or a
     list of those) is encoded here column by column by the C encoder and laid out with one string template per
     record; any other value is left to ``json.dumps`` itself, so its output and its errors are unchanged.
@@ -150,7 +150,8 @@ def _json_records(data: list[Any], step: str) -> str | None:
 def gc_paused() -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a large structure is built (a COCO-size annotation file
     and its index: millions of containers, none of them garbage), then resume it as it was. Each collection
-    the growth triggers walks everything built so far, which made loading a third slower (issue 31)."""
+    the growth triggers walks everything built so far, which made loading a third slower
+    (docs/PERFORMANCE.md, oric_builder)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
