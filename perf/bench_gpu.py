@@ -163,7 +163,7 @@ def grpo_command(model: Path, data: Path, images: Path, out: Path, lora: bool, s
         "--save_strategy",
         "no",
         "--report_to",
-        "wandb",  # offline (WANDB_MODE): TRL's profiling timers are logged only to trackers
+        "none",  # TRL's profiling timers reach the bench through perf/profiling_hook, not a tracker
         "--eval_on_save",
         "false",
         "--attn_implementation",
@@ -256,23 +256,28 @@ def run(command: list[str], env: dict[str, str] | None = None) -> None:
         raise SystemExit(f"{' '.join(command[:3])} ...: exit {result.returncode}\n{result.stderr[-3000:]}")
 
 
-def rollout_seconds(out: Path) -> float | None:
-    """Generation time of the whole run (weight pushes to vLLM included), from TRL's profiling timers in its
-    offline W&B history (TRL logs them to trackers only, each as its own row without the training step)."""
-    from wandb_offline import offline_history
-
-    try:
-        rows = offline_history(out)
-    except FileNotFoundError:
+def rollout_seconds(log: Path) -> float | None:
+    """Generation time of the whole run (weight pushes to vLLM included), from TRL's profiling timers as
+    ``perf/profiling_hook`` recorded them (TRL itself sends them only to experiment trackers)."""
+    if not log.is_file():
         return None
     keys = (".transformers.generate", ".transformers.generate_batch", ".vLLM.generate", ".sync_weights")
     timers = [
-        value
-        for row in rows
-        for name, value in row.items()
-        if name.startswith("profiling/Time taken: ") and name.endswith(keys) and isinstance(value, (int, float))
+        seconds
+        for line in log.read_text().splitlines()
+        for name, seconds in json.loads(line).items()
+        if name.endswith(keys)
     ]
     return sum(timers) if timers else None
+
+
+def profiled_env(out: Path) -> dict[str, str]:
+    """Environment for a run whose TRL profiling timers go to ``out/profiling.jsonl``."""
+    import os
+
+    hook = str(REPO_ROOT / "perf" / "profiling_hook")
+    path = os.pathsep.join(filter(None, [hook, str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    return {"PYTHONPATH": path, "VERITUNE_PROFILE_LOG": str(out / "profiling.jsonl")}
 
 
 def run_step(
@@ -290,13 +295,14 @@ def run_step(
         command = [sys.executable, script, *grpo_command(model, data, images, out, lora, smoke, vllm)]
     else:
         command = [sys.executable, script, str(model), str(data), str(images), str(out), "2"]
-        command.append("oric-smoke" if smoke else "oric-gpu")
+        command += ["oric-smoke" if smoke else "oric-gpu"] + (["lora"] if lora else [])
+    out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     with PeakMemory(smoke) as memory:
-        run(command, {"WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+        run(command, profiled_env(out))
     state = json.loads((out / "trainer_state.json").read_text())
     steps = [row for row in state["log_history"] if "step_time" in row]
-    rollout = rollout_seconds(out) if script == "finetune/grpo.py" else None
+    rollout = rollout_seconds(out / "profiling.jsonl")
     return {
         "step_time": steps[-1]["step_time"],
         "peak_gib": memory.peak,
@@ -334,12 +340,22 @@ def run_eval(model: Path, bench_root: Path, out: Path, backend: str, smoke: bool
     return {"wall": wall, "items": items, "peak_gib": memory.peak}
 
 
+PARTS = ("grpo", "plain", "dpo", "eval", "vllm")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", choices=sorted(QWEN3VL_DIMS), default="2b")
     parser.add_argument("--lora", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="small dimensions on a CPU: checks the code path")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
+    parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        parser.error(f"--parts: unknown {sorted(parts - set(PARTS))}; choose from {', '.join(PARTS)}")
+
+    import importlib.util
 
     import torch
 
@@ -351,6 +367,9 @@ def main() -> None:
             "(run it where a GPU is lent; `--smoke` checks the code path on a CPU)."
         )
         return
+    if "vllm" in parts and not args.smoke and importlib.util.find_spec("vllm") is None:
+        print("vLLM runs skipped: vllm is not installed here (`pip install -e '.[vllm]'`)")
+        parts.discard("vllm")
 
     from conftest import write_oric_fixture
     from eval_fixtures import write_oric_bench
@@ -358,54 +377,67 @@ def main() -> None:
 
     name = "CPU (smoke run)" if args.smoke else torch.cuda.get_device_name()
     peak_flops, bandwidth = gpu_specs(name)
+    figures: dict[str, object] = {"device": name, "size": args.size, "lora": args.lora, "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         model = build_real_size_model(args.size, tmp_path, "cpu" if args.smoke else "cuda")
         from transformers import AutoConfig
 
         n_params = _count_parameters(AutoConfig.from_pretrained(model))
+        figures["parameters"] = n_params
+        tokens = 8 * 256  # one optimizer step: one prompt group, 8 generations of up to 256 tokens
+        train_flops = 6 * n_params * tokens
+        print(f"GPU: {name}; model: random Qwen3-VL-{args.size.upper()} ({n_params / 1e9:.2f} B parameters)")
+        decode_limit = bandwidth / (2 * n_params)
+        print(
+            f"decode limit (HBM {bandwidth / 1e12:.2f} TB/s, bf16 weights read per step): "
+            f"{decode_limit:,.0f} steps/s per sequence batch"
+        )
+        limit = peak_flops / (6 * n_params)
+        print(f"training limit (bf16 peak {peak_flops / 1e12:.0f} TFLOP/s): {limit:,.0f} tokens/s")
         data, images = write_oric_fixture(tmp_path / "data", num_items=16)
         finer = write_finer_fixture(tmp_path / "finer", num_images=8)
         write_oric_bench(tmp_path / "bench", questions=64)
-        ours = run_step("finetune/grpo.py", model, data, images, tmp_path / "ours", args.lora, args.smoke)
-        plain = run_step("perf/plain_trl_grpo.py", model, data, images, tmp_path / "plain", args.lora, args.smoke)
-        dpo = run_dpo(model, finer, tmp_path / "dpo", args.smoke)
-        evals = {"transformers": run_eval(model, tmp_path / "bench", tmp_path / "eval-tf", "transformers", args.smoke)}
-        vllm_side = None
-        if args.smoke:  # vLLM needs a GPU: check that its runs would parse, and say so
+        columns = ["GRPO step", "step time (s)", "mean completion tokens", "tokens/s", "MFU", "rollout share"]
+        columns.append("peak memory (GiB)")
+        print("| " + " | ".join(columns) + " |\n" + "| --- " * len(columns) + "|", flush=True)
+        steps = [
+            ("grpo", "veritune, transformers generation", "finetune/grpo.py", False),
+            ("plain", "plain TRL", "perf/plain_trl_grpo.py", False),
+            ("vllm", "veritune, colocated vLLM", "finetune/grpo.py", True),
+        ]
+        for part, label, script, vllm in steps:
+            if part not in parts:
+                continue
+            result = run_step(script, model, data, images, tmp_path / part, args.lora, args.smoke, vllm=vllm)
+            figures[part] = result
+            share = f"{result['rollout_share']:.0%}" if result.get("rollout_share") is not None else "-"
+            print(
+                f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} "
+                f"| {tokens / result['step_time']:,.0f} | "
+                f"{train_flops / result['step_time'] / peak_flops:.1%} | {share} | {result['peak_gib']:.1f} |",
+                flush=True,
+            )
+        if args.smoke and "vllm" in parts:  # vLLM needs a GPU: check that its runs would parse, and say so
             check_parses("grpo", grpo_command(model, data, images, tmp_path / "v", args.lora, True, vllm=True))
             print("vLLM runs (GRPO colocate, eval --backend vllm): parsed only; they need a GPU")
-        else:
-            vllm_side = run_step("finetune/grpo.py", model, data, images, tmp_path / "vllm", args.lora, vllm=True)
-            evals["vllm"] = run_eval(model, tmp_path / "bench", tmp_path / "eval-vllm", "vllm", args.smoke)
-
-    tokens = 8 * 256  # one optimizer step: one prompt group, 8 generations of up to 256 tokens
-    train_flops = 6 * n_params * tokens
-    print(f"GPU: {name}; model: random Qwen3-VL-{args.size.upper()} ({n_params / 1e9:.2f} B parameters)")
-    print("| GRPO step | step time (s) | mean completion tokens | tokens/s | MFU | rollout share | peak memory (GiB) |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
-    rows = [("veritune, transformers generation", ours), ("plain TRL", plain)]
-    rows += [("veritune, colocated vLLM", vllm_side)] if vllm_side else []
-    for label, result in rows:
-        share = f"{result['rollout_share']:.0%}" if result.get("rollout_share") is not None else "-"
-        print(
-            f"| {label} | {result['step_time']:.2f} | {result['mean_length']:.0f} "
-            f"| {tokens / result['step_time']:,.0f} | "
-            f"{train_flops / result['step_time'] / peak_flops:.1%} | {share} | {result['peak_gib']:.1f} |"
-        )
-    print(f"| LoRA DPO step (batch 8) | {dpo['step_time']:.2f} | - | - | - | - | {dpo['peak_gib']:.1f} |")
-    for backend, result in evals.items():
-        print(
-            f"eval run --backend {backend}: {result['items']} items in {result['wall']:.1f} s "
-            f"({result['items'] / result['wall']:.2f} items/s, model load included), peak {result['peak_gib']:.1f} GiB"
-        )
-    decode_limit = bandwidth / (2 * n_params)
-    print(
-        f"decode limit (HBM {bandwidth / 1e12:.2f} TB/s, bf16 weights read per step): "
-        f"{decode_limit:,.0f} steps/s per sequence batch"
-    )
-    print(f"training limit (bf16 peak {peak_flops / 1e12:.0f} TFLOP/s): {peak_flops / (6 * n_params):,.0f} tokens/s")
+        if "dpo" in parts:
+            dpo = figures["dpo"] = run_dpo(model, finer, tmp_path / "dpo", args.smoke)
+            print(f"| LoRA DPO step (batch 8) | {dpo['step_time']:.2f} | - | - | - | - | {dpo['peak_gib']:.1f} |")
+        backends = ["transformers"] if "eval" in parts else []
+        backends += ["vllm"] if "vllm" in parts and "eval" in parts and not args.smoke else []
+        for backend in backends:
+            result = run_eval(model, tmp_path / "bench", tmp_path / f"eval-{backend}", backend, args.smoke)
+            figures[f"eval_{backend}"] = result
+            print(
+                f"eval run --backend {backend}: {result['items']} items in {result['wall']:.1f} s "
+                f"({result['items'] / result['wall']:.2f} items/s, model load included), "
+                f"peak {result['peak_gib']:.1f} GiB",
+                flush=True,
+            )
     print("anchor: EasyR1 reports 1,600-2,000 tokens/s per GPU and 16-23% MFU for Qwen2.5-VL-7B GRPO on 8x H100")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n")
 
 
 def _count_parameters(config: object) -> int:

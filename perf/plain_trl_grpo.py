@@ -1,11 +1,12 @@
 """The baseline for the wrapper-overhead benchmark: the tiny GRPO configuration written as a minimal
 plain-TRL script, with none of veritune's recipe parsing, data checks or callbacks.
 
-    python perf/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu|oric-smoke]
+    python perf/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu|oric-smoke] [lora]
 
 ``tiny`` mirrors ``recipes/tiny_oric_demo.yaml`` on a CPU; ``oric-gpu`` mirrors ``recipes/qwen3vl_oric.yaml``
 as ``perf/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16);
-``oric-smoke`` is that step on a CPU in float32 (``bench_gpu.py --smoke``).
+``oric-smoke`` is that step on a CPU in float32 (``bench_gpu.py --smoke``). ``lora`` adds a rank-32 adapter on
+the language model's q_proj and v_proj, as ``bench_gpu.py --lora`` gives veritune's side.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 
 from datasets import Dataset
+from peft import LoraConfig
 from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import GRPOConfig, GRPOTrainer
@@ -61,7 +63,9 @@ PROFILES = {
 MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704, "oric-smoke": 4096}
 
 
-def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int, profile: str = "tiny") -> None:
+def main(
+    model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int, profile: str = "tiny", lora: str = ""
+) -> None:
     max_pixels = MAX_PIXELS[profile]
     records = json.loads(Path(data_file).read_text())
     rows = []
@@ -101,10 +105,13 @@ def main(model_dir: str, data_file: str, image_root: str, output_dir: str, steps
         args=args,
         train_dataset=Dataset.from_list(rows),
         processing_class=AutoProcessor.from_pretrained(model_dir, padding_side="left"),
+        peft_config=LoraConfig(r=32, lora_alpha=64, target_modules=r".*language_model.*\.(q_proj|v_proj)")
+        if lora == "lora"
+        else None,
     )
     trainer.train()
     trainer.save_state()
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5], int(sys.argv[5]), *sys.argv[6:7])
+    main(*sys.argv[1:5], int(sys.argv[5]), *sys.argv[6:8])

@@ -1,13 +1,16 @@
 """A cached, concurrent client for any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, llama.cpp
-server, TGI, OpenAI, ...), built on the ``openai`` package's async client.
+server, TGI, OpenAI, ...), built on the ``openai`` package's client.
 
 Every builder and judge that asks an LLM goes through :class:`ChatClient`:
 
 - the API key is read from an environment variable only (never logged, never cached);
 - every answer is stored in SQLite keyed by the full request (model, messages, sampling settings), so an
   interrupted build resumes and a rerun sends no request that was already answered;
-- requests run concurrently on one event loop, at most ``concurrency`` in flight (identical prompts in one
-  batch are sent once); timeouts, connection errors, malformed bodies, 408/409/429 and every 5xx are
+- requests run concurrently on a pool of ``concurrency`` threads sharing one ``openai.OpenAI`` client and its
+  connection pool (identical prompts in one batch are sent once). The payload, already a plain JSON body, is
+  posted as it is (``client.post``) rather than through ``chat.completions.create``, whose per-request
+  validation and parameter transforms cost more CPU than the request itself against a fast local server
+  (docs/PERFORMANCE.md, the judge client); timeouts, connection errors, malformed bodies, 408/409/429 and every 5xx are
   retried with exponential backoff (a ``Retry-After`` header, when larger, is honoured). The retry loop is
   ours rather than the ``openai`` client's so that malformed 200 answers are retried too and every
   attempt is counted; the errors are the ``openai`` package's typed ones.
@@ -18,13 +21,13 @@ Every builder and judge that asks an LLM goes through :class:`ChatClient`:
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import hashlib
 import json
 import os
 import re
 import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -82,10 +85,15 @@ class ChatClient:
         self.backoff = backoff
         self.requests_sent = 0
         self.cache_hits = 0
+        self._count_lock = threading.Lock()
         cache_path = Path(cache_path)
         cache_path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(cache_path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
+        # each answer is committed as it arrives; in WAL mode NORMAL syncs at checkpoints rather than at every
+        # commit, so a killed build keeps its answers (only a power cut can lose the last few), and caching
+        # an answer no longer costs more than receiving it
+        self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, model TEXT, answer TEXT)")
 
     # ---- public API
@@ -98,7 +106,7 @@ class ChatClient:
         if cached is not None:
             self.cache_hits += 1
             return cached
-        return _run(self._send_all({key: payload}, bar=None))[key]
+        return self._send_all({key: payload}, bar=None)[key]
 
     def complete_many(self, prompts: list[Prompt], *, system: str | None = None, desc: str = "LLM") -> list[str]:
         """Answers to ``prompts`` in order, ``concurrency`` requests at a time, with a progress bar.
@@ -119,7 +127,7 @@ class ChatClient:
                 del unique[key]
         if unique:
             with progress_bar(total=len(found) + len(unique), initial=len(found), desc=desc, unit="req") as bar:
-                found.update(_run(self._send_all(unique, bar=bar)))
+                found.update(self._send_all(unique, bar=bar))
         return [found[key] for key in keys]
 
     def check_endpoint(self) -> None:
@@ -131,18 +139,13 @@ class ChatClient:
         """
         payload = self._payload(PROBE_PROMPT, None)
 
-        async def probe() -> str:
-            import openai
-
-            api_key = os.environ.get(self.api_key_env) or None
-            async with openai.AsyncOpenAI(
-                base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout
-            ) as client:
-                return await self._request(client, payload, api_key)
+        def probe() -> str:
+            with self._openai_client() as client:
+                return self._request(client, payload, threading.Event())
 
         sent = self.requests_sent
         try:
-            _run(probe())
+            probe()
         except UserError as err:
             reason = str(err).replace("; answers received so far are cached, rerun to resume", "")
             raise UserError(f"{reason} (checked before building: nothing was written)") from None
@@ -178,54 +181,51 @@ class ChatClient:
         row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
-    async def _send_all(self, payloads: dict[str, dict[str, Any]], bar: Any | None) -> dict[str, str]:
-        """Send ``payloads`` (none cached), at most ``concurrency`` at once; each answer is cached as it arrives."""
+    def _openai_client(self) -> Any:
+        """An ``openai.OpenAI`` client for this endpoint. max_retries=0: the retry loop is ours (see the module
+        docstring). A local server needs no key: the placeholder is then never sent (see ``_request``), and
+        OPENAI_API_KEY is not picked up behind our back."""
         import openai
 
         api_key = os.environ.get(self.api_key_env) or None
+        return openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout)
+
+    def _send_all(self, payloads: dict[str, dict[str, Any]], bar: Any | None) -> dict[str, str]:
+        """Send ``payloads`` (none cached), at most ``concurrency`` at once; each answer is cached as it arrives."""
         found: dict[str, str] = {}
-        limit = asyncio.Semaphore(self.concurrency)
-        # max_retries=0: the retry loop is ours (see the module docstring). A local server needs no key: then no
-        # Authorization header is sent (the placeholder is omitted) and OPENAI_API_KEY is not picked up behind our back.
-        async with openai.AsyncOpenAI(
-            base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout
-        ) as client:
-
-            async def one(key: str, payload: dict[str, Any]) -> tuple[str, str]:
-                async with limit:
-                    return key, await self._request(client, payload, api_key)
-
-            tasks = [asyncio.create_task(one(key, payload)) for key, payload in payloads.items()]
+        stop = threading.Event()  # set when the batch ends early: requests in flight make no further attempt
+        with self._openai_client() as client:
+            pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(self.concurrency, len(payloads)))
             try:
-                for next_done in asyncio.as_completed(tasks):
-                    key, answer = await next_done
+                futures = {pool.submit(self._request, client, payload, stop): key for key, payload in payloads.items()}
+                for future in concurrent.futures.as_completed(futures):
+                    key, answer = futures[future], future.result()
                     self._db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", (key, self.model, answer))
                     found[key] = answer
                     if bar is not None:
                         bar.update(1)
             finally:  # one request out of retries (or Ctrl-C) ends the batch: nothing more is sent
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                stop.set()
+                pool.shutdown(wait=False, cancel_futures=True)
         return found
 
-    async def _request(self, client: Any, payload: dict[str, Any], api_key: str | None) -> str:
+    def _request(self, client: Any, payload: dict[str, Any], stop: threading.Event) -> str:
+        import httpx
         import openai
 
-        options = {key: value for key, value in payload.items() if key not in ("model", "messages")}
+        api_key = os.environ.get(self.api_key_env) or None
+        headers = {} if api_key else {"Authorization": openai.omit}
         failure, wait = "no attempt made", 0.0
         answered = False  # did the server answer at all (then say what it answered, not "unreachable")
         for attempt in range(self.max_retries + 1):
-            if attempt:
-                await asyncio.sleep(max(wait, self.backoff * 2 ** (attempt - 1)))
+            if attempt and stop.wait(max(wait, self.backoff * 2 ** (attempt - 1))):
+                break  # the batch has ended: no further attempt
             wait = 0.0
-            self.requests_sent += 1
+            with self._count_lock:
+                self.requests_sent += 1
             try:
-                raw = await client.chat.completions.with_raw_response.create(
-                    model=payload["model"],
-                    messages=payload["messages"],
-                    **options,
-                    extra_headers=None if api_key else {"Authorization": openai.omit},
+                response = client.post(
+                    "/chat/completions", body=payload, cast_to=httpx.Response, options={"headers": headers}
                 )
             except openai.APIStatusError as err:
                 answered = True
@@ -242,7 +242,7 @@ class ChatClient:
                 cause = err.__cause__ or err
                 failure = f"{type(err).__name__}: {cause}" if str(cause) else type(err).__name__
                 continue
-            text = raw.http_response.text
+            text = response.text
             try:
                 content = json.loads(text)["choices"][0]["message"]["content"]
                 if not isinstance(content, str):
@@ -251,8 +251,7 @@ class ChatClient:
             except (ValueError, KeyError, IndexError, TypeError) as err:  # JSONDecodeError is a ValueError
                 answered = True
                 failure = (
-                    f"HTTP {raw.http_response.status_code} without an answer ({type(err).__name__}): "
-                    f"{_snippet(text, api_key)}"
+                    f"HTTP {response.status_code} without an answer ({type(err).__name__}): {_snippet(text, api_key)}"
                 )
         attempts = self.max_retries + 1
         if answered:
@@ -264,16 +263,6 @@ class ChatClient:
             f"LLM endpoint {self.url} unreachable after {attempts} attempts ({failure}); "
             "answers received so far are cached, rerun to resume"
         )
-
-
-def _run(coroutine: Any) -> Any:
-    """Run ``coroutine`` to completion, also from code that already runs inside an event loop."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def _snippet(text: str, secret: str | None = None) -> str:
