@@ -9,7 +9,7 @@ vLLM (``recipes/qwen3vl_oric_vllm.yaml``'s settings) and through the plain-TRL b
 (``recipes/qwen3vl_8b_finer_lora.yaml`` on a small FINER-format set); and ``veritune eval run`` on a
 synthetic ORIC-Bench with both backends (transformers, vLLM). It prints generation tokens/s, training
 tokens/s per GPU, model FLOPs utilisation against the GPU's bf16 dense peak, peak memory and the rollout
-share of the GRPO step (TRL's own ``profiling/Time taken`` timers, read from an offline W&B run), beside
+share of the GRPO step (TRL's own ``profiling/Time taken`` timers, recorded by ``perf/profiling_hook``), beside
 the physical limits: decode bounded by HBM bandwidth (each decode step reads every weight once), training
 by bf16 peak (6 FLOPs per parameter per token). Without a GPU it prints a note and exits 0; ``--smoke`` runs
 the whole path on a CPU with small dimensions (its figures mean nothing; it checks the script before GPU
@@ -407,7 +407,7 @@ def main() -> None:
             ("vllm", "veritune, colocated vLLM", "finetune/grpo.py", True),
         ]
         for part, label, script, vllm in steps:
-            if part not in parts:
+            if part not in parts or (vllm and args.smoke):  # vLLM needs a GPU: the smoke run parses its command
                 continue
             result = run_step(script, model, data, images, tmp_path / part, args.lora, args.smoke, vllm=vllm)
             figures[part] = result
