@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from eval_hooks.answers import extract_count
 from eval_hooks.registry import get_benchmark
-from rewards.graders import extract_count, grade_tagged_yes_no
+from rewards.graders import grade_tagged_yes_no
 from rewards.oric import accuracy_reward
 from veritune.cli import main
 

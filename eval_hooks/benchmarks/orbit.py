@@ -33,8 +33,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.answers import extract_count
 from eval_hooks.base import Benchmark, EvalItem
-from rewards.graders import extract_count
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
 

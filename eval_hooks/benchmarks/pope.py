@@ -7,14 +7,16 @@ accuracy, precision, recall and F1 with "yes" as the positive class, and the yes
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
-from rewards.graders import pope_yes_no
+from rewards.graders import YesNo, completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_json_or_jsonl
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 SUBSETS = ("random", "popular", "adversarial")
 
@@ -89,3 +91,22 @@ class Pope(Benchmark):
             "tables": {"per_subset": table},
             "counts": {"items": len(items), "missing_images": missing},
         }
+
+
+# ---- POPE's official answer parsing
+
+
+def pope_yes_no(text: Any) -> YesNo:
+    """POPE's official parsing rule: keep the text before the first period, drop commas, split into
+    words; the answer is "no" when a word is "No", "not" or "no", otherwise "yes".
+
+    Unlike :func:`rewards.graders.extract_yes_no` this never abstains: POPE counts every unparsable answer as "yes".
+    """
+    return _pope_yes_no_text(completion_text(text) or "")
+
+
+@lru_cache(maxsize=65536)
+def _pope_yes_no_text(text: str) -> YesNo:
+    first_sentence = text[:MAX_SCAN_CHARS].split(".")[0].replace(",", "")
+    words = first_sentence.split(" ")  # split on spaces only, as the official script does
+    return "no" if any(w in ("No", "not", "no") for w in words) else "yes"
