@@ -19,6 +19,23 @@ from veritune.core.io import read_json_or_jsonl
 from veritune.core.prompts import MAX_SCAN_CHARS
 
 SUBSETS = ("random", "popular", "adversarial")
+FIELDS = ("question_id", "image", "text", "label")
+
+
+def read_pope_file(file: Path, what: str = "POPE file") -> list[dict[str, Any]]:
+    """The records of a POPE-format question file (JSON lines; POPE's and RePOPE's annotations), each checked
+    for POPE's fields and a yes/no label.
+
+    Raises:
+        UserError: naming the file and line of the first record that is not one.
+    """
+    records = read_json_or_jsonl(file, what=what)
+    for row, record in enumerate(records):
+        if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
+            raise UserError(f"{file}: line {row + 1}: expected POPE fields {', '.join(FIELDS)}")
+        if record["label"] not in ("yes", "no"):
+            raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
+    return records
 
 
 class Pope(Benchmark):
@@ -37,11 +54,7 @@ class Pope(Benchmark):
         items = []
         for file in files:
             subset = next((s for s in SUBSETS if s in file.name), file.stem)
-            for row, record in enumerate(read_json_or_jsonl(file, what="POPE file")):
-                if not isinstance(record, dict) or not {"question_id", "image", "text", "label"} <= record.keys():
-                    raise UserError(f"{file}: line {row + 1}: expected POPE fields question_id, image, text, label")
-                if record["label"] not in ("yes", "no"):
-                    raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
+            for record in read_pope_file(file):
                 image = root / record["image"]
                 items.append(
                     self.image_item(
