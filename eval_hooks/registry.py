@@ -56,7 +56,7 @@ def get_benchmark(name: str) -> Benchmark:
 
 
 # Named sets of benchmarks for eval_benchmarks / eval_final_benchmarks ("general:100" limits each member).
-# general: the six general-ability benchmarks of seed finer_tuning_dpo.txt, Sec. 4.4 and Table 3.
+# general: the six general-ability benchmarks of FINER, arXiv 2603.17662, Sec. 4.4 and Table 3.
 PRESETS: dict[str, tuple[str, ...]] = {"general": ("mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar")}
 
 

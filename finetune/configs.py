@@ -114,7 +114,7 @@ class ScriptArguments:
 
 @dataclass
 class GRPOScriptArguments(ScriptArguments):
-    """GRPO Visual-RFT on ORIC-format yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5)."""
+    """GRPO Visual-RFT on ORIC-format yes/no questions (ORIC, arXiv 2509.15695, Sec. 5)."""
 
     prompt_template: str = field(
         default="oric_r1",
@@ -311,7 +311,7 @@ class VerituneGRPOConfig(GRPOConfig):
 
 @dataclass
 class DPOScriptArguments(ScriptArguments):
-    """DPO on preference tuples (FINER-Tuning, seed ``finer_tuning_dpo.txt``, Sec. 3 and Table 10)."""
+    """DPO on preference tuples (FINER-Tuning: FINER, arXiv 2603.17662, Sec. 3 and Table 10)."""
 
     data_format: str = field(
         default="auto",

@@ -1,4 +1,4 @@
-"""GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
+"""GRPO Visual-RFT on ORIC-style yes/no questions (ORIC, arXiv 2509.15695, Sec. 5, App. C).
 
     veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py \
         recipes/qwen3vl_oric.yaml

@@ -57,7 +57,7 @@ def test_option_text_extraction_prefers_the_longest_match() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [("Yes.", "yes"), ("No, there is not.", "no")])
-def test_yes_no_cases_of_the_issue(text: str, expected: str) -> None:
+def test_plain_yes_and_no_answers(text: str, expected: str) -> None:
     assert extract_yes_no(text) == expected
 
 

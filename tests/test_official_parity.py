@@ -1,5 +1,5 @@
-"""Scorers against the benchmarks' own scoring code (issue 13, items 1-6): each test holds the case the
-issue quotes, with the figure the official script prints."""
+"""Scorers against the benchmarks' own scoring code: each test holds a case where a plausible scorer departs
+from the official one, with the figure the official script prints."""
 
 from __future__ import annotations
 

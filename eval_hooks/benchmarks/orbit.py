@@ -1,4 +1,4 @@
-"""ORBIT, object-property counting (seed ``orbit_object_property_counting.txt``; official
+"""ORBIT, object-property counting (arXiv 2508.10956; official
 ``benchmark.json`` and scoring code ``utils.py`` of the public ORBIT repository, AbhishekKolari/ORBIT).
 
 Layout: ``{"benchmark": {"question_types": {"Q1": "direct_recognition", ...}, "images": [{"image_id",

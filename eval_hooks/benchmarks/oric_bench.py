@@ -1,4 +1,4 @@
-"""ORIC-Bench (seed ``oric_visual_rft.txt``, Sec. 4, App. A.4, B.2; official release and scorer
+"""ORIC-Bench (arXiv 2509.15695, Sec. 4, App. A.4, B.2; official release and scorer
 ``evaluate.py`` of ZhaoyangLi-1/ORIC): yes/no object existence under contextual incongruity. Every question
 is asked with each of its four paraphrases; metrics are computed per paraphrase and averaged over the
 four, as the paper reports.
