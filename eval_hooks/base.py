@@ -8,6 +8,8 @@ without a model. The runner (``eval_hooks/runner.py``) only sees :class:`EvalIte
 
 from __future__ import annotations
 
+import functools
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,9 +69,24 @@ class Benchmark(ABC):
     answer_format: str = ""
     # A limit (``--limit``, ``name:N``) counts the q+/q- pairs of ``meta["pair"]`` and keeps each pair whole.
     limit_by_pair: bool = False
-    # Set by the scorer for ``--strict-official``: score the raw responses with no veritune step before the
-    # official rule.
-    strict_official: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A ``score`` written without the ``strict_official`` parameter (a benchmark with no veritune step
+        before its official rule, so the flag changes nothing) is given one, ignored: every benchmark is
+        scored by the same call."""
+        super().__init_subclass__(**kwargs)
+        score = cls.__dict__.get("score")
+        if score is None or getattr(score, "__isabstractmethod__", False):
+            return
+        if "strict_official" not in inspect.signature(score).parameters:
+
+            @functools.wraps(score)
+            def score_ignoring_strict(
+                self: Benchmark, items: list[EvalItem], predictions: dict[str, str], *, strict_official: bool = False
+            ) -> dict[str, Any]:
+                return score(self, items, predictions)
+
+            cls.score = score_ignoring_strict  # type: ignore[method-assign]
 
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         """``(data_path, image_root)`` of the benchmark's files under a data root."""
@@ -91,8 +108,14 @@ class Benchmark(ABC):
         """Read the benchmark's official release file(s) at ``data_path``; images under ``image_root``."""
 
     @abstractmethod
-    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-        """Score ``predictions`` (item id -> generated text) against ``items``; never loads a model."""
+    def score(
+        self, items: list[EvalItem], predictions: dict[str, str], *, strict_official: bool = False
+    ) -> dict[str, Any]:
+        """Score ``predictions`` (item id -> generated text) against ``items``; never loads a model.
+
+        ``strict_official`` (``--strict-official``): score the raw responses with no veritune step before the
+        official rule. A benchmark without such a step may leave the parameter out (see ``__init_subclass__``).
+        """
 
 
 class RubricJudged(Benchmark):

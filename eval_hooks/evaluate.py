@@ -240,13 +240,12 @@ def score_benchmark(
     benchmark = get_benchmark(name)
     if judge is None and getattr(benchmark, "requires_judge", False):
         raise UserError(f"{name}: scored by an LLM judge: give --llm-base-url and --llm-model")
-    benchmark.strict_official = strict_official
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)
     elif benchmark.answer_format and not strict_official:
         resolution = rule_resolution(benchmark, items, predictions)
-    result = benchmark.score(items, predictions)
+    result = benchmark.score(items, predictions, strict_official=strict_official)
     result["strict_official"] = strict_official
     result["counts"]["predicted"] = sum(item.id in predictions for item in items)
     if resolution is not None:

@@ -22,9 +22,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.answers import extract_count, extract_option
 from eval_hooks.base import Benchmark, EvalItem, RubricJudged
 from eval_hooks.mcq import option_block
-from rewards.graders import extract_count, extract_option, extract_yes_no
+from rewards.graders import extract_yes_no
 
 SYSTEM = "You grade answers written by another model. Reply with the requested label only."
 

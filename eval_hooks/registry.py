@@ -1,62 +1,45 @@
 """The benchmark registry: ``BENCHMARKS`` plus :func:`get_benchmark`, with a dotted-path fallback
-(``my_pkg.my_module.MyBenchmark``) for experiments."""
+(``my_pkg.my_module.MyBenchmark``) for experiments.
+
+Benchmarks register themselves: every module of ``eval_hooks/benchmarks/`` is imported, and each
+:class:`Benchmark` subclass defined in it with its own ``name`` is registered under that name. A new
+benchmark is therefore one module (plus its test and its row in docs/EVALUATION.md's table, which
+``tests/test_benchmark_registry.py`` checks against ``BENCHMARKS``)."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
+import eval_hooks.benchmarks
 from eval_hooks.base import Benchmark
-from eval_hooks.benchmarks.amber import AmberDiscriminative
-from eval_hooks.benchmarks.amber_generative import AmberGenerative
-from eval_hooks.benchmarks.chartqa import ChartQA
-from eval_hooks.benchmarks.crpe import CrpeRelation
-from eval_hooks.benchmarks.dash import DashB
-from eval_hooks.benchmarks.finer import Finer
-from eval_hooks.benchmarks.finer_yn import FinerYn
-from eval_hooks.benchmarks.hallusionbench import HallusionBench
-from eval_hooks.benchmarks.haloquest import HaloQuest
-from eval_hooks.benchmarks.mcq_tsv import McqTsv, MMStar
-from eval_hooks.benchmarks.mioh import Mioh
-from eval_hooks.benchmarks.mme import MME
-from eval_hooks.benchmarks.mmhal import MmhalBench
-from eval_hooks.benchmarks.mmvp import Mmvp
-from eval_hooks.benchmarks.naturalbench import NaturalBench
-from eval_hooks.benchmarks.orbit import Orbit
-from eval_hooks.benchmarks.oric_bench import OricBench, OricBenchCot, OricBenchR1
-from eval_hooks.benchmarks.pope import Pope
-from eval_hooks.benchmarks.repope import RePope
-from eval_hooks.benchmarks.textvqa import TextVQA
-from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv, YnTsv
-from eval_hooks.benchmarks.vstar import VStar
 from veritune.core.errors import UserError
 from veritune.core.registry import import_dotted
 
-BENCHMARKS: dict[str, type[Benchmark]] = {
-    "oric_bench": OricBench,
-    "oric_bench_r1": OricBenchR1,
-    "oric_bench_cot": OricBenchCot,
-    "pope": Pope,
-    "hallusionbench": HallusionBench,
-    "amber_discriminative": AmberDiscriminative,
-    "amber_generative": AmberGenerative,
-    "finer": Finer,
-    "finer_yn": FinerYn,
-    "mioh": Mioh,
-    "orbit": Orbit,
-    "mmstar": MMStar,
-    "mcq_tsv": McqTsv,
-    "mmvp": Mmvp,
-    "naturalbench": NaturalBench,
-    "repope": RePope,
-    "crpe_relation": CrpeRelation,
-    "dash_b": DashB,
-    "mmhal": MmhalBench,
-    "haloquest": HaloQuest,
-    "mme": MME,
-    "textvqa": TextVQA,
-    "chartqa": ChartQA,
-    "vstar": VStar,
-    "tsv_yn": YnTsv,
-    "tsv_vqa": VqaTsv,
-}
+
+def discover_benchmarks() -> dict[str, type[Benchmark]]:
+    """Every benchmark of ``eval_hooks/benchmarks/``: name -> class, in module order, then definition order
+    within a module. Base classes without their own ``name`` (``VlmevalTsv``) are not benchmarks.
+
+    Raises:
+        RuntimeError: two benchmarks share a name (a programming error, not a user's).
+    """
+    found: dict[str, type[Benchmark]] = {}
+    for info in sorted(pkgutil.iter_modules(eval_hooks.benchmarks.__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{eval_hooks.benchmarks.__name__}.{info.name}")
+        for cls in vars(module).values():
+            if not (isinstance(cls, type) and issubclass(cls, Benchmark) and cls.__module__ == module.__name__):
+                continue
+            name = cls.__dict__.get("name")
+            if not name:
+                continue
+            if name in found:
+                raise RuntimeError(f"benchmark name {name!r} is defined twice: {found[name]} and {cls}")
+            found[name] = cls
+    return found
+
+
+BENCHMARKS: dict[str, type[Benchmark]] = discover_benchmarks()
 
 
 def get_benchmark(name: str) -> Benchmark:
@@ -73,7 +56,7 @@ def get_benchmark(name: str) -> Benchmark:
 
 
 # Named sets of benchmarks for eval_benchmarks / eval_final_benchmarks ("general:100" limits each member).
-# general: the six general-ability benchmarks of seed finer_tuning_dpo.txt, Sec. 4.4 and Table 3.
+# general: the six general-ability benchmarks of FINER, arXiv 2603.17662, Sec. 4.4 and Table 3.
 PRESETS: dict[str, tuple[str, ...]] = {"general": ("mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar")}
 
 

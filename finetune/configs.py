@@ -114,7 +114,7 @@ class ScriptArguments:
 
 @dataclass
 class GRPOScriptArguments(ScriptArguments):
-    """GRPO Visual-RFT on ORIC-format yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5)."""
+    """GRPO Visual-RFT on ORIC-format yes/no questions (ORIC, arXiv 2509.15695, Sec. 5)."""
 
     prompt_template: str = field(
         default="oric_r1",
@@ -143,9 +143,7 @@ class GRPOScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        if not self.reward_funcs:
-            raise UserError("reward_funcs: at least one reward function is required")
+        super().__post_init__()  # reward_funcs and reward_weights: finetune.recipe.check_reward_funcs
         if self.replay_ratio < 0:
             raise UserError(f"replay_ratio: expected a number >= 0, got {self.replay_ratio}")
 
@@ -243,10 +241,9 @@ class VerituneGRPOConfig(GRPOConfig):
                 )
             # Provisional, from the launcher's WORLD_SIZE (TRL checks the generation batch before the
             # process count is known here); recomputed below from the real process count.
-            launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
-            completions = self.global_batch_prompts * self.num_generations
-            if self.global_batch_prompts > 0 and completions % (self.per_device_train_batch_size * launched) == 0:
-                self.gradient_accumulation_steps = max(1, completions // (self.per_device_train_batch_size * launched))
+            provisional = self._global_batch_accumulation(int(os.environ.get("WORLD_SIZE", "1") or 1))
+            if provisional is not None:
+                self.gradient_accumulation_steps = provisional
         try:
             super().__post_init__()
         except ValueError as err:
@@ -284,10 +281,22 @@ class VerituneGRPOConfig(GRPOConfig):
         launched = int(os.environ.get("WORLD_SIZE", "1") or 1)
         return self.world_size if self.world_size > 1 else launched
 
-    def _accumulation_for_global_batch(self, written: int, processes: int) -> int:
+    def _global_batch_accumulation(self, processes: int) -> int | None:
+        """The accumulation steps that make ``global_batch_prompts`` x ``num_generations`` completions per
+        optimizer step on ``processes`` processes; None when that batch cannot be reached exactly."""
         completions = self.global_batch_prompts * self.num_generations
         per_step = self.per_device_train_batch_size * processes
         if self.global_batch_prompts <= 0 or completions % per_step:
+            return None
+        return completions // per_step
+
+    def _accumulation_for_global_batch(self, written: int, processes: int) -> int:
+        """:meth:`_global_batch_accumulation` on the real process count, refused when unreachable; a change from
+        the recipe's ``gradient_accumulation_steps`` (``written``) is logged."""
+        steps = self._global_batch_accumulation(processes)
+        completions = self.global_batch_prompts * self.num_generations
+        per_step = self.per_device_train_batch_size * processes
+        if steps is None:
             raise UserError(
                 f"global_batch_prompts: {self.global_batch_prompts} prompts x num_generations ({self.num_generations}) "
                 f"= {completions} completions per optimizer step is not reachable with per_device_train_batch_size "
@@ -295,7 +304,6 @@ class VerituneGRPOConfig(GRPOConfig):
                 f"launch on N processes with {self.per_device_train_batch_size} x N dividing {completions} "
                 "(--num_processes N), or change per_device_train_batch_size"
             )
-        steps = completions // per_step
         if steps != written:
             logging.getLogger("veritune.grpo").warning(
                 "gradient_accumulation_steps %d -> %d: keeps the global batch at %d prompts (%d completions) on %d "
@@ -311,7 +319,7 @@ class VerituneGRPOConfig(GRPOConfig):
 
 @dataclass
 class DPOScriptArguments(ScriptArguments):
-    """DPO on preference tuples (FINER-Tuning, seed ``finer_tuning_dpo.txt``, Sec. 3 and Table 10)."""
+    """DPO on preference tuples (FINER-Tuning: FINER, arXiv 2603.17662, Sec. 3 and Table 10)."""
 
     data_format: str = field(
         default="auto",

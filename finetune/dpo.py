@@ -1,4 +1,4 @@
-"""DPO on preference tuples: FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3 Eq. 5, App. C, Table 10).
+"""DPO on preference tuples: FINER-Tuning (FINER, arXiv 2603.17662, Sec. 3 Eq. 5, App. C, Table 10).
 
     veritune launch --config_file recipes/accelerate/zero2.yaml --num_processes 2 finetune/dpo.py \
         recipes/qwen3vl_8b_finer_lora.yaml

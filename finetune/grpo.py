@@ -1,4 +1,4 @@
-"""GRPO Visual-RFT on ORIC-style yes/no questions (seed ``oric_visual_rft.txt``, Sec. 5, App. C).
+"""GRPO Visual-RFT on ORIC-style yes/no questions (ORIC, arXiv 2509.15695, Sec. 5, App. C).
 
     veritune launch --config_file recipes/accelerate/zero3.yaml --num_processes 4 finetune/grpo.py \
         recipes/qwen3vl_oric.yaml
@@ -25,7 +25,7 @@ from finetune.grpo_trainer import VerituneGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
-from rewards import UnknownRewardError, get_reward_funcs
+from rewards import get_reward_funcs
 from veritune.core.errors import UserError
 
 logger = logging.getLogger("veritune.grpo")
@@ -35,11 +35,8 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
     if start_run(training_args):  # a finished run is not trained again
         return
 
-    # ---- Rewards (resolved first: a typo should not cost a model load)
-    try:
-        reward_funcs = get_reward_funcs(script_args.reward_funcs)
-    except UnknownRewardError as err:
-        raise UserError(f"reward_funcs: {err}") from None
+    # ---- Rewards (their names were checked when the recipe was parsed: finetune.recipe.check_reward_funcs)
+    reward_funcs = get_reward_funcs(script_args.reward_funcs)
 
     # ---- Model and processor
     model, processor, peft_config = get_model_and_processor(model_args)

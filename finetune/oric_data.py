@@ -22,19 +22,17 @@ from rewards.oric import ORIC_FIELDS, check_oric_record
 from veritune.core.errors import UserError
 from veritune.core.images import load_image
 from veritune.core.io import read_json
-from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.prompts import with_r1_instruction
 from veritune.core.sampling import sample_indices
 
 PROMPT_BATCH = 64  # prompts measured per processor call
 
 REQUIRED_FIELDS = ORIC_FIELDS
 
-# The R1-style instruction of ORIC Fig. 11 (the official training file carries it verbatim, so a model
-# trained here sees exactly the prompts of the released data).
-ORIC_R1_INSTRUCTION = R1_INSTRUCTION
-
 PROMPT_TEMPLATES: dict[str, str] = {
-    "oric_r1": "{question} " + ORIC_R1_INSTRUCTION,
+    # ORIC Fig. 11: the official training file carries this prompt verbatim, so a model trained here sees
+    # exactly the prompts of the released data.
+    "oric_r1": with_r1_instruction("{question}"),
     "plain": "{question}",
 }
 

@@ -2,6 +2,12 @@
 
 A recipe is flat YAML, one key per dataclass field. Command-line flags override recipe keys. A key or
 flag that no dataclass knows is a one-line error naming the closest valid key.
+
+Where a recipe is checked, all before any model loads (:func:`parse_recipe`): a value's type
+(:func:`check_value_types`); what one field alone allows, in the dataclass that owns it (``__post_init__`` of
+``finetune/configs.py``, and TRL's own); the ranges every recipe type shares (``_LOWER_BOUNDS``) and what
+spans several keys or dataclasses (the rewards, :func:`check_reward_funcs`; vLLM; eval benchmarks) in
+:func:`check_recipe_values`. The entry scripts check only that the data paths they need are given.
 """
 
 from __future__ import annotations
@@ -250,7 +256,7 @@ def check_recipe_values(instances: tuple[Any, ...]) -> None:
             bound = f"greater than {lowest:g}" if exclusive else f"at least {lowest:g}"
             raise UserError(f"{key}: must be {bound}, got {value}")
     if "reward_funcs" in values:
-        _check_rewards(values["reward_funcs"], values.get("reward_weights"))
+        check_reward_funcs(values["reward_funcs"], values.get("reward_weights"))
     if values.get("eval_benchmarks"):
         _check_benchmarks(values["eval_benchmarks"])
     _check_vllm(values)
@@ -274,9 +280,17 @@ def _check_vllm(values: dict[str, Any]) -> None:
         )
 
 
-def _check_rewards(names: list[str], weights: list[float] | None) -> None:
+def check_reward_funcs(names: list[str], weights: list[float] | None) -> None:
+    """The one check of a recipe's rewards: at least one, each registered (the closest name suggested) or an
+    importable dotted path, and one ``reward_weights`` entry per reward when weights are given.
+
+    Raises:
+        UserError: one line naming ``reward_funcs`` or ``reward_weights``.
+    """
     from rewards import REWARD_FUNCS, UnknownRewardError, get_reward_funcs
 
+    if not names:
+        raise UserError("reward_funcs: at least one reward function is required")
     for name in names:
         if "." not in name and name not in REWARD_FUNCS:
             suggestion = closest_key(name, set(REWARD_FUNCS))

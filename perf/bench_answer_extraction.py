@@ -8,7 +8,9 @@ from __future__ import annotations
 import random
 import time
 
-from rewards.graders import extract_count, extract_option, extract_yes_no, grade_tagged_yes_no, pope_yes_no
+from eval_hooks.answers import extract_count, extract_option
+from eval_hooks.benchmarks.pope import pope_yes_no
+from rewards.graders import extract_yes_no, grade_tagged_yes_no
 
 
 def main() -> None:

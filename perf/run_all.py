@@ -30,7 +30,7 @@ from figures import compare, parse_figures  # noqa: E402  (perf/ is a folder of 
 
 # (name, script and arguments, what it measures)
 BENCHMARKS: list[tuple[str, list[str], str]] = [
-    ("rewards", ["perf/bench_rewards.py"], "ORIC reward throughput (issue 7.4)"),
+    ("rewards", ["perf/bench_rewards.py"], "ORIC reward throughput"),
     (
         "wrapper_overhead",
         ["perf/bench_wrapper_overhead.py"],
@@ -44,7 +44,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "cpu_training",
         ["perf/bench_cpu_training.py"],
         "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
-        "labelled positions (issue 14)",
+        "labelled positions",
     ),
     (
         "dynamic_sampling",
@@ -61,7 +61,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     (
         "cli_help",
         ["perf/bench_cli_help.py"],
-        "`veritune --help` start-up time: commands are imported only when they run (issue 15)",
+        "`veritune --help` start-up time: commands are imported only when they run",
     ),
 ]
 

@@ -1,4 +1,4 @@
-"""Verifiable rewards for ORIC Visual-RFT (seed ``oric_visual_rft.txt``, Sec. 5).
+"""Verifiable rewards for ORIC Visual-RFT (arXiv 2509.15695, Sec. 5).
 
 Each sample's reward is ``accuracy + format`` with both weights 1, as in the paper. The answer is
 parsed by :mod:`rewards.graders`, the same grader the ORIC-Bench and POPE scorers use.

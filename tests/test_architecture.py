@@ -97,3 +97,104 @@ def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
 def test_no_module_imports_upward(path: Path) -> None:
     wrong = upward_imports(path)
     assert not wrong, "imports against the layers (docs/ARCHITECTURE.md):\n" + "\n".join(wrong)
+
+
+# ---- docs/ARCHITECTURE.md stays true: what it names exists, and its "how to add" steps match the code
+
+ARCHITECTURE = (REPO_ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+FIRST_PARTY = r"(?:veritune|rewards|eval_hooks|data_builders|finetune)"
+
+
+def _resolves(dotted: str) -> bool:
+    """``package.module[.attribute...]``: the longest importable module prefix, then attributes."""
+    import importlib
+
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            target: object = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:]:
+            if not hasattr(target, name):
+                return False
+            target = getattr(target, name)
+        return True
+    return False
+
+
+def test_every_python_name_in_the_architecture_doc_exists() -> None:
+    import re
+
+    names = sorted(set(re.findall(rf"`({FIRST_PARTY}(?:\.[A-Za-z_]\w*)+)`", ARCHITECTURE)))
+    assert len(names) > 20
+    missing = [name for name in names if not _resolves(name)]
+    assert not missing, f"docs/ARCHITECTURE.md names what does not exist: {missing}"
+
+
+def test_every_path_in_the_architecture_doc_exists() -> None:
+    """Repository paths (``eval_hooks/answers.py``), and the bare file names of the folder table (the
+    ``training.py`` of the ``finetune/`` row is ``finetune/training.py``). Placeholders are skipped."""
+    import re
+
+    top = {path.name for path in REPO_ROOT.iterdir()}
+    missing = []
+    for path in set(re.findall(r"`([\w./-]+/[\w./-]*)`", ARCHITECTURE)):
+        if path.split("/")[0] in top and not (REPO_ROOT / path).exists():
+            missing.append(path)
+    rows = re.findall(r"^\| `([\w/]+/)` \| (.*) \|$", ARCHITECTURE, flags=re.MULTILINE)
+    assert len(rows) >= 8
+    for folder, text in rows:
+        for name in re.findall(r"`([\w.]+\.py)`", text):
+            if not (REPO_ROOT / folder / name).is_file():
+                missing.append(f"{folder}{name}")
+    assert not missing, f"docs/ARCHITECTURE.md names paths that do not exist: {sorted(missing)}"
+
+
+def test_every_test_named_in_the_architecture_doc_exists() -> None:
+    import re
+
+    tests = "\n".join(path.read_text(encoding="utf-8") for path in (REPO_ROOT / "tests").glob("test_*.py"))
+    named = set(re.findall(r"`(test_\w+)`", ARCHITECTURE))
+    assert named and all(f"def {name}(" in tests for name in named), named
+
+
+def test_how_to_add_a_benchmark_matches_the_registry() -> None:
+    """The doc's steps: one module in eval_hooks/benchmarks/, no registry edit (it discovers), a docs row."""
+    from eval_hooks.registry import BENCHMARKS, discover_benchmarks
+
+    section = ARCHITECTURE.split("## How to add a benchmark, a reward or a recipe", 1)[1]
+    assert "`eval_hooks/benchmarks/<name>.py`" in section and "`eval_hooks.registry.discover_benchmarks`" in section
+    registry = (REPO_ROOT / "eval_hooks" / "registry.py").read_text(encoding="utf-8")
+    assert "from eval_hooks.benchmarks." not in registry  # nothing to add there for a new benchmark
+    assert BENCHMARKS == discover_benchmarks()
+    assert all(
+        cls.__module__ == f"eval_hooks.benchmarks.{cls.__module__.rsplit('.', 1)[-1]}" for cls in BENCHMARKS.values()
+    )
+
+
+def test_how_to_add_a_reward_matches_the_registry() -> None:
+    """The doc's steps: a function in rewards/, named in rewards.REWARD_FUNCS, checked by check_reward_funcs."""
+    from finetune.recipe import check_reward_funcs
+    from rewards import REWARD_FUNCS
+    from veritune.core.errors import UserError
+
+    section = ARCHITECTURE.split("**A reward**", 1)[1].split("**A recipe**", 1)[0]
+    assert "`rewards.REWARD_FUNCS`" in section and "`finetune.recipe.check_reward_funcs`" in section
+    assert all(func.__module__.startswith("rewards.") for func in REWARD_FUNCS.values())
+    check_reward_funcs(list(REWARD_FUNCS), None)
+    with pytest.raises(UserError, match="reward_funcs: unknown reward"):
+        check_reward_funcs(["acuracy"], None)
+
+
+def test_how_to_add_a_recipe_names_every_recipe_type() -> None:
+    """Each entry script's dataclasses are the ones the doc lists for its recipe type."""
+    import ast
+
+    section = ARCHITECTURE.split("**A recipe**", 1)[1]
+    for script in ("grpo.py", "dpo.py", "sft.py"):
+        tree = ast.parse((REPO_ROOT / "finetune" / script).read_text(encoding="utf-8"))
+        main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+        for arg in main.args.args:
+            annotation = ast.unparse(arg.annotation) if arg.annotation else ""
+            assert f"`{annotation}`" in section or f"{annotation}`" in section, (script, annotation)

@@ -1,4 +1,4 @@
-"""Bad input never reaches a traceback (issue 17): for each command, a table of mistakes, each with the
+"""Bad input never reaches a traceback: for each command, a table of mistakes, each with the
 exit code and a substring of the one ``error:`` line it must end with."""
 
 from __future__ import annotations

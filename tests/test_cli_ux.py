@@ -143,7 +143,7 @@ def test_eval_score_bad_input_is_one_line(
     assert message in err
 
 
-# ---- errors are the last line (issue 17 section 6)
+# ---- errors are the last line
 
 
 def test_error_is_printed_after_every_open_progress_bar_closes() -> None:

@@ -16,11 +16,12 @@ from typing import Any
 import pytest
 from PIL import Image
 
-from eval_hooks.benchmarks.vlmeval_tsv import vqa_accuracy
+from eval_hooks.benchmarks.chartqa import relaxed_match
+from eval_hooks.benchmarks.mme import mme_yes_no
+from eval_hooks.benchmarks.vlmeval_tsv import normalize_vqa_answer, vlmeval_yes_no, vqa_accuracy
 from eval_hooks.callback import EvalHookCallback
 from eval_hooks.evaluate import rescore
 from eval_hooks.registry import PRESETS, get_benchmark
-from rewards.graders import mme_yes_no, normalize_vqa_answer, relaxed_match, vlmeval_yes_no
 from veritune.cli import main
 from veritune.core.errors import UserError
 

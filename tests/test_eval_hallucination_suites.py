@@ -1,7 +1,8 @@
-"""The hallucination suites of issue 18 (MMVP, NaturalBench, RePOPE, CRPE relation, DASH-B, MMHal-Bench,
-HaloQuest): each loads a fixture written in its release layout, scores hand-computed predictions with the
-official parsing edge cases, the judged ones through a real loopback chat server, and all seven run end to
-end through ``veritune eval run`` with a tiny model and re-score identically through ``eval score``."""
+"""The hallucination suites of FINER's Tables 2, 3, 13 and 14 (MMVP, NaturalBench, RePOPE, CRPE relation,
+DASH-B, MMHal-Bench, HaloQuest): each loads a fixture written in its release layout, scores hand-computed
+predictions with the official parsing edge cases, the judged ones through a real loopback chat server, and
+all seven run end to end through ``veritune eval run`` with a tiny model and re-score identically through
+``eval score``."""
 
 from __future__ import annotations
 

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from eval_hooks.answers import extract_count, extract_option
 from eval_hooks.evaluate import rescore, score_benchmark
 from eval_hooks.registry import get_benchmark
 from eval_hooks.runner import read_predictions
-from rewards.graders import extract_count, extract_option, extract_yes_no
+from rewards.graders import extract_yes_no
 from veritune.cli import main
 from veritune.core.errors import UserError
 
@@ -56,7 +57,7 @@ def test_option_text_extraction_prefers_the_longest_match() -> None:
 
 
 @pytest.mark.parametrize(("text", "expected"), [("Yes.", "yes"), ("No, there is not.", "no")])
-def test_yes_no_cases_of_the_issue(text: str, expected: str) -> None:
+def test_plain_yes_and_no_answers(text: str, expected: str) -> None:
     assert extract_yes_no(text) == expected
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from eval_hooks.benchmarks.pope import pope_yes_no
 from eval_hooks.evaluate import rescore, score_benchmark
 from eval_hooks.registry import get_benchmark
-from rewards.graders import extract_yes_no, pope_yes_no
+from rewards.graders import extract_yes_no
 from veritune.cli import main
 from veritune.core.errors import UserError
 

@@ -328,7 +328,7 @@ def test_force_build_that_fails_midway_keeps_the_earlier_build(
     assert snapshot(folder) == before
 
 
-def test_issue_example_typo_then_force(world: dict[str, Path], earlier: dict[str, Path], tmp_path: Path, capsys):
+def test_typo_then_force_keeps_earlier_build(world: dict[str, Path], earlier: dict[str, Path], tmp_path: Path, capsys):
     folder = tmp_path / "out"
     shutil.copytree(earlier["oric"], folder)
     before = snapshot(folder)

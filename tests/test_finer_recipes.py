@@ -1,4 +1,4 @@
-"""The FINER-Tuning DPO recipes reproduce Table 10 (seed ``finer_tuning_dpo.txt``) and App. C.
+"""The FINER-Tuning DPO recipes reproduce Table 10 (FINER, arXiv 2603.17662) and App. C.
 
 Table 10, copied here so that a recipe edit cannot silently drift from the paper: training tuples 40K
 (LLaVA-1.6-7B), 120K (Qwen2.5-VL-7B), 160K (InternVL3.5-8B and -14B); for all: global batch 64, AdamW,

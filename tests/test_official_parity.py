@@ -1,5 +1,5 @@
-"""Scorers against the benchmarks' own scoring code (issue 13, items 1-6): each test holds the case the
-issue quotes, with the figure the official script prints."""
+"""Scorers against the benchmarks' own scoring code: each test holds a case where a plausible scorer departs
+from the official one, with the figure the official script prints."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from eval_hooks.answers import extract_count
 from eval_hooks.registry import get_benchmark
-from rewards.graders import extract_count, grade_tagged_yes_no
+from rewards.graders import grade_tagged_yes_no
 from rewards.oric import accuracy_reward
 from veritune.cli import main
 

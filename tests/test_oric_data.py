@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from helpers import run_entry
 
-from finetune.oric_data import ORIC_R1_INSTRUCTION, get_oric_dataset, prompt_length, question_from_problem
+from finetune.oric_data import get_oric_dataset, prompt_length, question_from_problem
 from veritune.core.errors import UserError
 from veritune.core.images import load_image
+from veritune.core.prompts import with_r1_instruction
 from veritune.core.sampling import sample_indices
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
@@ -25,7 +26,7 @@ def rewrite(path: Path, mutate) -> None:
 def test_prompt_wraps_question_in_r1_template(oric_fixture: tuple[Path, Path]) -> None:
     dataset, report = get_oric_dataset(*oric_fixture)
     row = dataset[0]
-    assert row["prompt"] == [{"role": "user", "content": f"Is there a cat in the image? {ORIC_R1_INSTRUCTION}"}]
+    assert row["prompt"] == [{"role": "user", "content": with_r1_instruction("Is there a cat in the image?")}]
     assert row["solution"] == "yes"
     assert row["image"].mode == "RGB"
     assert report.kept == report.total == 8
@@ -34,7 +35,7 @@ def test_prompt_wraps_question_in_r1_template(oric_fixture: tuple[Path, Path]) -
 @pytest.mark.skipif(not SHARED_ORIC.is_dir(), reason="official ORIC files not beside the checkout")
 def test_official_training_prompts_are_reproduced_exactly() -> None:
     records = json.loads((SHARED_ORIC / "oric_train.json").read_text())
-    template = "{question} " + ORIC_R1_INSTRUCTION
+    template = with_r1_instruction("{question}")
     assert all(template.format(question=question_from_problem(r["problem"])) == r["problem"] for r in records)
 
 
@@ -126,7 +127,7 @@ def test_replay_adds_conventional_questions_per_oric_question(oric_fixture: tupl
     chosen = sorted(int(row["id"].rsplit("/", 1)[1]) - 1 for row in replayed)
     assert chosen == sorted(sample_indices(20, 4, 3 + 1))  # seeded, and not the ORIC subsample's draw
     row = replayed[0]
-    assert row["prompt"] == [{"role": "user", "content": f"Is there an apple in the image? {ORIC_R1_INSTRUCTION}"}]
+    assert row["prompt"] == [{"role": "user", "content": with_r1_instruction("Is there an apple in the image?")}]
     assert row["solution"] == "no" and row["target_object"] == "apple" and row["image"].mode == "RGB"
     assert get_oric_dataset(path, images)[1].total == 8  # off unless asked
 

@@ -1,5 +1,5 @@
 """Exact resume at the end of a run: a run killed after its last checkpoint but before its final save
-ends where the uninterrupted run ends (issue 17, section 5), and rerunning a finished run is a no-op."""
+ends where the uninterrupted run ends, and rerunning a finished run is a no-op."""
 
 from __future__ import annotations
 

@@ -107,12 +107,12 @@ def test_accuracy_wrong_or_unparsable(completion: str, why: str) -> None:
 
 
 def test_accuracy_yes_or_no_is_not_correct_for_no() -> None:
-    # A peer's parser scored this as correct for "no".
+    # Restating the options is no answer, though the block contains "no" (a substring parser credits it).
     assert accuracy_reward(["<SOLUTION>yes or no</SOLUTION>"], ["no"]) == [0.0]
 
 
 def test_accuracy_capitalised_yes_is_correct_for_yes() -> None:
-    # A peer's parser scored this as wrong for "yes".
+    # Case does not matter (a case-sensitive parser would mark it wrong).
     assert accuracy_reward(["<SOLUTION>Yes</SOLUTION>"], ["yes"]) == [1.0]
 
 

@@ -1,4 +1,4 @@
-"""Stale or shared output is never taken for new output (issue 17, section 3): one output policy for every
+"""Stale or shared output is never taken for new output: one output policy for every
 builder, predictions files that know what made them, and outputs that honour the umask."""
 
 from __future__ import annotations

@@ -54,12 +54,12 @@ def test_system_turn_and_multi_image_rendering(tiny_qwen3vl: Path) -> None:
 def test_tiny_model_answers_in_r1_format(tiny_qwen3vl: Path) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
-    from finetune.oric_data import ORIC_R1_INSTRUCTION
     from rewards import format_reward
+    from veritune.core.prompts import with_r1_instruction
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl)
     processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
-    content = [{"type": "image"}, {"type": "text", "text": f"Is there a dog in the image? {ORIC_R1_INSTRUCTION}"}]
+    content = [{"type": "image"}, {"type": "text", "text": with_r1_instruction("Is there a dog in the image?")}]
     text = processor.apply_chat_template(
         [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
     )

@@ -13,7 +13,7 @@ import pytest
 from helpers import REPO_ROOT, entry_env
 from wandb_offline import offline_config, offline_history
 
-from finetune.training import compact_log_line
+from finetune.console import compact_log_line
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +130,9 @@ def test_model_card_names_base_model_data_recipe_and_eval(pushed_run: dict, tiny
     assert "[None]" not in card and f"`{tiny_qwen3vl}`" in card
     manifest = pushed_run["data"].parent / "manifest.json"
     assert hashlib.sha256(manifest.read_bytes()).hexdigest() in card
+    # veritune_run.json records the same manifest the card names (one lookup: veritune.core.io.dataset_manifest)
+    provenance = json.loads((pushed_run["dir"] / "veritune_run.json").read_text())
+    assert provenance["dataset_manifest"] == json.loads(manifest.read_text())
     assert "## Recipe" in card and "num_generations: 4" in card
     assert "## Evaluation (eval hooks, step 2)" in card and "| oric_bench | macro/f1 |" in card
     assert 'AutoModelForImageTextToText.from_pretrained("someone/tiny-veritune")' in card
@@ -143,6 +146,22 @@ def test_push_to_hub_uploads_weights_processor_and_card(pushed_run: dict) -> Non
     assert {"model.safetensors", "README.md", "config.json", "tokenizer_config.json"} <= set(upload["files"])
     assert not any(name.startswith("checkpoint-") for name in upload["files"])
     assert "## Evaluation (eval hooks, step 2)" in upload["readme"]
+
+
+def test_dataset_manifest_is_found_for_each_build_layout(tmp_path: Path) -> None:
+    from veritune.core.io import dataset_manifest
+
+    build = tmp_path / "finer"  # a directory build: manifest.json inside
+    build.mkdir()
+    (build / "manifest.json").write_text("{}")
+    (build / "train.jsonl").write_text("")
+    assert dataset_manifest(build) == build / "manifest.json"
+    assert dataset_manifest(build / "train.jsonl") == build / "manifest.json"  # a file of that build
+    single = tmp_path / "oric_train.json"  # a file build: <stem>.manifest.json beside it, preferred
+    single.write_text("[]")
+    (tmp_path / "oric_train.manifest.json").write_text("{}")
+    assert dataset_manifest(single) == tmp_path / "oric_train.manifest.json"
+    assert dataset_manifest(tmp_path / "elsewhere" / "x.json") is None and dataset_manifest(None) is None
 
 
 def test_compact_line_for_dpo_logs() -> None:

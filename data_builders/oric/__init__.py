@@ -1,4 +1,4 @@
-"""The ORIC builder (seed ``oric_visual_rft.txt``, Sec. 3.1, App. A.1–A.2): yes/no object-existence
+"""The ORIC builder (arXiv 2509.15695, Sec. 3.1, App. A.1–A.2): yes/no object-existence
 questions under contextual incongruity, from COCO-format annotations.
 
 - positives: objects in the region of interest (small classes, Alg. 1) that a judge cannot predict from

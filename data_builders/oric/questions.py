@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.prompts import with_r1_instruction
 
 PARAPHRASES = (
     "Is there {object} in the image?",
@@ -36,4 +36,4 @@ def _paraphrases(name: str) -> tuple[str, ...]:
 
 def r1_prompt(name: str) -> str:
     """The training prompt: the first paraphrase followed by the R1-style instruction."""
-    return f"{paraphrases(name)[0]} {R1_INSTRUCTION}"
+    return with_r1_instruction(paraphrases(name)[0])

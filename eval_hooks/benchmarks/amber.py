@@ -125,8 +125,10 @@ class AmberDiscriminative(Benchmark):
             raise UserError(f"{data_path}: expected a JSON list of AMBER queries (id, image, query)")
         return items
 
-    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-        strict = self.strict_official
+    def score(
+        self, items: list[EvalItem], predictions: dict[str, str], *, strict_official: bool = False
+    ) -> dict[str, Any]:
+        strict = strict_official
         steps = {"exact": 0, "normalised": 0, "unresolved": 0, "unanswered": 0}
         pairs: dict[str, list[tuple[str, str]]] = {name: [] for name in ("all", *TYPES.values())}
         for item in items:

@@ -12,12 +12,14 @@ ignoring case; the best over the reference answers. Relaxed accuracy overall and
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv
-from rewards.graders import relaxed_match
+from rewards.graders import completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 SPLITS = ("human", "augmented")
 
@@ -69,3 +71,37 @@ class ChartQA(VqaTsv):
                     self.make_item(f"{split}/{row}", str(record["query"]), charts / str(record["imgname"]), meta)
                 )
         return items
+
+
+# ---- ChartQA's official relaxed correctness
+
+
+def _relaxed_float(text: str) -> float | None:
+    try:
+        return float(text[:-1].rstrip("%")) / 100.0 if text.endswith("%") else float(text)
+    except ValueError:
+        return None
+
+
+def relaxed_match(prediction: Any, target: Any, max_relative_change: float = 0.05) -> bool:
+    """ChartQA's relaxed correctness (google-research/pix2struct ``pix2struct/metrics.py``
+    ``relaxed_correctness``, also VLMEvalKit's): when both texts are numbers (a trailing "%" divides by
+    100) and the target is not zero, right when ``|prediction - target| / |target| <= 5%``; otherwise a
+    case-insensitive exact match of the whole texts. The caller strips the prediction (VLMEvalKit does,
+    the target it leaves as it is).
+
+    >>> relaxed_match("10.4", "10")
+    True
+    >>> relaxed_match("10.6", "10")
+    False
+    >>> relaxed_match("Yes", "yes")
+    True
+    """
+    prediction = completion_text(prediction) if not isinstance(prediction, (int, float)) else str(prediction)
+    target = str(target) if target is not None else ""
+    if prediction is None:
+        return False
+    predicted, expected = _relaxed_float(prediction[:MAX_SCAN_CHARS]), _relaxed_float(target)
+    if predicted is not None and expected:
+        return abs(predicted - expected) / abs(expected) <= max_relative_change
+    return prediction.lower() == target.lower()

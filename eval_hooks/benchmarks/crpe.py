@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem, release_file_paths
-from rewards.graders import single_character_option
+from rewards.graders import completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_json_or_jsonl
 
@@ -105,3 +105,13 @@ class CrpeRelation(Benchmark):
             "missing_images": sum(bool(i.missing_images) for i in items),
         }
         return {"metrics": metrics, "tables": {"per_category": rows}, "counts": counts}
+
+
+# ---- CRPE's official answer reading
+
+
+def single_character_option(text: Any) -> str | None:
+    """CRPE's ``eval_crpe.py`` reading: the stripped answer is the option only when it is one character
+    (compared case-sensitively with the correct letter); any longer answer is invalid (None, wrong)."""
+    text = (completion_text(text) or "").strip()
+    return text if len(text) == 1 else None

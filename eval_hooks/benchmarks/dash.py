@@ -19,9 +19,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.answers import substring_yes_no
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import ratio
-from rewards.graders import substring_yes_no
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
 

@@ -1,4 +1,4 @@
-"""FINER MCQ benchmarks (seed ``finer_tuning_dpo.txt``, Sec. 2.4 and App. D): the public MCQ layout and
+"""FINER MCQ benchmarks (arXiv 2603.17662, Sec. 2.4 and App. D): the public MCQ layout and
 ``veritune build finer-bench`` output.
 
 Files: CSV, TSV, JSON or JSON lines with the columns ``image, qtype, question, choice1..choice5,

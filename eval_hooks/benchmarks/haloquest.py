@@ -22,13 +22,15 @@ is wrong.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
-from rewards.graders import haloquest_verdict
+from rewards.graders import completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_table
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 FIELDS = ("image_name", "image type", "hallucination type", "question", "groundtruth responses")
 SUBSETS = ("false premises", "visual challenge", "insufficient context")
@@ -128,3 +130,19 @@ class HaloQuest(RubricJudged):
             tables[f"per_{key}"] = rows
         counts = {"items": len(items), "missing_images": sum(bool(i.missing_images) for i in items)}
         return {"metrics": metrics, "tables": tables, "counts": counts}
+
+
+# ---- HaloQuest's official verdict field
+
+
+_JSON_BOOL = re.compile(r'"?is_prediction_correct"?\s*[:=]\s*"?(true|false)"?', re.IGNORECASE)
+
+
+def haloquest_verdict(reply: Any) -> bool | None:
+    """HaloQuest's auto-eval field ``is_prediction_correct`` from the judge's structured reply (a JSON
+    object, possibly in a code fence, or ``is_prediction_correct: true``); None when it is absent."""
+    text = (completion_text(reply) or "")[:MAX_SCAN_CHARS]
+    matches = _JSON_BOOL.findall(text)
+    if len({m.lower() for m in matches}) != 1:
+        return None
+    return matches[0].lower() == "true"

@@ -1,4 +1,4 @@
-"""MIOH, multi-image object hallucination (seed ``mioh_multi_image_hallucination.txt``).
+"""MIOH, multi-image object hallucination ("Fine-Grained Multi-Image Object Hallucination Benchmark", CVPR 2026).
 
 MIOH publishes no file format in the paper, so veritune reads one JSON list (or JSON lines) of records,
 one per question, holding what the paper's Table 1 and Fig. 2 show for each question:

@@ -24,8 +24,9 @@ from typing import Any
 
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import YnTsv
-from rewards.graders import mme_yes_no, normalize_yes_no_label
+from rewards.graders import YesNo, completion_text, normalize_yes_no_label
 from veritune.core.errors import UserError
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 PERCEPTION = ("existence", "count", "position", "color", "posters", "celebrity", "scene", "landmark", "artwork", "OCR")
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")
@@ -128,3 +129,31 @@ class MME(YnTsv):
         }
         missing = [task for task in PERCEPTION + COGNITION if task not in scores]
         return {"metrics": metrics, "tables": {"by_subtask": table}, "counts": counts, "missing_subtasks": missing}
+
+
+# ---- MME's official answer parsing
+
+
+def mme_yes_no(text: Any) -> YesNo | None:
+    """The official MME parser (``eval_tool/calculation.py`` ``parse_pred_ans``, BradyFU/Awesome-
+    Multimodal-Large-Language-Models, branch Evaluation): lower-case; exactly "yes"/"no" is the answer;
+    otherwise "yes" when the first four characters contain "yes", else "no" when they contain "no";
+    else None (the script's "other", never correct).
+
+    >>> mme_yes_no("No, there is no dog.")
+    'no'
+    >>> mme_yes_no("There is a dog.") is None
+    True
+    """
+    text = completion_text(text)
+    if text is None:
+        return None
+    answer = text[:MAX_SCAN_CHARS].lower()
+    if answer in ("yes", "no"):
+        return answer  # type: ignore[return-value]
+    head = answer[:4]
+    if "yes" in head:
+        return "yes"
+    if "no" in head:
+        return "no"
+    return None

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
-from rewards.graders import mmhal_rating
+from rewards.graders import completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
 
@@ -228,3 +228,14 @@ class MmhalBench(RubricJudged):
             "counts": counts,
             "lower_is_better": ["hallucination_rate"],
         }
+
+
+# ---- MMHal-Bench's official rating parse
+
+
+def mmhal_rating(review: Any) -> int:
+    """MMHal-Bench's rating parse (``summarize_gpt_mmhal.py``): the digit s in 0..6 for which
+    "rating: s" occurs in the lower-cased review; 0 when none or several do."""
+    lowered = (completion_text(review) or "").lower()
+    found = [score for score in range(7) if f"rating: {score}" in lowered]
+    return found[0] if len(found) == 1 else 0

@@ -22,8 +22,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.answers import extract_option
 from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
-from rewards.graders import extract_option, mmvp_judge_grade
+from rewards.graders import YesNo, completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_table
 
@@ -135,3 +136,16 @@ class Mmvp(RubricJudged):  # with a judge: the official GPT grader replaces the 
             "counts": counts,
             "grading": "judge" if judged else "rules",
         }
+
+
+# ---- MMVP's official reading of the grader's reply
+
+
+_STRICT_JUDGE_YES_NO = re.compile(r"^(yes|no)$", re.IGNORECASE)
+
+
+def mmvp_judge_grade(reply: Any) -> YesNo | None:
+    """MMVP's ``gpt_grader.py`` reading of the grader's reply: exactly "yes" or "no" (any case, nothing
+    around it); anything else is undetermined (None: the answer is not credited)."""
+    text = completion_text(reply) or ""
+    return text.lower() if _STRICT_JUDGE_YES_NO.match(text) else None  # type: ignore[return-value]

@@ -24,13 +24,15 @@ is left out; an item whose image is missing is wrong.
 from __future__ import annotations
 
 import io
+import re
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
-from rewards.graders import naturalbench_answer
+from rewards.graders import completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_bytes, read_json_or_jsonl
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 SUFFIX = {
     "yes_no": "Please answer Yes or No.",
@@ -180,3 +182,26 @@ class NaturalBench(Benchmark):
             "missing_images": sum(bool(i.missing_images) for i in items),
         }
         return {"metrics": metrics, "tables": {"per_question_type": rows}, "counts": counts}
+
+
+# ---- NaturalBench's official answer parsing
+
+
+_NATURALBENCH_WORDS = {"yes_no": ("yes", "no"), "multiple_choice": ("A", "B")}
+
+
+def naturalbench_answer(text: Any, question_type: str) -> int:
+    """NaturalBench's ``extract_answer`` (``naturalbench_vqa.py``): find the first whole-word, case-insensitive
+    occurrence of "yes" and "no" ("A" and "B" for multiple choice, so the article "a" counts as A); 1 when
+    only the first word occurs or it occurs first, 0 for the second, -1 when neither does."""
+    first, second = _NATURALBENCH_WORDS.get(question_type, ("yes", "no"))
+    text = (completion_text(text) or "")[:MAX_SCAN_CHARS]
+    positions = []
+    for word in (first, second):
+        match = re.search(r"\b" + re.escape(word) + r"\b", text, re.IGNORECASE)
+        positions.append(match.start() if match else -1)
+    if positions == [-1, -1]:
+        return -1
+    if -1 not in positions:
+        return 1 if positions[0] < positions[1] else 0
+    return 0 if positions[0] == -1 else 1

@@ -1,4 +1,4 @@
-"""ORBIT, object-property counting (seed ``orbit_object_property_counting.txt``; official
+"""ORBIT, object-property counting (arXiv 2508.10956; official
 ``benchmark.json`` and scoring code ``utils.py`` of the public ORBIT repository, AbhishekKolari/ORBIT).
 
 Layout: ``{"benchmark": {"question_types": {"Q1": "direct_recognition", ...}, "images": [{"image_id",
@@ -33,8 +33,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.answers import extract_count
 from eval_hooks.base import Benchmark, EvalItem
-from rewards.graders import extract_count
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
 

@@ -1,4 +1,4 @@
-"""ORIC-Bench (seed ``oric_visual_rft.txt``, Sec. 4, App. A.4, B.2; official release and scorer
+"""ORIC-Bench (arXiv 2509.15695, Sec. 4, App. A.4, B.2; official release and scorer
 ``evaluate.py`` of ZhaoyangLi-1/ORIC): yes/no object existence under contextual incongruity. Every question
 is asked with each of its four paraphrases; metrics are computed per paraphrase and averaged over the
 four, as the paper reports.
@@ -31,7 +31,7 @@ from rewards.graders import extract_yes_no, grade_tagged_yes_no
 from rewards.oric import ORIC_FIELDS, check_oric_record
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
-from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.prompts import with_r1_instruction
 
 LABELS = ("no", "yes")
 PROMPT_FIG7 = "Question: {question}\nPlease answer the question based on the given image."
@@ -159,5 +159,5 @@ class OricBenchR1(OricBench):
 
     name = "oric_bench_r1"
     answer_format = ""  # graded as in training: no judge resolves an answer outside the <SOLUTION> block
-    template = "{question} " + R1_INSTRUCTION
+    template = with_r1_instruction("{question}")
     grader = staticmethod(grade_tagged_yes_no)

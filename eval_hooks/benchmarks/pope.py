@@ -7,16 +7,35 @@ accuracy, precision, recall and F1 with "yes" as the positive class, and the yes
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
-from rewards.graders import pope_yes_no
+from rewards.graders import YesNo, completion_text
 from veritune.core.errors import UserError
 from veritune.core.io import read_json_or_jsonl
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 SUBSETS = ("random", "popular", "adversarial")
+FIELDS = ("question_id", "image", "text", "label")
+
+
+def read_pope_file(file: Path, what: str = "POPE file") -> list[dict[str, Any]]:
+    """The records of a POPE-format question file (JSON lines; POPE's and RePOPE's annotations), each checked
+    for POPE's fields and a yes/no label.
+
+    Raises:
+        UserError: naming the file and line of the first record that is not one.
+    """
+    records = read_json_or_jsonl(file, what=what)
+    for row, record in enumerate(records):
+        if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
+            raise UserError(f"{file}: line {row + 1}: expected POPE fields {', '.join(FIELDS)}")
+        if record["label"] not in ("yes", "no"):
+            raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
+    return records
 
 
 class Pope(Benchmark):
@@ -35,11 +54,7 @@ class Pope(Benchmark):
         items = []
         for file in files:
             subset = next((s for s in SUBSETS if s in file.name), file.stem)
-            for row, record in enumerate(read_json_or_jsonl(file, what="POPE file")):
-                if not isinstance(record, dict) or not {"question_id", "image", "text", "label"} <= record.keys():
-                    raise UserError(f"{file}: line {row + 1}: expected POPE fields question_id, image, text, label")
-                if record["label"] not in ("yes", "no"):
-                    raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
+            for record in read_pope_file(file):
                 image = root / record["image"]
                 items.append(
                     self.image_item(
@@ -89,3 +104,22 @@ class Pope(Benchmark):
             "tables": {"per_subset": table},
             "counts": {"items": len(items), "missing_images": missing},
         }
+
+
+# ---- POPE's official answer parsing
+
+
+def pope_yes_no(text: Any) -> YesNo:
+    """POPE's official parsing rule: keep the text before the first period, drop commas, split into
+    words; the answer is "no" when a word is "No", "not" or "no", otherwise "yes".
+
+    Unlike :func:`rewards.graders.extract_yes_no` this never abstains: POPE counts every unparsable answer as "yes".
+    """
+    return _pope_yes_no_text(completion_text(text) or "")
+
+
+@lru_cache(maxsize=65536)
+def _pope_yes_no_text(text: str) -> YesNo:
+    first_sentence = text[:MAX_SCAN_CHARS].split(".")[0].replace(",", "")
+    words = first_sentence.split(" ")  # split on spaces only, as the official script does
+    return "no" if any(w in ("No", "not", "no") for w in words) else "yes"

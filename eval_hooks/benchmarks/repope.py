@@ -24,24 +24,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from eval_hooks.answers import substring_yes_no
 from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.benchmarks.pope import SUBSETS, read_pope_file
 from eval_hooks.metrics import f1, ratio
-from rewards.graders import substring_yes_no
 from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
-
-SUBSETS = ("random", "popular", "adversarial")
-FIELDS = ("question_id", "image", "text", "label")
-
-
-def _read(file: Path, what: str) -> list[dict[str, Any]]:
-    records = read_json_or_jsonl(file, what=what)
-    for row, record in enumerate(records):
-        if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
-            raise UserError(f"{file}: line {row + 1}: expected POPE fields {', '.join(FIELDS)}")
-        if record["label"] not in ("yes", "no"):
-            raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
-    return records
 
 
 def confusion_metrics(labels: list[str], answers: list[str | None]) -> dict[str, float]:
@@ -94,12 +81,12 @@ class RePope(Benchmark):
             subset = next((s for s in SUBSETS if s in file.name), file.stem)
             pope_file = file.parent / f"coco_pope_{subset}.json"
             pope = (
-                {str(r["question_id"]): r for r in _read(pope_file, "POPE file")}
+                {str(r["question_id"]): r for r in read_pope_file(pope_file)}
                 if pope_file.is_file() and pope_file != file
                 else None
             )
             kept = set()
-            for record in _read(file, "RePOPE file"):
+            for record in read_pope_file(file, "RePOPE file"):
                 qid = str(record["question_id"])
                 kept.add(qid)
                 image = root / record["image"]

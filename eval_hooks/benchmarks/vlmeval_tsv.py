@@ -23,14 +23,16 @@ tokens and a word-or-phrase answer 32 (``--max-new-tokens`` overrides).
 from __future__ import annotations
 
 import ast
+import re
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.mcq_tsv import VlmevalTsv, _blank, read_vlmeval_tsv
-from rewards.graders import normalize_vqa_answer, normalize_yes_no_label, vlmeval_yes_no
+from rewards.graders import YesNo, completion_text, normalize_yes_no_label
 from veritune.core.errors import UserError
+from veritune.core.prompts import MAX_SCAN_CHARS
 
 VQA_PROMPT_SUFFIX = "\nAnswer the question using a single word or phrase."
 
@@ -208,3 +210,245 @@ class VqaTsv(VlmevalTsv):
             "single_answer_items": sum(len(item.meta["answers"]) == 1 for item in items),
         }
         return {"metrics": metrics, "tables": tables, "counts": counts}
+
+
+# ------------------------------------------------------------------------ VQA answers and numbers
+# The answer normalisation of the official VQA / TextVQA evaluators (EvalAI's answer processor, as in
+# haotian-liu/LLaVA ``llava/eval/m4c_evaluator.py``), reimplemented step for step, quirks included: see
+# ``normalize_vqa_answer``. The tables below are protocol data (the evaluator's word lists), not code.
+
+VQA_NUMBER_WORDS = {
+    "none": "0",
+    "zero": "0",
+    "one": "1",
+    "two": "2",
+    "three": "3",
+    "four": "4",
+    "five": "5",
+    "six": "6",
+    "seven": "7",
+    "eight": "8",
+    "nine": "9",
+    "ten": "10",
+}
+VQA_ARTICLES = frozenset({"a", "an", "the"})
+# Contractions written without their apostrophe, restored (the evaluator's table; "Im", "Ive" and "Id've"
+# keep their capital I, so after lower-casing they never match, exactly as in the official code).
+VQA_CONTRACTIONS = {
+    "aint": "ain't",
+    "arent": "aren't",
+    "cant": "can't",
+    "couldve": "could've",
+    "couldnt": "couldn't",
+    "couldn'tve": "couldn't've",
+    "couldnt've": "couldn't've",
+    "didnt": "didn't",
+    "doesnt": "doesn't",
+    "dont": "don't",
+    "hadnt": "hadn't",
+    "hadnt've": "hadn't've",
+    "hadn'tve": "hadn't've",
+    "hasnt": "hasn't",
+    "havent": "haven't",
+    "hed": "he'd",
+    "hed've": "he'd've",
+    "he'dve": "he'd've",
+    "hes": "he's",
+    "howd": "how'd",
+    "howll": "how'll",
+    "hows": "how's",
+    "Id've": "I'd've",
+    "I'dve": "I'd've",
+    "Im": "I'm",
+    "Ive": "I've",
+    "isnt": "isn't",
+    "itd": "it'd",
+    "itd've": "it'd've",
+    "it'dve": "it'd've",
+    "itll": "it'll",
+    "let's": "let's",
+    "maam": "ma'am",
+    "mightnt": "mightn't",
+    "mightnt've": "mightn't've",
+    "mightn'tve": "mightn't've",
+    "mightve": "might've",
+    "mustnt": "mustn't",
+    "mustve": "must've",
+    "neednt": "needn't",
+    "notve": "not've",
+    "oclock": "o'clock",
+    "oughtnt": "oughtn't",
+    "ow's'at": "'ow's'at",
+    "'ows'at": "'ow's'at",
+    "'ow'sat": "'ow's'at",
+    "shant": "shan't",
+    "shed've": "she'd've",
+    "she'dve": "she'd've",
+    "she's": "she's",
+    "shouldve": "should've",
+    "shouldnt": "shouldn't",
+    "shouldnt've": "shouldn't've",
+    "shouldn'tve": "shouldn't've",
+    "somebody'd": "somebodyd",
+    "somebodyd've": "somebody'd've",
+    "somebody'dve": "somebody'd've",
+    "somebodyll": "somebody'll",
+    "somebodys": "somebody's",
+    "someoned": "someone'd",
+    "someoned've": "someone'd've",
+    "someone'dve": "someone'd've",
+    "someonell": "someone'll",
+    "someones": "someone's",
+    "somethingd": "something'd",
+    "somethingd've": "something'd've",
+    "something'dve": "something'd've",
+    "somethingll": "something'll",
+    "thats": "that's",
+    "thered": "there'd",
+    "thered've": "there'd've",
+    "there'dve": "there'd've",
+    "therere": "there're",
+    "theres": "there's",
+    "theyd": "they'd",
+    "theyd've": "they'd've",
+    "they'dve": "they'd've",
+    "theyll": "they'll",
+    "theyre": "they're",
+    "theyve": "they've",
+    "twas": "'twas",
+    "wasnt": "wasn't",
+    "wed've": "we'd've",
+    "we'dve": "we'd've",
+    "weve": "we've",
+    "werent": "weren't",
+    "whatll": "what'll",
+    "whatre": "what're",
+    "whats": "what's",
+    "whatve": "what've",
+    "whens": "when's",
+    "whered": "where'd",
+    "wheres": "where's",
+    "whereve": "where've",
+    "whod": "who'd",
+    "whod've": "who'd've",
+    "who'dve": "who'd've",
+    "wholl": "who'll",
+    "whos": "who's",
+    "whove": "who've",
+    "whyll": "why'll",
+    "whyre": "why're",
+    "whys": "why's",
+    "wont": "won't",
+    "wouldve": "would've",
+    "wouldnt": "wouldn't",
+    "wouldnt've": "wouldn't've",
+    "wouldn'tve": "wouldn't've",
+    "yall": "y'all",
+    "yall'll": "y'all'll",
+    "y'allll": "y'all'll",
+    "yall'd've": "y'all'd've",
+    "y'alld've": "y'all'd've",
+    "y'all'dve": "y'all'd've",
+    "youd": "you'd",
+    "youd've": "you'd've",
+    "you'dve": "you'd've",
+    "youll": "you'll",
+    "youre": "you're",
+    "youve": "you've",
+}
+VQA_PUNCTUATION = (
+    ";",
+    "/",
+    "[",
+    "]",
+    '"',
+    "{",
+    "}",
+    "(",
+    ")",
+    "=",
+    "+",
+    "\\",
+    "_",
+    "-",
+    ">",
+    "<",
+    "@",
+    "`",
+    ",",
+    "?",
+    "!",
+)
+_DIGIT_COMMA_DIGIT = re.compile(r"(?<=\d)(,)+(?=\d)")
+# The official pattern is written ``(?!<=\d)(\.)(?!\d)``: a misspelt look-behind, so in effect a period is
+# removed unless a digit follows it ("2.5" keeps its point, "1." loses it). Kept as written.
+_VQA_PERIOD = re.compile(r"(?!<=\d)(\.)(?!\d)")
+# The official call passes re.UNICODE (32) where ``sub`` expects a count: at most 32 periods are removed.
+_VQA_PERIOD_LIMIT = int(re.UNICODE)
+
+
+# VLMEvalKit's ``process_punctuation`` (vlmeval/smp/misc.py) uses its own two patterns; its period rule has
+# a working look-behind ("1." keeps its period there).
+_VLMEVAL_DIGIT_COMMA_DIGIT = re.compile(r"(\d)(,)(\d)")
+_VLMEVAL_PERIOD = re.compile(r"(?<!\d)\.(?!\d)")
+
+
+def _vqa_punctuation(
+    text: str, comma_between_digits: re.Pattern[str] = _DIGIT_COMMA_DIGIT, period: re.Pattern[str] = _VQA_PERIOD
+) -> str:
+    """Punctuation step shared by both evaluators: a mark next to a space, or any mark at all once a
+    digit-comma-digit occurs, is deleted; otherwise it becomes a space. Then periods go (see above)."""
+    out = text
+    delete_all = comma_between_digits.search(text) is not None
+    for mark in VQA_PUNCTUATION:
+        out = out.replace(mark, "" if delete_all or f"{mark} " in text or f" {mark}" in text else " ")
+    return period.sub("", out, count=_VQA_PERIOD_LIMIT)
+
+
+def _vqa_digits_and_articles(text: str) -> str:
+    words = [VQA_NUMBER_WORDS.get(word, word) for word in text.lower().split()]
+    return " ".join(VQA_CONTRACTIONS.get(word, word) for word in words if word not in VQA_ARTICLES)
+
+
+def normalize_vqa_answer(text: Any) -> str:
+    """An answer as the VQA / TextVQA evaluators compare it (EvalAI's answer processor, followed in
+    haotian-liu/LLaVA ``llava/eval/m4c_evaluator.py``; VLMEvalKit's ``process_answer`` is the same
+    minus the first step): lower-case, drop commas and question marks, split off "'s"; newlines and
+    tabs become spaces; punctuation (see ``_vqa_punctuation``); number words zero..ten become digits
+    ("none" is 0), articles go, apostrophe-less contractions are restored.
+
+    >>> normalize_vqa_answer("Two")
+    '2'
+    >>> normalize_vqa_answer("The Coca-Cola")
+    'coca cola'
+    >>> normalize_vqa_answer("1,000")
+    '1000'
+    """
+    text = completion_text(text)
+    if not text:
+        return ""
+    text = text[:MAX_SCAN_CHARS].lower().replace(",", "").replace("?", "").replace("'s", " 's").strip()
+    text = text.replace("\n", " ").replace("\t", " ").strip()
+    return _vqa_digits_and_articles(_vqa_punctuation(text))
+
+
+def vlmeval_yes_no(text: Any) -> YesNo | None:
+    """VLMEvalKit's Y/N answer extraction (``vlmeval/dataset/utils/yorn.py`` ``YOrN_Extraction``):
+    lower-case, VQA punctuation handling (``vlmeval/smp/misc.py`` ``process_punctuation``), split on
+    whitespace; "yes" when the word yes occurs and no does not, "no" the other way round, else None
+    (VLMEvalKit's "Unknown", never correct).
+
+    >>> vlmeval_yes_no("Yes, it is.")
+    'yes'
+    >>> vlmeval_yes_no("Yes and no.") is None
+    True
+    """
+    text = completion_text(text)
+    if text is None:
+        return None
+    lowered = text[:MAX_SCAN_CHARS].lower()
+    words = _vqa_punctuation(lowered, _VLMEVAL_DIGIT_COMMA_DIGIT, _VLMEVAL_PERIOD).split()
+    has_yes, has_no = "yes" in words, "no" in words
+    if has_yes != has_no:
+        return "yes" if has_yes else "no"
+    return None

@@ -321,6 +321,20 @@ def manifest_path(out: str | os.PathLike[str]) -> Path:
     return out.with_name(f"{out.stem}.manifest.json")
 
 
+def dataset_manifest(dataset_path: str | os.PathLike[str] | None) -> Path | None:
+    """The manifest a veritune builder wrote for a dataset, when there is one: ``manifest.json`` inside a
+    directory build; beside a file, its own ``<stem>.manifest.json`` (:func:`manifest_path`), else the
+    ``manifest.json`` of the directory build it belongs to. The one lookup of the model card and
+    ``veritune_run.json``."""
+    if not dataset_path:
+        return None
+    dataset = Path(dataset_path)
+    candidates = (
+        [dataset / "manifest.json"] if dataset.is_dir() else [manifest_path(dataset), dataset.parent / "manifest.json"]
+    )
+    return next((manifest for manifest in candidates if manifest.is_file()), None)
+
+
 def staging_path(out: str | os.PathLike[str]) -> Path:
     """The folder a build of ``out`` is written to before it replaces ``out``: ``.<out name>.veritune-staging``
     beside it (same file system, so the replacement is a rename)."""

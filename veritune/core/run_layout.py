@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
-WANDB_RUN_FILE = "wandb_run.json"  # written by finetune/training.py's RunConfigCallback
+WANDB_RUN_FILE = "wandb_run.json"  # written by finetune/model_card.py's RunConfigCallback
 TRAINER_STATE_FILE = "trainer_state.json"
 EVAL_DIR = "eval"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")

@@ -1,4 +1,5 @@
-"""FINER builder and loader defects of issue 13 (items 7-9), each with the case quoted in the issue."""
+"""FINER builder and loader checks, each with the case that once slipped through: caption phrases are matched
+as whole words, a q+/q- pair asks about one image, and a relation belongs to its ``object_a``."""
 
 from __future__ import annotations
 
@@ -54,17 +55,17 @@ MISFILED = {
 }
 
 
-# ---- item 7: the caption path matches whole words
+# ---- the caption path matches whole words
 
 
 def test_invented_object_is_not_passed_by_a_longer_caption_word() -> None:
-    """Issue 13.7: an invented positive "a car" passed for a caption that says "carpet"."""
+    """An invented positive "a car" passed for a caption that says "carpet"."""
     with pytest.raises(Rejected, match=re.escape("object 'a car' is not in the caption")):
         phrases.check_objects("a dog and a car", "A dog sleeps on a carpet.")
 
 
 def test_valid_negative_is_not_rejected_for_a_longer_caption_word() -> None:
-    """Issue 13.7: a valid negative "a cat" was rejected for a caption that says "catching"."""
+    """A valid negative "a cat" was rejected for a caption that says "catching"."""
     caption = "A dog catching a ball on the grass."
     assert phrases.check_object_negative(["a dog", "a ball"], "a cat and a ball", 1, caption) == ["a cat", "a ball"]
 
@@ -90,7 +91,7 @@ def test_attribute_head_matches_whole_words() -> None:
         phrases.check_attributes("a black cat with green eyes", "A dog catching a frisbee.")
 
 
-# ---- item 8: a q+/q- pair asks about one image
+# ---- a q+/q- pair asks about one image
 
 
 def write_finer_csv(path: Path, images: tuple[str, str]) -> Path:
@@ -117,7 +118,7 @@ def write_finer_csv(path: Path, images: tuple[str, str]) -> Path:
 
 
 def test_pair_with_two_images_is_refused_naming_its_rows(tmp_path: Path) -> None:
-    """Issue 13.8: a q+/q- pair with different images was accepted and scored."""
+    """A q+/q- pair with different images was accepted and scored."""
     data = write_finer_csv(tmp_path / "finer.csv", ("a.jpg", "b.jpg"))
     with pytest.raises(
         UserError,
@@ -133,7 +134,7 @@ def test_pair_on_one_image_loads(tmp_path: Path) -> None:
     assert items[0].meta["pair"] == items[1].meta["pair"]
 
 
-# ---- item 9: a relation belongs to its object_a
+# ---- a relation belongs to its object_a
 
 
 def test_relation_listed_under_another_object_moves_to_its_object_a() -> None:
@@ -145,7 +146,7 @@ def test_relation_listed_under_another_object_moves_to_its_object_a() -> None:
 
 
 def test_misfiled_relation_yields_no_mcq_about_the_wrong_subject() -> None:
-    """Issue 13.9: "the cat that is on the table" came out where the graph says the cup is."""
+    """Once, "the cat that is on the table" came out where the graph says the cup is."""
     graph = parse_scene_graph(copy.deepcopy(MISFILED), "graphs.json: record 1")
     pos, _ = multi_rel_pairs(graph, 1, random.Random(0))
     texts = " ".join(str(value) for value in pos.values())
