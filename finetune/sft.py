@@ -30,14 +30,14 @@ from PIL import Image
 from trl import SFTConfig, SFTTrainer
 
 from data_builders.oric.questions import PARAPHRASES, with_article
+from eval_hooks.answers import OPTION_LETTERS
 from eval_hooks.mcq import letter_list, lettered, option_block
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
-from rewards.graders import OPTION_LETTERS
 from veritune.core.errors import UserError
 from veritune.core.io import read_json
-from veritune.core.prompts import R1_INSTRUCTION
+from veritune.core.prompts import with_r1_instruction
 from veritune.core.sampling import sample_indices
 
 logger = logging.getLogger("veritune.sft")
@@ -159,7 +159,7 @@ def conventional_examples(
         for name, label in [*((n, "yes") for n in yes), *((n, "no") for n in no)]:
             question = rng.choice(QUESTION_TEMPLATES).format(object=with_article(name))
             for style in styles:
-                prompt = f"{question} {R1_INSTRUCTION}" if style == "r1" else question
+                prompt = with_r1_instruction(question) if style == "r1" else question
                 pairs.append((prompt, answer(label, style)))
         for _ in range(mcq_per_image):
             mcq = object_mcq(present, absent, rng)

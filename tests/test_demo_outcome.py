@@ -1,10 +1,10 @@
 """The embedded default's outcome, measured: `veritune demo` end to end on fixed seed 0, from nothing cached.
 
-The miniature ORIC experiment (docs/RESULTS.md, "Eighth pass"): the conventionally warm-started base
-model answers POPE-random-style questions far better than ORIC-Bench's incongruous ones, and GRPO on ORIC's
-questions raises its ORIC-Bench macro-F1 (the paired bootstrap interval above zero), moves its
-yes-proportion toward 50 and keeps its POPE accuracy. The bounds sit inside the three seeds' spread
-(GAP_MIN, GAIN_MIN, POPE_DROP_MAX below; measured values in RESULTS.md).
+The miniature ORIC experiment (docs/RESULTS.md, its sections from "TRL's LM head scores only the labelled
+positions" on): the conventionally warm-started base model answers POPE-random-style questions far better
+than ORIC-Bench's incongruous ones, and GRPO on ORIC's questions raises its ORIC-Bench macro-F1 (the paired
+bootstrap interval above zero), moves its yes-proportion toward 50 and keeps its POPE accuracy. The bounds
+sit inside the three seeds' spread (GAP_MIN, GAIN_MIN, POPE_DROP_MAX below; measured values in RESULTS.md).
 """
 
 from __future__ import annotations

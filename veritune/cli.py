@@ -33,13 +33,13 @@ COMMANDS: list[Command] = [
     Command(
         None,
         "demo",
-        "veritune.demo:register",
+        "veritune.demo_cli:register_demo",
         "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after",
     ),
     Command(
         None,
         "demo-select",
-        "veritune.demo_selection:register",
+        "veritune.demo_cli:register_demo_select",
         "select the miniature GRPO recipe's replay ratio on the world's dev split (never the benchmarks)",
     ),
     Command(

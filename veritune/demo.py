@@ -20,11 +20,15 @@ Every step is skipped when its output already exists, so an interrupted demo res
 torch thread, and the machine's second core is used by running stages side by side: the tiny CLIP and step 4
 beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary follows on the terminal).
 Which stages run together changes no number: each is deterministic on its own thread.
+
+The stages are public functions of this module (``build_world``, ``build_tiny_models``, ``build_data``,
+``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``),
+so ``veritune demo-select`` (``veritune.demo_selection``) runs the same stages on the dev split; the command
+line of both lives in ``veritune.demo_cli``.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -58,7 +62,7 @@ TABLE = [
 ]
 
 
-def _step(message: str) -> None:
+def announce_stage(message: str) -> None:
     print(f"\n==> {message}", flush=True)
 
 
@@ -209,24 +213,28 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         timings[name] = round(time.monotonic() - clock, 1)
         clock = time.monotonic()
 
-    _step("1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)")
-    _build_world(paths, seed)
+    announce_stage(
+        "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
+    )
+    build_world(paths, seed)
     lap("world")
 
-    _step("2/7 tiny models: random-initialised Qwen3-VL (here), tiny CLIP trained on the train split (step 4)")
+    announce_stage("2/7 tiny models: random-initialised Qwen3-VL (here), tiny CLIP trained on the train split (step 4)")
     _build_tiny_qwen(paths, seed)
     lap("tiny Qwen3-VL")
 
     # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
     # built beside it on the other core, their output in a log
     data = _Background(
-        "tiny CLIP, ORIC and FINER data", out / "logs" / "data.log", lambda: _build_data(paths, out, seed)
+        "tiny CLIP, ORIC and FINER data", out / "logs" / "data.log", lambda: build_data(paths, out, seed)
     )
-    _step("3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)")
-    _warm_start(paths, out, seed, use_cache)
+    announce_stage(
+        "3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)"
+    )
+    warm_start(paths, out, seed, use_cache)
     lap("warm-start")
 
-    _step(
+    announce_stage(
         "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided "
         "negatives; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
     )
@@ -235,16 +243,18 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
 
     # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
-    _step("5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)")
-    dpo = _Background("DPO", out / "logs" / "dpo.log", lambda: _train_dpo(paths, seed, report=True))
-    _step("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
-    _train_grpo(paths, steps, seed)
+    announce_stage(
+        "5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)"
+    )
+    dpo = _Background("DPO", out / "logs" / "dpo.log", lambda: train_dpo(paths, seed, report=True))
+    announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
+    train_grpo(paths, steps, seed)
     lap("GRPO")
     dpo.join()
     clock = time.monotonic()  # the wait for DPO, if any, is not counted
     timings["DPO and its report (beside GRPO)"] = dpo.seconds
 
-    _step("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
+    announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     report = _start(_report_command(paths["run"]))  # the DPO run's report was written beside GRPO
     rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
     _wait([report])
@@ -253,7 +263,7 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     return paths
 
 
-def _build_world(paths: dict[str, Path], seed: int) -> None:
+def build_world(paths: dict[str, Path], seed: int) -> None:
     """The synthetic world with scene priors (both splits)."""
     world = paths["world"]
     if not (world / "dev" / "coco_pope_random.json").is_file():
@@ -261,7 +271,7 @@ def _build_world(paths: dict[str, Path], seed: int) -> None:
         _veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed))
 
 
-def _build_tiny_models(paths: dict[str, Path], seed: int) -> None:
+def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
     """The random-initialised demo-size Qwen3-VL and the tiny CLIP trained on the train split."""
     _build_tiny_qwen(paths, seed)
     _note(_build_tiny_clip(paths, seed))
@@ -290,11 +300,11 @@ def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
     return f"tiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
 
 
-def _build_data(paths: dict[str, Path], out: Path, seed: int) -> None:
+def build_data(paths: dict[str, Path], out: Path, seed: int) -> None:
     """What needs neither the base model nor a trained one: the tiny CLIP, ORIC's data, FINER's data."""
     _note(_build_tiny_clip(paths, seed))
-    _build_oric(paths, out, seed)
-    _build_finer(paths, seed)
+    build_oric(paths, out, seed)
+    build_finer(paths, seed)
 
 
 def _note(message: str) -> None:
@@ -307,7 +317,7 @@ def _note(message: str) -> None:
             stream.write(message + "\n")
 
 
-def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
+def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
     """The base model: the SFT warm-start, reused from the cache when its inputs are unchanged."""
     world = paths["world"]
     key = warmstart_key(
@@ -344,7 +354,7 @@ def _warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -
         shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
 
 
-def _build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) -> None:
+def build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) -> None:
     """ORIC training data (train images), ORIC-Bench (val images) and the leakage check between them; with
     ``dev``, also ORIC-Bench's questions on the dev split (``veritune demo-select``), checked the same way."""
     world = paths["world"]
@@ -377,7 +387,7 @@ def _build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False)
         _veritune("build", "check-leakage", str(paths["oric_train"]), str(bench[2]))
 
 
-def _train_grpo(
+def train_grpo(
     paths: dict[str, Path],
     steps: int | None,
     seed: int,
@@ -429,7 +439,7 @@ def _train_grpo(
     return run
 
 
-def _build_finer(paths: dict[str, Path], seed: int) -> None:
+def build_finer(paths: dict[str, Path], seed: int) -> None:
     """FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)."""
     world = paths["world"]
     if not (paths["finer"] / "train.jsonl").is_file():
@@ -460,11 +470,11 @@ def _build_finer(paths: dict[str, Path], seed: int) -> None:
         )
 
 
-def _train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
+def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
     """DPO from the base model on the FINER-Tuning tuples (built first if missing); with ``report``, then the
     run's HTML report."""
     world = paths["world"]
-    _build_finer(paths, seed)
+    build_finer(paths, seed)
     if not (paths["dpo"] / "trainer_state.json").is_file():
         _launch(
             "finetune/dpo.py",
@@ -575,15 +585,3 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
     print(f"results:           {out / 'results.json'}\n")
     print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
     print(table)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune demo``."""
-    from veritune.cli import command_help
-
-    parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
-    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="where everything is written")
-    parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")
-    parser.add_argument("--no-cache", action="store_true", help="train the warm-start even when a cached one exists")
-    parser.set_defaults(handler=lambda args: run_demo(args.out, args.steps, args.seed, not args.no_cache) and 0)

@@ -18,7 +18,6 @@ outputs/selection-ds`` against ``--ratios 0.5`` (DAPO's dynamic sampling, docs/R
 
 from __future__ import annotations
 
-import argparse
 import statistics
 from pathlib import Path
 from typing import Any
@@ -61,15 +60,15 @@ def select_replay_ratio(
     ``overrides`` are ``KEY=VALUE`` recipe settings applied to every run."""
     from finetune.training import use_cpu_accelerator_without_gpu
     from veritune.demo import (
-        _build_oric,
-        _build_tiny_models,
-        _build_world,
-        _step,
-        _train_grpo,
-        _warm_start,
+        announce_stage,
+        build_oric,
+        build_tiny_models,
+        build_world,
         demo_paths,
         pin_threads,
         results_table,
+        train_grpo,
+        warm_start,
     )
 
     use_cpu_accelerator_without_gpu()
@@ -87,16 +86,16 @@ def select_replay_ratio(
     for seed in seeds:
         seed_out = out / f"seed{seed}"
         paths = demo_paths(seed_out)
-        _step(f"seed {seed}: world (with its dev split), tiny models, base model, ORIC data, dev questions")
-        _build_world(paths, seed)
-        _build_tiny_models(paths, seed)
-        _warm_start(paths, seed_out, seed, use_cache=True)
-        _build_oric(paths, seed_out, seed, dev=True)
+        announce_stage(f"seed {seed}: world (with its dev split), tiny models, base model, ORIC data, dev questions")
+        build_world(paths, seed)
+        build_tiny_models(paths, seed)
+        warm_start(paths, seed_out, seed, use_cache=True)
+        build_oric(paths, seed_out, seed, dev=True)
         for ratio in ratios:
-            _step(f"seed {seed}: GRPO with replay_ratio {ratio:g}, evaluated on the dev split")
+            announce_stage(f"seed {seed}: GRPO with replay_ratio {ratio:g}, evaluated on the dev split")
             run = seed_out / f"grpo-replay{_ratio_name(ratio)}"
             extra = ("--replay_ratio", f"{ratio:g}", "--report_to", "none", *extra_keys)
-            _train_grpo(paths, steps, seed, split="dev", run=run, extra=extra)
+            train_grpo(paths, steps, seed, split="dev", run=run, extra=extra)
             rows = {
                 row["benchmark"] + " " + row["metric"]: row for row in results_table({"grpo": run}, seed, DEV_TABLE)
             }
@@ -151,39 +150,3 @@ def format_selection(selection: dict[str, Any]) -> str:
         f"{selection['max_pope_drop']:g} points)"
     )
     return "\n".join(lines)
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune demo-select``."""
-    from veritune.cli import command_help
-
-    parser = subparsers.add_parser("demo-select", help=command_help(None, "demo-select"))
-    parser.add_argument("--out", type=Path, default=Path("outputs/selection"), help="where the sweep is written")
-    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="seeds of the world and training")
-    parser.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS), help="replay ratios to compare")
-    parser.add_argument(
-        "--max-pope-drop", type=float, default=MAX_POPE_DROP, help="largest mean dev POPE drop kept (points)"
-    )
-    parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a further GRPO recipe key for every run (repeatable), e.g. dynamic_sampling=true",
-    )
-    parser.set_defaults(handler=_main)
-
-
-def _main(args: argparse.Namespace) -> int:
-    from veritune.core.io import atomic_write_json, atomic_write_text
-
-    selection = select_replay_ratio(
-        args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps, tuple(args.overrides)
-    )
-    text = format_selection(selection)
-    atomic_write_json(args.out / "selection.json", selection)
-    atomic_write_text(args.out / "selection.txt", text + "\n")
-    print("\n" + text)
-    return 0

@@ -1,4 +1,4 @@
-"""FINER-Tuning preference datasets (seed ``finer_tuning_dpo.txt``, Sec. 3, App. C): tuples from scene
+"""FINER-Tuning preference datasets (FINER, arXiv 2603.17662, Sec. 3, App. C): tuples from scene
 graphs (offline) or from long captions (LLM), written in TRL's conversational preference format.
 
 Output directory::

@@ -1,4 +1,4 @@
-"""Negative filtering with a VLM discriminator (seed ``finer_tuning_dpo.txt``, App. B.3, Eq. 6, Table 7).
+"""Negative filtering with a VLM discriminator (FINER, arXiv 2603.17662, App. B.3, Eq. 6, Table 7).
 
 For every object, attribute and relation of a scene graph with four negatives, the discriminator answers a
 five-way multiple-choice question (the positive among its negatives) about the image. ``p`` is the softmax

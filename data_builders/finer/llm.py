@@ -1,4 +1,4 @@
-"""The LLM path of FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3, Figs. 16-23): long captions ->
+"""The LLM path of FINER-Tuning (FINER, arXiv 2603.17662, Sec. 3, Figs. 16-23): long captions ->
 positive phrases Ψ+ -> negative phrases Ψ− -> preference tuples.
 
 Per caption, three rounds of requests go through the shared cached client (:class:`ChatClient`):

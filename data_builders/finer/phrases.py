@@ -1,4 +1,4 @@
-"""Reading and checking the LLM's answers for FINER-Tuning (seed ``finer_tuning_dpo.txt``, Sec. 3, Figs. 16-23).
+"""Reading and checking the LLM's answers for FINER-Tuning (FINER, arXiv 2603.17662, Sec. 3, Figs. 16-23).
 
 Every answer is checked in code before it is used: the one-line ``PHRASE=...`` (or ``SENTENCE=...``,
 ``Q=... || A=...``) format, the same number of units in Ψ− as in Ψ+, exactly one unit changed (the one we

@@ -1,4 +1,4 @@
-"""The LLM prompts of the FINER-Tuning data pipeline (seed ``finer_tuning_dpo.txt``, Sec. 3, App. G,
+"""The LLM prompts of the FINER-Tuning data pipeline (FINER, arXiv 2603.17662, Sec. 3, App. G,
 Figs. 16-23), written in our own words with the same content and rules.
 
 Departures, all small and stated here:

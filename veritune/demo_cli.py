@@ -1,0 +1,64 @@
+"""Command lines of ``veritune demo`` and ``veritune demo-select`` (the stages live in ``veritune.demo``, the
+dev-split selection in ``veritune.demo_selection``)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register_demo(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune demo``."""
+    from veritune.cli import command_help
+
+    parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
+    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="where everything is written")
+    parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")
+    parser.add_argument("--no-cache", action="store_true", help="train the warm-start even when a cached one exists")
+    parser.set_defaults(handler=_demo)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from veritune.demo import run_demo
+
+    run_demo(args.out, args.steps, args.seed, not args.no_cache)
+    return 0
+
+
+def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune demo-select``."""
+    from veritune.cli import command_help
+    from veritune.demo_selection import MAX_POPE_DROP, RATIOS, SEEDS
+
+    parser = subparsers.add_parser("demo-select", help=command_help(None, "demo-select"))
+    parser.add_argument("--out", type=Path, default=Path("outputs/selection"), help="where the sweep is written")
+    parser.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS), help="seeds of the world and training")
+    parser.add_argument("--ratios", type=float, nargs="+", default=list(RATIOS), help="replay ratios to compare")
+    parser.add_argument(
+        "--max-pope-drop", type=float, default=MAX_POPE_DROP, help="largest mean dev POPE drop kept (points)"
+    )
+    parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a further GRPO recipe key for every run (repeatable), e.g. dynamic_sampling=true",
+    )
+    parser.set_defaults(handler=_demo_select)
+
+
+def _demo_select(args: argparse.Namespace) -> int:
+    from veritune.core.io import atomic_write_json, atomic_write_text
+    from veritune.demo_selection import format_selection, select_replay_ratio
+
+    selection = select_replay_ratio(
+        args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps, tuple(args.overrides)
+    )
+    text = format_selection(selection)
+    atomic_write_json(args.out / "selection.json", selection)
+    atomic_write_text(args.out / "selection.txt", text + "\n")
+    print("\n" + text)
+    return 0
