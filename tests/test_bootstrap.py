@@ -53,7 +53,8 @@ def test_a_uniform_gain_has_a_degenerate_interval() -> None:
     truth = {item.id: item.meta["label"] for item in items}
     wrong = {key: "no" if value == "yes" else "yes" for key, value in truth.items()}
     row = metric_difference_interval("pope", items, wrong, truth, "accuracy", resamples=200)
-    assert (row["base"], row["trained"], row["difference"], row["low"], row["high"]) == (0.0, 1.0, 1.0, 1.0, 1.0)
+    assert (row["base"], row["trained"], row["difference"]) == (0.0, 100.0, 100.0)  # percent
+    assert (row["low"], row["high"]) == (100.0, 100.0)
 
 
 def test_no_change_gives_zero_and_one_changed_answer_a_hand_computed_point() -> None:
@@ -61,7 +62,7 @@ def test_no_change_gives_zero_and_one_changed_answer_a_hand_computed_point() -> 
     base = {item.id: "yes" for item in items}
     trained = dict(base, **{"random/1": "no"})  # one more right answer out of four
     row = metric_difference_interval("pope", items, base, trained, "accuracy", resamples=500)
-    assert row["difference"] == pytest.approx(0.25) and row["low"] >= 0.0 and row["high"] <= 1.0
+    assert row["difference"] == pytest.approx(25.0) and row["low"] >= 0.0 and row["high"] <= 100.0  # percent
     assert metric_difference_interval("pope", items, base, base, "accuracy", resamples=50)["high"] == 0.0
 
 

@@ -237,11 +237,11 @@ def test_repope_scores_corrected_labels_and_lists_changes(tmp_path: Path) -> Non
     result = rescore("repope", data, predictions, tmp_path / "coco")
     metrics = result["metrics"]
     # RePOPE labels yes, yes, no (+ q5 unparsed, in no cell): TP 2, TN 1
-    assert (metrics["accuracy"], metrics["precision"], metrics["recall"], metrics["f1"]) == (1.0, 1.0, 1.0, 1.0)
-    assert metrics["yes_ratio"] == pytest.approx(2 / 3) and result["counts"]["unparsed"] == 1
+    assert (metrics["accuracy"], metrics["precision"], metrics["recall"], metrics["f1"]) == (100.0,) * 4  # percent
+    assert metrics["yes_ratio"] == pytest.approx(200 / 3) and result["counts"]["unparsed"] == 1
     # the same answers on POPE's original labels of the kept items (yes, no, no, no): TP 1, FP 1, TN 1
-    assert metrics["pope_labels/accuracy"] == pytest.approx(2 / 3) and metrics["pope_labels/precision"] == 0.5
-    assert metrics["pope_labels/f1"] == pytest.approx(2 / 3)
+    assert metrics["pope_labels/accuracy"] == pytest.approx(200 / 3) and metrics["pope_labels/precision"] == 50.0
+    assert metrics["pope_labels/f1"] == pytest.approx(200 / 3)
     changes = {(row["question_id"], row["change"]) for row in result["tables"]["changes"]}
     assert changes == {("2", "no -> yes"), ("3", "removed (was yes)")}
     assert (result["counts"]["random/relabelled_no_to_yes"], result["counts"]["random/removed"]) == (1, 1)

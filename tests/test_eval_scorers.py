@@ -136,10 +136,10 @@ def test_pope_metrics_and_prediction_yes_ratio(tmp_path: Path) -> None:
     items = bench.load(pope_file(tmp_path, ["yes", "yes", "no", "no"]), tmp_path)
     predictions = dict(zip([i.id for i in items], ["Yes", "No.", "Yes there is", "No"]))
     m = bench.score(items, predictions)["metrics"]
-    assert m["accuracy"] == 0.5 and m["precision"] == 0.5 and m["recall"] == 0.5 and m["f1"] == 0.5
-    assert m["yes_ratio"] == 0.5  # of the predictions: 2 of 4 answered yes
+    assert m["accuracy"] == 50.0 and m["precision"] == 50.0 and m["recall"] == 50.0 and m["f1"] == 50.0  # percent
+    assert m["yes_ratio"] == 50.0  # of the predictions: 2 of 4 answered yes
     all_yes = bench.score(items, {i.id: "yes" for i in items})["metrics"]
-    assert all_yes["yes_ratio"] == 1.0 and all_yes["recall"] == 1.0 and all_yes["precision"] == 0.5
+    assert all_yes["yes_ratio"] == 100.0 and all_yes["recall"] == 100.0 and all_yes["precision"] == 50.0
 
 
 @needs_shared

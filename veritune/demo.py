@@ -545,11 +545,8 @@ def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, s
             read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE) for step in (0, last)
         )
         metrics = [metric for name, metric in table if name == benchmark]
-        scale = 100.0 if benchmark == "pope" else 1.0  # POPE's scorer reports fractions, the others percent
         by_benchmark[benchmark] = {}
         for row in metric_difference_intervals(benchmark, prepared.items, base, after, metrics, seed=seed):
-            for key in ("base", "trained", "difference", "low", "high"):
-                row[key] *= scale
             by_benchmark[benchmark][row["metric"]] = {
                 "benchmark": benchmark,
                 "trained_by": trained_by,

@@ -1,9 +1,10 @@
 """POPE (official JSON-lines files ``coco_pope_{random,popular,adversarial}.json``: ``question_id``,
 ``image``, ``text``, ``label``). Scored as the official ``evaluate.py`` (AoiDragon/POPE) scores it, with the
-grader :func:`rewards.graders.pope_yes_no` (that script's rule, not the shared free-form one): keep the answer's
+grader :func:`pope_yes_no` below (that script's rule, not the shared free-form one): keep the answer's
 first sentence, drop commas, split on spaces; "no" when a word is "No", "not" or "no", else "yes";
 accuracy, precision, recall and F1 with "yes" as the positive class, and the yes-ratio of the
-*predictions* (not of the ground truth)."""
+*predictions* (not of the ground truth). Reported in percent, like every veritune scorer: the official
+script prints the same numbers as fractions (x 100 is the only difference)."""
 
 from __future__ import annotations
 
@@ -87,13 +88,13 @@ class Pope(Benchmark):
                 fp += positive and not truth
                 tn += not positive and not truth
                 fn += not positive and truth
-            precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
-            values = {
-                "accuracy": ratio(tp + tn, len(group)),
+            precision, recall = 100 * ratio(tp, tp + fp), 100 * ratio(tp, tp + fn)
+            values = {  # in percent, as every veritune scorer (the official script prints fractions)
+                "accuracy": 100 * ratio(tp + tn, len(group)),
                 "precision": precision,
                 "recall": recall,
                 "f1": f1(precision, recall),
-                "yes_ratio": ratio(tp + fp, len(group)),
+                "yes_ratio": 100 * ratio(tp + fp, len(group)),
             }
             table.append({"subset": subset, **values, "tp": tp, "fp": fp, "tn": tn, "fn": fn})
             metrics.update({f"{subset}/{k}": v for k, v in values.items()})

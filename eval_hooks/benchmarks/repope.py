@@ -8,7 +8,8 @@ Scored as RePOPE's ``src/eval_utils.py`` scores both POPE and RePOPE (``compute_
 ``compute_results``): an answer is "yes" when its lower-cased text contains the substring "yes", else
 "no" when it contains "no" (or "not"), else unparsed; per subset, TP/FP/TN/FN count only parsed answers
 (an unparsed answer is in no cell and so in no denominator), and accuracy, precision, recall, F1 (yes is
-the positive class) and the yes-ratio of the predictions follow. Deviations: ratios with an empty
+the positive class) and the yes-ratio of the predictions follow, in percent (the official script prints
+fractions; x 100 is the only difference). Deviations: ratios with an empty
 denominator are 0.0 (the official script divides by zero); the averages over the subsets are veritune's
 headline (the official script prints each subset); an item whose image is missing is counted as a wrong
 answer (never correct).
@@ -37,14 +38,14 @@ def confusion_metrics(labels: list[str], answers: list[str | None]) -> dict[str,
     fp = sum(a == "yes" and t == "no" for t, a in zip(labels, answers))
     tn = sum(a == "no" and t == "no" for t, a in zip(labels, answers))
     fn = sum(a == "no" and t == "yes" for t, a in zip(labels, answers))
-    precision, recall = ratio(tp, tp + fp), ratio(tp, tp + fn)
+    precision, recall = 100 * ratio(tp, tp + fp), 100 * ratio(tp, tp + fn)
     parsed = tp + fp + tn + fn
-    return {
-        "accuracy": ratio(tp + tn, parsed),
+    return {  # in percent, as every veritune scorer (the official script prints fractions)
+        "accuracy": 100 * ratio(tp + tn, parsed),
         "precision": precision,
         "recall": recall,
         "f1": f1(precision, recall),
-        "yes_ratio": ratio(tp + fp, parsed),
+        "yes_ratio": 100 * ratio(tp + fp, parsed),
         "tp": tp,
         "fp": fp,
         "tn": tn,
