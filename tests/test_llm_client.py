@@ -9,7 +9,7 @@ import pytest
 from fake_openai_server import FakeChatServer
 
 from veritune.core.errors import UserError
-from veritune.core.llm_client import ChatClient
+from veritune.core.llm_client import PROBE_PROMPT, ChatClient
 
 
 def echo(request: dict) -> str:
@@ -140,3 +140,66 @@ def test_cache_is_keyed_by_model(tmp_path: Path) -> None:
         first = ChatClient(server.base_url, "model-a", cache_path=tmp_path / "c.sqlite").complete("x")
         second = ChatClient(server.base_url, "model-b", cache_path=tmp_path / "c.sqlite").complete("x")
     assert (first, second) == ("model-a", "model-b") and len(server.requests) == 2
+
+
+UNREACHABLE = "http://127.0.0.1:9/v1"  # the discard port: nothing listens, the connection is refused
+
+
+def offline(tmp_path: Path) -> ChatClient:
+    return ChatClient(
+        UNREACHABLE, "judge-model", cache_path=tmp_path / "cache.sqlite", max_retries=1, backoff=0.01, timeout=2
+    )
+
+
+def test_fully_cached_rebuild_needs_no_endpoint(tmp_path: Path) -> None:
+    prompts = ["a", "b", "a"]
+    with FakeChatServer(echo) as server:
+        client(server, tmp_path).complete_many(prompts)
+    chat = offline(tmp_path)
+    chat.check_endpoint()  # every answer is cached: nothing to check yet
+    assert chat.complete_many(prompts) == ["answer to a", "answer to b", "answer to a"]
+    assert chat.complete("b") == "answer to b"
+    assert chat.requests_sent == 0
+
+
+def test_endpoint_is_probed_at_the_first_cache_miss(tmp_path: Path) -> None:
+    with FakeChatServer(echo) as server:
+        client(server, tmp_path).complete("a")
+    chat = offline(tmp_path)
+    chat.check_endpoint()
+    assert chat.complete("a") == "answer to a"
+    with pytest.raises(
+        UserError,
+        match=r"^LLM endpoint http://127.0.0.1:9/v1/chat/completions unreachable after 2 attempts \(.*\) "
+        r"\(checked before the first request not answered by the cache\)$",
+    ):
+        chat.complete_many(["a", "b"])
+
+
+def test_endpoint_is_probed_once(tmp_path: Path) -> None:
+    with FakeChatServer(echo) as server:
+        client(server, tmp_path).complete("a")
+        chat = client(server, tmp_path)
+        chat.check_endpoint()  # answers of this model are cached: the probe waits for a cache miss
+        assert server.requests == [
+            {"model": "judge-model", "messages": [{"role": "user", "content": "a"}], "temperature": 0.0}
+        ]
+        chat.complete_many(["a", "b", "c"])
+        chat.complete("d")
+        contents = [request["messages"][0]["content"] for request in server.requests]
+    assert contents == ["a", PROBE_PROMPT, "b", "c", "d"] or contents == ["a", PROBE_PROMPT, "c", "b", "d"]
+    assert chat.requests_sent == 3  # the probe is not counted
+
+
+def test_a_fresh_cache_probes_before_the_build(tmp_path: Path) -> None:
+    chat = offline(tmp_path)
+    with pytest.raises(
+        UserError, match=r"unreachable after 2 attempts .*\(checked before building: nothing was written\)$"
+    ):
+        chat.check_endpoint()  # no answer of this model cached: every request would miss
+    with FakeChatServer(echo) as server:
+        chat = client(server, tmp_path)
+        chat.check_endpoint()
+        chat.complete("x")
+        contents = [request["messages"][0]["content"] for request in server.requests]
+    assert contents == [PROBE_PROMPT, "x"]

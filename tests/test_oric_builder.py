@@ -689,6 +689,48 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
     assert resent == [] and len(json.loads((tmp_path / "o.json").read_text())) == 12
 
 
+def test_fully_cached_openai_judge_rebuild_runs_offline(world: dict[str, Path], tmp_path: Path, capsys) -> None:
+    def args(out: Path, base_url: str) -> list[str]:
+        return [
+            "build",
+            "oric",
+            "--annotations",
+            str(world["train_annotations"]),
+            "--image-root",
+            str(world["train_images"]),
+            "--out",
+            str(out),
+            "--num-yes",
+            "4",
+            "--num-no",
+            "4",
+            "--context-judge",
+            "openai",
+            "--llm-base-url",
+            base_url,
+            "--llm-model",
+            "judge",
+            "--llm-cache",
+            str(tmp_path / "c.sqlite"),
+            "--llm-max-retries",
+            "0",
+            "--clip-model",
+            str(world["clip"]),
+            "--clip-cache",
+            str(tmp_path / "clip"),
+        ]
+
+    with FakeChatServer(lambda request: "No.") as server:
+        assert main(args(tmp_path / "first.json", server.base_url)) == 0
+    # The same build elsewhere, every judge answer cached, the endpoint gone: no request is needed, none is made.
+    assert main(args(tmp_path / "again.json", "http://127.0.0.1:9/v1")) == 0
+    assert (tmp_path / "again.json").read_text() == (tmp_path / "first.json").read_text()
+    (tmp_path / "c.sqlite").unlink()  # nothing cached: the endpoint is checked before the build, as before
+    code, err = run_cli(args(tmp_path / "third.json", "http://127.0.0.1:9/v1"), capsys)
+    assert code == 2 and "unreachable after 1 attempts" in err and "Traceback" not in err
+    assert not (tmp_path / "third.json").exists()
+
+
 def test_no_half_written_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from veritune.core import io as vio
 

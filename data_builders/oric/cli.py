@@ -105,11 +105,18 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     instances = load_instances(args.annotations)
     exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
     judge_factory(args.context_judge)
+    client: ChatClient | None = None
     if args.context_judge == "openai":
         if not args.llm_base_url or not args.llm_model:
             raise UserError("--context-judge openai needs --llm-base-url and --llm-model")
-        with ChatClient(args.llm_base_url, args.llm_model, **llm_options) as client:
+        # The judge's own client: its endpoint check waits for its first cache miss when the cache already
+        # holds answers of this model (a fully cached rebuild runs offline), else it probes now.
+        client = ChatClient(args.llm_base_url, args.llm_model, **llm_options)
+        try:
             client.check_endpoint()
+        except UserError:
+            client.close()
+            raise
     identity = _identity(args, kind)
     settings = BuildSettings(
         kind, args.num_yes, args.num_no, args.yes_per_image, args.no_per_image, args.min_classes, args.seed
@@ -121,21 +128,26 @@ def _build(args: argparse.Namespace, kind: str) -> int:
         base_url=args.llm_base_url,
         model=args.llm_model,
         **llm_options,
+        **({"client": client} if client is not None else {}),
     )
-    with claim_output_file(args.out, identity, force=args.force) as staged:
-        _, stats = build_oric_file(
-            args.annotations,
-            args.image_root,
-            staged.path,
-            settings,
-            judge_factory=judge,
-            clip_model=args.clip_model,
-            clip_cache=args.clip_cache,
-            batch_size=args.batch_size,
-            exclude_images=exclude,
-            build=identity,
-            instances=instances,
-        )
+    try:
+        with claim_output_file(args.out, identity, force=args.force) as staged:
+            _, stats = build_oric_file(
+                args.annotations,
+                args.image_root,
+                staged.path,
+                settings,
+                judge_factory=judge,
+                clip_model=args.clip_model,
+                clip_cache=args.clip_cache,
+                batch_size=args.batch_size,
+                exclude_images=exclude,
+                build=identity,
+                instances=instances,
+            )
+    finally:
+        if client is not None:
+            client.close()
     out = args.out
     items = read_json(out)
     if args.review_html:

@@ -115,6 +115,7 @@ def _cooccurrence_judge(images: list[ImageRecord], *, threshold: float = 0.25, *
 def _openai_judge(
     images: list[ImageRecord],
     *,
+    client: ChatClient | None = None,
     base_url: str | None = None,
     model: str | None = None,
     api_key_env: str = "OPENAI_API_KEY",
@@ -126,6 +127,8 @@ def _openai_judge(
     max_tokens: int | None = None,
     **_: Any,
 ) -> Judge:
+    if client is not None:  # the caller's client (the build CLI's, its endpoint check already armed)
+        return OpenAIJudge(client)
     if not base_url or not model:
         raise UserError("--context-judge openai needs --llm-base-url and --llm-model")
     client = ChatClient(
@@ -149,8 +152,9 @@ JUDGES: dict[str, Callable[..., Judge]] = {"cooccurrence": _cooccurrence_judge, 
 def get_judge(name: str, images: list[ImageRecord], **options: Any) -> Judge:
     """Build a judge by registry name (:data:`JUDGES`) or dotted path to a factory ``f(images, **options)``.
 
-    Options: ``threshold`` (cooccurrence); ``base_url``, ``model``, ``api_key_env``, ``cache_path``,
-    ``concurrency``, ``max_retries``, ``timeout``, ``temperature``, ``max_tokens`` (openai).
+    Options: ``threshold`` (cooccurrence); ``client`` (an open :class:`ChatClient` to ask) or ``base_url``,
+    ``model``, ``api_key_env``, ``cache_path``, ``concurrency``, ``max_retries``, ``timeout``, ``temperature``,
+    ``max_tokens`` (openai).
     """
     return judge_factory(name)(images, **options)
 

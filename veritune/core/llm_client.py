@@ -95,6 +95,8 @@ class ChatClient:
         # an answer no longer costs more than receiving it
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, model TEXT, answer TEXT)")
+        self._probe_pending = False  # check_endpoint() deferred its probe to the first cache miss
+        self._probe_lock = threading.Lock()
 
     # ---- public API
 
@@ -131,26 +133,22 @@ class ChatClient:
         return [found[key] for key in keys]
 
     def check_endpoint(self) -> None:
-        """Send one short request, uncached and uncounted, before a build that needs the endpoint starts, so a
-        server that is down, slow, refuses the key or answers no chat completion is the error, not the output.
+        """Make sure the endpoint answers before this client sends its first request, so a server that is
+        down, slow, refuses the key or answers no chat completion is the error, not the output.
+
+        The probe is one short request, uncached and uncounted, sent at most once, and only when the client
+        has a request to send: with answers of this model already in the cache (a rebuild) it waits for the
+        first cache miss, so a build whose answers are all cached runs with the endpoint offline. A cache
+        without any answer of this model misses on every request: the endpoint is then probed at once, before
+        the build starts (and before it writes anything).
 
         Raises:
             UserError: naming the endpoint and what it answered (after this client's retries).
         """
-        payload = self._payload(PROBE_PROMPT, None)
-
-        def probe() -> str:
-            with self._openai_client() as client:
-                return self._request(client, payload, threading.Event())
-
-        sent = self.requests_sent
-        try:
-            probe()
-        except UserError as err:
-            reason = str(err).replace("; answers received so far are cached, rerun to resume", "")
-            raise UserError(f"{reason} (checked before building: nothing was written)") from None
-        finally:
-            self.requests_sent = sent
+        if self._db.execute("SELECT 1 FROM answers WHERE model = ? LIMIT 1", (self.model,)).fetchone():
+            self._probe_pending = True
+            return
+        self._probe("checked before building: nothing was written")
 
     def __enter__(self) -> ChatClient:
         return self
@@ -181,6 +179,19 @@ class ChatClient:
         row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
         return row[0] if row else None
 
+    def _probe(self, when: str) -> None:
+        """Send the probe request (uncached, uncounted); a failure is one UserError line ending in ``when``."""
+        payload = self._payload(PROBE_PROMPT, None)
+        sent = self.requests_sent
+        try:
+            with self._openai_client() as client:
+                self._request(client, payload, threading.Event())
+        except UserError as err:
+            reason = str(err).replace("; answers received so far are cached, rerun to resume", "")
+            raise UserError(f"{reason} ({when})") from None
+        finally:
+            self.requests_sent = sent
+
     def _openai_client(self) -> Any:
         """An ``openai.OpenAI`` client for this endpoint. max_retries=0: the retry loop is ours (see the module
         docstring). A local server needs no key: the placeholder is then never sent (see ``_request``), and
@@ -192,6 +203,11 @@ class ChatClient:
 
     def _send_all(self, payloads: dict[str, dict[str, Any]], bar: Any | None) -> dict[str, str]:
         """Send ``payloads`` (none cached), at most ``concurrency`` at once; each answer is cached as it arrives."""
+        if self._probe_pending:  # the first cache miss after check_endpoint(): probe once, before sending
+            with self._probe_lock:
+                if self._probe_pending:
+                    self._probe("checked before the first request not answered by the cache")
+                    self._probe_pending = False
         found: dict[str, str] = {}
         stop = threading.Event()  # set when the batch ends early: requests in flight make no further attempt
         with self._openai_client() as client:
