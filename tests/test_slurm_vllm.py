@@ -59,7 +59,9 @@ def test_submit_asks_for_a_server_node_beside_the_trainers(capsys: pytest.Captur
     assert main([*argv, "--recipe", SERVER_RECIPE, "--nodes", "2"]) == 0
     out = capsys.readouterr().out
     assert "vLLM server mode: 2 training node(s) + 1 node for `trl vllm-serve` Qwen/Qwen3-VL-8B-Instruct" in out
-    assert "--nodes=3 --gpus-per-node=4 slurm/train.sbatch grpo recipes/qwen3vl_oric_vllm_server.yaml" in out
+    assert (
+        f"--nodes=3 --gpus-per-node=4 {REPO_ROOT}/slurm/train.sbatch grpo recipes/qwen3vl_oric_vllm_server.yaml" in out
+    )
     assert main([*argv, "--recipe", "recipes/qwen3vl_oric_vllm.yaml", "--nodes", "1"]) == 0
     out = capsys.readouterr().out
     assert "--nodes=1 --gpus-per-node=4" in out and "vLLM server mode" not in out

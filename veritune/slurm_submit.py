@@ -25,6 +25,25 @@ from typing import Any
 from veritune.core.errors import UserError
 from veritune.core.io import read_yaml
 
+# slurm/*.sbatch of the repository holding this package: given to sbatch as absolute paths, so that a
+# submission works from any directory.
+SLURM_DIR = Path(__file__).resolve().parent.parent / "slurm"
+
+
+def sbatch_script(name: str) -> str:
+    """The absolute path of ``slurm/<name>`` beside this package.
+
+    Raises:
+        UserError: the script is not there (veritune installed without its repository's slurm/ folder).
+    """
+    path = SLURM_DIR / name
+    if not path.is_file():
+        raise UserError(
+            f"{path} not found: veritune slurm submit runs the repository's slurm/ scripts; "
+            "use veritune from a checkout of its repository (pip install -e .)"
+        )
+    return str(path)
+
 
 def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
     print("$ " + shlex.join(command), flush=True)
@@ -168,6 +187,8 @@ def _recipe_accelerate_config(recipe: str) -> str | None:
 def submit(args: argparse.Namespace) -> dict[str, str]:
     """Validate the submission, then submit the chain; returns the job id of each stage."""
     build, overrides = validate(args)
+    stages = ["train", *(["build"] if args.build else []), *(["eval"] if args.eval_benchmarks else [])]
+    scripts = {stage: sbatch_script(f"{stage}.sbatch") for stage in stages}  # all found before any submission
     run_dir = args.run_dir or f"{args.run_root}/{Path(args.recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     common = [*args.sbatch_arg, f"--export=ALL,VERITUNE_RUN_DIR={run_dir}"]
     from veritune.slurm_layout import vllm_server_layout
@@ -182,12 +203,10 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
     jobs: dict[str, str] = {}
     dependency: list[str] = []
     if args.build:
-        jobs["build"] = _sbatch(
-            ["sbatch", "--parsable", *common, "slurm/build.sbatch", *build], args.dry_run, "BUILD_JOB"
-        )
+        jobs["build"] = _sbatch(["sbatch", "--parsable", *common, scripts["build"], *build], args.dry_run, "BUILD_JOB")
         dependency = [f"--dependency=afterok:{jobs['build']}"]
     resources = [f"--nodes={nodes}"] + ([f"--gpus-per-node={args.gpus_per_node}"] if args.gpus_per_node else [])
-    train = ["sbatch", "--parsable", *common, *dependency, *resources, "slurm/train.sbatch", args.entry, args.recipe]
+    train = ["sbatch", "--parsable", *common, *dependency, *resources, scripts["train"], args.entry, args.recipe]
     accelerate_config = args.accelerate_config or _recipe_accelerate_config(args.recipe)
     if accelerate_config:
         train.append(accelerate_config)
@@ -200,7 +219,7 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
             "--parsable",
             *common,
             f"--dependency=afterok:{jobs['train']}",
-            "slurm/eval.sbatch",
+            scripts["eval"],
             "run",
             run_dir,
             args.eval_benchmarks,
