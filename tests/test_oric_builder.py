@@ -638,8 +638,10 @@ def test_unreachable_judge_endpoint_is_a_clear_error(world: dict[str, Path], tmp
     assert not (tmp_path / "o.json").exists()
 
 
-def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_path: Path, capsys) -> None:
-    args = [
+def openai_judge_args(world: dict[str, Path], tmp_path: Path, out: Path, *extra: str) -> list[str]:
+    """``veritune build oric`` on the train split with the OpenAI-compatible judge, its cache in ``tmp_path``
+    and no retries; ``extra`` adds the endpoint and counts."""
+    return [
         "build",
         "oric",
         "--annotations",
@@ -647,15 +649,7 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
         "--image-root",
         str(world["train_images"]),
         "--out",
-        str(tmp_path / "o.json"),
-        "--num-yes",
-        "6",
-        "--num-no",
-        "6",
-        "--yes-per-image",
-        "1",
-        "--no-per-image",
-        "1",
+        str(out),
         "--context-judge",
         "openai",
         "--llm-model",
@@ -664,13 +658,17 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
         str(tmp_path / "c.sqlite"),
         "--llm-max-retries",
         "0",
-        "--llm-concurrency",
-        "1",
         "--clip-model",
         str(world["clip"]),
         "--clip-cache",
         str(tmp_path / "clip"),
+        *extra,
     ]
+
+
+def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_path: Path, capsys) -> None:
+    counts = ["--num-yes", "6", "--num-no", "6", "--yes-per-image", "1", "--no-per-image", "1"]
+    args = openai_judge_args(world, tmp_path, tmp_path / "o.json", *counts, "--llm-concurrency", "1")
     answered: list[dict] = []
 
     def flaky(request: dict) -> str | tuple[int, str]:  # five answers, then an outage
@@ -691,34 +689,7 @@ def test_openai_judge_build_resumes_after_an_outage(world: dict[str, Path], tmp_
 
 def test_fully_cached_openai_judge_rebuild_runs_offline(world: dict[str, Path], tmp_path: Path, capsys) -> None:
     def args(out: Path, base_url: str) -> list[str]:
-        return [
-            "build",
-            "oric",
-            "--annotations",
-            str(world["train_annotations"]),
-            "--image-root",
-            str(world["train_images"]),
-            "--out",
-            str(out),
-            "--num-yes",
-            "4",
-            "--num-no",
-            "4",
-            "--context-judge",
-            "openai",
-            "--llm-base-url",
-            base_url,
-            "--llm-model",
-            "judge",
-            "--llm-cache",
-            str(tmp_path / "c.sqlite"),
-            "--llm-max-retries",
-            "0",
-            "--clip-model",
-            str(world["clip"]),
-            "--clip-cache",
-            str(tmp_path / "clip"),
-        ]
+        return openai_judge_args(world, tmp_path, out, "--num-yes", "4", "--num-no", "4", "--llm-base-url", base_url)
 
     with FakeChatServer(lambda request: "No.") as server:
         assert main(args(tmp_path / "first.json", server.base_url)) == 0
