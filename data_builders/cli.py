@@ -45,6 +45,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     world.add_argument(
         "--out-of-context-rate", type=float, default=0.7, help="probability of an object of another scene"
     )
+    world.add_argument(
+        "--instance-attributes",
+        choices=["none", "drawn"],
+        default="none",
+        help="none: each instance has a light or dark shade (the world as before this flag); drawn: also a black "
+        "or white border and a striped or plain pattern, with scene graphs of shade, border and pattern whose one "
+        "negative is the other value, for `build finer-bench --protocol yn` (the letter protocol's multi-attr and "
+        "multi-rel questions need the default graphs' four negatives)",
+    )
     world.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     world.set_defaults(handler=_synthetic_world)
 
@@ -70,9 +79,12 @@ def _synthetic_world(args: argparse.Namespace) -> int:
         "backgrounds": args.backgrounds,
         "in_context_rate": args.in_context_rate,
         "out_of_context_rate": args.out_of_context_rate,
+        "instance_attributes": args.instance_attributes,
     }
     check_world_settings(**settings)  # the flags first, then the output policy, then the drawing
     identity = build_identity("build synthetic-world", {**settings, "seed": args.seed}, {})
+    if args.instance_attributes == "none":  # a default world keeps the identity it had before the flag existed
+        identity["settings"].pop("instance_attributes")
     with claim_output_dir(args.out, identity, force=args.force) as staged:
         paths = build_synthetic_world(staged.path, seed=args.seed, **settings)
     print(json.dumps({key: str(staged.published(value)) for key, value in paths.items()}, indent=2))

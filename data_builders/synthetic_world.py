@@ -7,6 +7,22 @@ are a valid COCO ``instances`` file (``images``, ``annotations`` with ``bbox``/`
 ``categories``) that pycocotools loads. Everything is deterministic given the seed.
 
     veritune build synthetic-world --out outputs/demo/world
+
+Every instance has a shade (light or dark). ``instance_attributes="drawn"``
+(``--instance-attributes drawn``) also gives each instance, independently at random, a border (black or white,
+2 px, the shape's outline) and a pattern (striped: horizontal 2-px stripes every 6 px inside the shape, white
+on a dark shade and black on a light one; or plain): attributes that only the pixels show, for FINER's yes/no
+probe (``veritune build finer-bench --protocol yn``). They come from a generator of their own, so the layout
+(classes, boxes, shades, ``instances.json``, the POPE file) is the default world's for the same seed; the
+default (``"none"``) world is the one drawn before the option existed, byte for byte.
+
+The scene graphs differ by mode. By default an object's attributes are its shade and shape, with other hues
+and other shapes among their negatives, and a relation's negatives are the other directions: guessable from
+the class and from language, the graphs that FINER-Bench's letter protocol (``--protocol mcq``, four
+negatives per entity) and ``veritune build finer`` are built on. In ``"drawn"`` mode the attributes are the
+shade, the border and the pattern, each with the other value as its one negative (the hue is the class's),
+and a relation's one negative is the opposite direction; a negative that another instance of the class (or
+pair of classes) in the image has is left out, so no negative is true of the image.
 """
 
 from __future__ import annotations
@@ -16,7 +32,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw
+from PIL import Image, ImageChops, ImageDraw
 from tqdm import tqdm
 
 from veritune.core.errors import UserError
@@ -53,6 +69,11 @@ COLOUR_NAMES = {
     "apple": "lime",
 }
 SHADES = ("light", "dark")  # the colour variants of every class (an attribute in the scene graphs)
+INSTANCE_ATTRIBUTES = ("none", "drawn")  # what else an instance shows: nothing, or a drawn border and pattern
+BORDERS: dict[str, tuple[int, int, int]] = {"black": (0, 0, 0), "white": (255, 255, 255)}
+PATTERNS = ("striped", "plain")
+BORDER_WIDTH = 2  # px, drawn inside the shape's outline
+STRIPE_WIDTH, STRIPE_PERIOD, STRIPE_OFFSET = 2, 6, 3  # rows of a stripe, rows from one to the next, first row
 SHAPE_WORDS = {"rectangle": "boxy", "ellipse": "round", "triangle": "pointed"}
 # Each scene: a background colour and its three typical classes (the strong prior). The demo's world draws
 # every scene on one grey instead (``backgrounds="shared"``): the scene can then only be told from its objects,
@@ -72,6 +93,7 @@ SECOND_INSTANCE_RATE = 0.15  # a present in-context class gets a second box
 CROWD_RATE = 0.05  # share of boxes marked iscrowd
 RELATIONS = ("is to the left of the", "is to the right of the", "is above the", "is below the")
 EXTRA_RELATION = "is inside the"
+OPPOSITE_RELATIONS = dict(zip(RELATIONS, (RELATIONS[1], RELATIONS[0], RELATIONS[3], RELATIONS[2])))
 POPE_TEMPLATE = "Is there {object} in the image?"  # POPE's question (official coco_pope_*.json files)
 
 
@@ -101,6 +123,59 @@ def _draw(
         draw.ellipse([x, y, x + w, y + h], fill=colour, outline=(0, 0, 0))
     else:
         draw.polygon([(x + w / 2, y), (x, y + h), (x + w, y + h)], fill=colour, outline=(0, 0, 0))
+
+
+def draw_attributed_shape(
+    image: Image.Image,
+    shape: str,
+    box: tuple[float, float, float, float],
+    colour: tuple[int, int, int],
+    *,
+    shade: str,
+    border: str,
+    pattern: str,
+) -> None:
+    """Draw one instance of a ``"drawn"`` world: the shape filled with ``colour``, stripes clipped to it when
+    ``pattern`` is ``"striped"`` (rows ``STRIPE_OFFSET``, ``STRIPE_OFFSET + 1``, ... every ``STRIPE_PERIOD``
+    rows from the box's top row; white on a dark shade, black on a light one) and a ``BORDER_WIDTH``-px outline
+    in the ``border`` colour on top.
+
+    >>> image = Image.new("RGB", (32, 32), (200, 200, 200))
+    >>> draw_attributed_shape(image, "rectangle", (4, 4, 20, 20), (143, 20, 20), shade="dark", border="black",
+    ...                       pattern="striped")
+    >>> image.getpixel((4, 10)), image.getpixel((12, 7)), image.getpixel((12, 9))
+    ((0, 0, 0), (255, 255, 255), (143, 20, 20))
+    """
+    mask = Image.new("L", image.size, 0)  # the shape's pixels, rasterised as its fill
+    for target, fill in ((ImageDraw.Draw(image), colour), (ImageDraw.Draw(mask), 255)):
+        _draw_shape(target, shape, box, fill=fill)
+    if pattern == "striped":
+        rows = Image.new("L", image.size, 0)
+        rows_draw = ImageDraw.Draw(rows)
+        for top in range(int(box[1]) + STRIPE_OFFSET, image.size[1], STRIPE_PERIOD):
+            rows_draw.rectangle([0, top, image.size[0], top + STRIPE_WIDTH - 1], fill=255)
+        stripes = ImageChops.multiply(mask, rows)  # the stripe rows, clipped to the shape
+        image.paste(BORDERS["white" if shade == "dark" else "black"], (0, 0, *image.size), stripes)
+    _draw_shape(ImageDraw.Draw(image), shape, box, outline=BORDERS[border])
+
+
+def _draw_shape(
+    draw: ImageDraw.ImageDraw,
+    shape: str,
+    box: tuple[float, float, float, float],
+    *,
+    fill: tuple[int, int, int] | int | None = None,
+    outline: tuple[int, int, int] | None = None,
+) -> None:
+    """The shape's fill, or its ``BORDER_WIDTH``-px outline (Pillow draws it inside the shape)."""
+    x, y, w, h = box
+    width = BORDER_WIDTH if outline is not None else 0
+    if shape == "rectangle":
+        draw.rectangle([x, y, x + w, y + h], fill=fill, outline=outline, width=width)
+    elif shape == "ellipse":
+        draw.ellipse([x, y, x + w, y + h], fill=fill, outline=outline, width=width)
+    else:
+        draw.polygon([(x + w / 2, y), (x, y + h), (x + w, y + h)], fill=fill, outline=outline, width=width)
 
 
 def _overlap(a: list[float], b: list[float]) -> float:
@@ -136,11 +211,15 @@ def _scene_objects(scene: str, rng: random.Random, rates: tuple[float, float]) -
     return names
 
 
-def _scene_graph(image: dict[str, Any], drawn: list[dict[str, Any]], rng: random.Random) -> dict[str, Any]:
+def _scene_graph(
+    image: dict[str, Any], drawn: list[dict[str, Any]], rng: random.Random, *, drawn_attributes: bool = False
+) -> dict[str, Any]:
     """One FINER-layout scene graph (see ``data_builders/finer/scene_graph.py``) of the drawn objects: each
     class once (its largest box), attributes = its drawn shade and shape, relations between consecutive
     objects from their box centres; negatives are absent classes (in-scene ones first), other colours, other
-    directions."""
+    directions. ``drawn_attributes``: the attributes and relation negatives of a ``"drawn"`` world instead
+    (:func:`use_drawn_attributes`); ``rng`` draws the same either way, so the rest of the world does not
+    change."""
     typical = SCENES[image["scene"]][1]
     firsts: dict[str, dict[str, Any]] = {}
     for obj in drawn:
@@ -177,6 +256,8 @@ def _scene_graph(image: dict[str, Any], drawn: list[dict[str, Any]], rng: random
         rel = spatial_relation(ordered[index]["bbox"], ordered[index + 1]["bbox"])
         objects[index]["parsed_relation"].append({"object_a": index, "rel": rel, "object_b": index + 1})
         objects[index]["neg_relation"].append([r for r in (*RELATIONS, EXTRA_RELATION) if r != rel])
+    if drawn_attributes:
+        use_drawn_attributes(objects, ordered, drawn)
     return {
         "example_id": f"synthetic_{image['file_name'].rsplit('.', 1)[0]}",
         "image": image["file_name"],
@@ -184,9 +265,62 @@ def _scene_graph(image: dict[str, Any], drawn: list[dict[str, Any]], rng: random
     }
 
 
+def use_drawn_attributes(
+    objects: list[dict[str, Any]], ordered: list[dict[str, Any]], drawn: list[dict[str, Any]]
+) -> None:
+    """Give the graph's ``objects`` (the drawn ``ordered`` ones) the attributes only the pixels show.
+
+    Attributes: the shade, the border and the pattern of the class's largest box, each with the other value as
+    its one negative (``with a dark red color``, never another hue: the class fixes the hue). A relation's one
+    negative is the opposite direction (left/right, above/below). A negative is left out when another instance
+    of the class shows it (a second cup with the other border), or, for a relation, when some pair of the two
+    classes' instances lies that way: no negative is true of the image.
+    """
+    instances: dict[str, list[dict[str, Any]]] = {}
+    for obj in drawn:
+        instances.setdefault(obj["name"], []).append(obj)
+    for entry, obj in zip(objects, ordered):
+        name, hue = obj["name"], COLOUR_NAMES[obj["name"]]
+        phrases = {  # attribute -> its two values and its phrase
+            "shade": (SHADES, f"with a {{}} {hue} color"),
+            "border": (tuple(BORDERS), "with a {} border"),
+            "pattern": (PATTERNS, "with a {} pattern"),
+        }
+        entry["attribute"], entry["neg_attribute"] = [], []
+        for key, (values, phrase) in phrases.items():
+            other = values[1 - values.index(obj[key])]
+            entry["attribute"].append(phrase.format(obj[key]))
+            shown = {instance[key] for instance in instances[name]}
+            entry["neg_attribute"].append([] if other in shown else [phrase.format(other)])
+        entry["neg_relation"] = []
+        for relation in entry["parsed_relation"]:
+            opposite = OPPOSITE_RELATIONS[relation["rel"]]
+            pairs = [
+                (a["bbox"], b["bbox"])
+                for a in instances[name]
+                for b in instances[ordered[relation["object_b"]]["name"]]
+            ]
+            entry["neg_relation"].append([] if any(_lies(a, b, opposite) for a, b in pairs) else [opposite])
+
+
+def _lies(box_a: list[float], box_b: list[float], relation: str) -> bool:
+    """Does box a's centre lie on the ``relation`` side of box b's at all (not only along the larger offset)?"""
+    (xa, ya, wa, ha), (xb, yb, wb, hb) = box_a, box_b
+    dx, dy = (xa + wa / 2) - (xb + wb / 2), (ya + ha / 2) - (yb + hb / 2)
+    return {RELATIONS[0]: dx < 0, RELATIONS[1]: dx > 0, RELATIONS[2]: dy < 0, RELATIONS[3]: dy > 0}[relation]
+
+
 def _split(
-    out_dir: Path, split: str, num_images: int, rng: random.Random, image_size: int, look: dict[str, Any]
+    out_dir: Path,
+    split: str,
+    num_images: int,
+    rng: random.Random,
+    image_size: int,
+    look: dict[str, Any],
+    attribute_rng: random.Random | None = None,
 ) -> dict[str, Path]:
+    """Draw one split; ``attribute_rng`` (a ``"drawn"`` world) draws each instance's border and pattern, after
+    ``rng`` has drawn the layout, so that ``rng``'s sequence is the default world's."""
     category_ids = {name: index + 1 for index, (name, _, _) in enumerate(CATEGORIES)}
     styles = {name: (shape, colour) for name, shape, colour in CATEGORIES}
     image_dir = out_dir / split / "images"
@@ -220,10 +354,25 @@ def _split(
                     "area": round(w * h, 2),
                 }
             )
+            if attribute_rng is not None:
+                drawn[-1]["border"] = attribute_rng.choice(tuple(BORDERS))
+                drawn[-1]["pattern"] = attribute_rng.choice(PATTERNS)
         drawn.sort(key=lambda o: -o["area"])  # larger objects first, so smaller ones are drawn on top and stay visible
         for obj in drawn:
             x, y, w, h = obj["bbox"]
-            _draw(draw, obj["shape"], (x, y, w, h), shade_colour(styles[obj["name"]][1], obj["shade"]))
+            fill = shade_colour(styles[obj["name"]][1], obj["shade"])
+            if attribute_rng is None:
+                _draw(draw, obj["shape"], (x, y, w, h), fill)
+            else:
+                draw_attributed_shape(
+                    image,
+                    obj["shape"],
+                    (x, y, w, h),
+                    fill,
+                    shade=obj["shade"],
+                    border=obj["border"],
+                    pattern=obj["pattern"],
+                )
             annotations.append(
                 {
                     "id": len(annotations) + 1,
@@ -239,7 +388,7 @@ def _split(
         image.save(image_dir / file_name, quality=90)
         record = {"id": image_id, "file_name": file_name, "width": width, "height": height, "scene": scene}
         images.append(record)
-        graphs.append(_scene_graph(record, drawn, rng))
+        graphs.append(_scene_graph(record, drawn, rng, drawn_attributes=attribute_rng is not None))
     categories = [{"id": category_ids[name], "name": name, "supercategory": "object"} for name, _, _ in CATEGORIES]
     annotation_file = out_dir / split / "instances.json"
     atomic_write_json(
@@ -290,6 +439,7 @@ def check_world_settings(
     backgrounds: str,
     in_context_rate: float,
     out_of_context_rate: float,
+    instance_attributes: str = "none",
 ) -> None:
     """The world's settings, checked before anything is drawn or written (one line naming the setting)."""
     counts = {"num_train_images": num_train_images, "num_val_images": num_val_images, "num_dev_images": num_dev_images}
@@ -300,6 +450,10 @@ def check_world_settings(
         raise UserError(f"image_size: expected a positive number of pixels, got {image_size}")
     if backgrounds not in BACKGROUNDS:
         raise UserError(f"backgrounds: expected one of {', '.join(BACKGROUNDS)}, got {backgrounds!r}")
+    if instance_attributes not in INSTANCE_ATTRIBUTES:
+        raise UserError(
+            f"instance_attributes: expected one of {', '.join(INSTANCE_ATTRIBUTES)}, got {instance_attributes!r}"
+        )
     for key, rate in (("in_context_rate", in_context_rate), ("out_of_context_rate", out_of_context_rate)):
         if not 0.0 <= rate <= 1.0:
             raise UserError(f"{key}: expected a probability in [0, 1], got {rate}")
@@ -316,6 +470,7 @@ def build_synthetic_world(
     backgrounds: str = "shared",
     in_context_rate: float = IN_CONTEXT_RATE,
     out_of_context_rate: float = OUT_OF_CONTEXT_RATE,
+    instance_attributes: str = "none",
 ) -> dict[str, Path]:
     """Draw a train and a val split with COCO-format annotations, scene graphs and a POPE-random-style file.
 
@@ -328,6 +483,10 @@ def build_synthetic_world(
     of the objects (docs/RESULTS.md). About 5% of boxes are
     ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
     ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
+
+    ``instance_attributes="drawn"`` also draws a border and a pattern on every instance, from a generator of its
+    own seeded by ``seed``, and writes scene graphs of the attributes only the pixels show (module docstring);
+    the layout, ``instances.json`` and the POPE file are those of the default ``"none"`` world.
 
     ``num_dev_images > 0`` adds a third split, ``dev``, drawn after the other two (so train and val do not
     change): images from the same distribution that neither training nor the benchmarks see, on which
@@ -346,12 +505,15 @@ def build_synthetic_world(
         backgrounds=backgrounds,
         in_context_rate=in_context_rate,
         out_of_context_rate=out_of_context_rate,
+        instance_attributes=instance_attributes,
     )
     look = {"backgrounds": backgrounds, "rates": (in_context_rate, out_of_context_rate)}
-    paths = _split(out_dir, "train", num_train_images, rng, image_size, look)
-    paths.update(_split(out_dir, "val", num_val_images, rng, image_size, look))
+    # The border and pattern draws come from a second generator: the layout's sequence stays the default's.
+    attribute_rng = random.Random(f"{seed}:instance-attributes") if instance_attributes == "drawn" else None
+    paths = _split(out_dir, "train", num_train_images, rng, image_size, look, attribute_rng)
+    paths.update(_split(out_dir, "val", num_val_images, rng, image_size, look, attribute_rng))
     if num_dev_images > 0:
-        paths.update(_split(out_dir, "dev", num_dev_images, rng, image_size, look))
+        paths.update(_split(out_dir, "dev", num_dev_images, rng, image_size, look, attribute_rng))
     return paths
 
 

@@ -248,6 +248,45 @@ def test_cli_builds_the_probe_and_keeps_the_mcq_build_identity(tmp_path: Path, c
     assert "protocol" not in mcq and "anchors_per_image" not in mcq and mcq["max_objects"] == 6
 
 
+def test_a_drawn_world_fills_all_seven_levels_with_image_only_negatives(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """``build synthetic-world --instance-attributes drawn``: three attributes (shade, border, pattern) and a
+    relation per anchor, so every sample fills L1-L7; each negative swaps one value for its other one (never a
+    hue). The letter protocol builds what four negatives allow and counts the rest; FINER-Tuning tuples build."""
+    from data_builders.synthetic_world import build_synthetic_world
+
+    world = build_synthetic_world(
+        tmp_path / "world", num_train_images=1, num_val_images=12, seed=0, instance_attributes="drawn"
+    )
+    bench = ["build", "finer-bench", "--scene-graphs", str(world["val_scene_graphs"])]
+    bench += ["--image-root", str(world["val_images"])]
+    assert main([*bench, "--protocol", "yn", "--out", str(tmp_path / "yn.csv")]) == 0
+    manifest = json.loads((tmp_path / "yn.manifest.json").read_text())
+    assert manifest["counts"]["pairs_by_level"] == {f"L{level}": 12 for level in range(1, 8)}
+    assert manifest["skipped"] == {}
+    swaps = [{"light", "dark"}, {"black", "white"}, {"striped", "plain"}, {"left", "right"}, {"above", "below"}]
+    with (tmp_path / "yn.csv").open() as handle:
+        rows = list(csv.DictReader(handle))
+    for pos, neg in zip(rows[::2], rows[1::2]):
+        if neg["level"] in ("1", "6"):  # a negative object: an absent class
+            continue
+        changed = [(a, b) for a, b in zip(pos["question"].split(), neg["question"].split()) if a != b]
+        assert len(changed) == 1 and set(changed[0]) in swaps, (pos["question"], neg["question"])
+    capsys.readouterr()
+    assert main([*bench, "--out", str(tmp_path / "mcq.csv")]) == 0  # the letter protocol: what it can, counted
+    out = capsys.readouterr().out
+    assert '"multi_obj_k1": 12' in out and '"multi_attr_k1_not_enough_entities_or_negatives": 12' in out
+    with pytest.raises(SystemExit) as refused:
+        main([*bench, "--settings", "multi_attr", "--out", str(tmp_path / "attr.csv")])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "no MCQ could be built" in err and len(err.strip().splitlines()) == 1
+    finer = ["build", "finer", "--scene-graphs", str(world["val_scene_graphs"])]
+    assert main([*finer, "--image-root", str(world["val_images"]), "--out", str(tmp_path / "tuples")]) == 0
+    built = json.loads((tmp_path / "tuples" / "manifest.json").read_text())["counts"]["by_subset"]
+    assert all(built[subset] > 0 for subset in ("obj", "attr", "rel", "wh")), built
+
+
 # ---- the scorer
 
 
