@@ -21,6 +21,7 @@ from eval_hooks.evaluate import (
 from eval_hooks.registry import BENCHMARKS
 from veritune.cli import command_help
 from veritune.core.errors import UserError
+from veritune.core.images import BLIND_FILL
 from veritune.core.io import atomic_write_json
 
 STRICT_HELP = (
@@ -53,6 +54,25 @@ def summary_table(results: dict[str, dict[str, Any]]) -> str:
     ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def parse_blind_fill(text: str) -> tuple[int, int, int]:
+    """``"128,128,128"`` -> ``(128, 128, 128)``: the blind control's colour; anything but three whole
+    numbers from 0 to 255 is a one-line error naming ``--blind-fill``."""
+    parts = [part.strip() for part in str(text).split(",")]
+    if len(parts) != 3 or not all(part.isascii() and part.isdigit() and int(part) <= 255 for part in parts):
+        raise UserError(f"--blind-fill {text!r}: expected R,G,B, three whole numbers from 0 to 255, e.g. 128,128,128")
+    red, green, blue = (int(part) for part in parts)
+    return red, green, blue
+
+
+def blind_fill_of(args: argparse.Namespace) -> tuple[int, int, int] | None:
+    """The colour of ``--blind``'s blanks (``--blind-fill``, else mid-grey); None without ``--blind``."""
+    if args.blind_fill is not None and not args.blind:
+        raise UserError("--blind-fill: sets the colour of --blind's blank images; add --blind")
+    if not args.blind:
+        return None
+    return parse_blind_fill(args.blind_fill) if args.blind_fill is not None else BLIND_FILL
 
 
 def _add_judge_arguments(parser: argparse.ArgumentParser) -> None:
@@ -129,6 +149,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--force", action="store_true", help="start over predictions in OUT made by another model, data or settings"
     )
     run.add_argument(
+        "--blind",
+        action="store_true",
+        help="blind control: every image a benchmark shows is replaced by a blank of the same size in one "
+        "constant colour (--blind-fill), so what the model scores comes from the words alone; recorded in "
+        "metrics.json and printed",
+    )
+    run.add_argument(
+        "--blind-fill",
+        metavar="R,G,B",
+        help=f"colour of --blind's blank images, three whole numbers 0-255 (with --blind, default: "
+        f"{','.join(map(str, BLIND_FILL))})",
+    )
+    run.add_argument(
         "--report-to",
         choices=["none", "wandb"],
         default="none",
@@ -182,27 +215,33 @@ def _prepare(args: argparse.Namespace) -> list:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eval_hooks.runner import get_backend, process_state
+    from eval_hooks.runner import blind_label, get_backend, process_state
 
+    blind_fill = blind_fill_of(args)
     prepared = _prepare(args)  # before the model loads: a wrong path fails fast
     judge = _judge(args)
     from eval_hooks.evaluate import require_judges
 
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
-    backend = get_backend(args.backend, args.model, args.dtype)
+    backend = get_backend(args.backend, args.model, args.dtype, blind_fill=blind_fill)
     results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force)
     if process_state().is_main_process:
+        if blind_fill is not None:
+            print(blind_label(blind_fill))
         print(summary_table(results))
         print(f"results: {args.out}/<benchmark>/metrics.json")
         if args.report_to == "wandb":
-            log_eval_to_wandb(Path(args.model), results, args.out)
+            log_eval_to_wandb(Path(args.model), results, args.out, blind_fill=blind_fill)
     return 0
 
 
-def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path) -> str:
+def log_eval_to_wandb(
+    model: Path, results: dict[str, dict[str, Any]], out: Path, *, blind_fill: tuple[int, int, int] | None = None
+) -> str:
     """Log ``eval run`` results to W&B: into the training run when ``model`` is a run directory or one of its
     ``checkpoint-N`` folders (its ``wandb_run.json``), at that step; else into a new run whose files go
-    under ``out``. Returns the run id."""
+    under ``out``. A blind control (``blind_fill``) logs under ``eval/<benchmark>_blind/``, beside the real
+    images' metrics and never over them. Returns the run id."""
     import wandb
 
     from eval_hooks.callback import wandb_payload
@@ -217,14 +256,16 @@ def log_eval_to_wandb(model: Path, results: dict[str, dict[str, Any]], out: Path
         run = wandb.init(
             project=os.environ.get("WANDB_PROJECT") or "veritune",
             job_type="eval",
-            name=f"eval-{model.name}",
-            config={"model": str(model)},
+            name=f"eval-{model.name}" + ("-blind" if blind_fill is not None else ""),
+            config={"model": str(model), "blind_fill": list(blind_fill) if blind_fill is not None else None},
             dir=str(out),
         )
         run.define_metric("train/global_step")
         run.define_metric("eval/*", step_metric="train/global_step")
     if step is None and (run_dir / "trainer_state.json").is_file():  # the final model of a run: its last step
         step = json.loads((run_dir / "trainer_state.json").read_text(encoding="utf-8")).get("global_step")
+    if blind_fill is not None:
+        results = {f"{name}_blind": result for name, result in results.items()}
     run.log(wandb_payload(results, step or 0, wandb))
     run_id = run.id
     run.finish()

@@ -304,14 +304,17 @@ def evaluate_prepared(
 ) -> dict[str, Any]:
     """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl`` when it was made by
     the same model on the same items with the same settings; ``force`` starts a different one over) and
-    score it.
+    score it. ``generation.blind`` in the result is ``{"fill": [R, G, B]}`` when the backend is a blind
+    control (every image a blank of its size), else None.
 
     Every process of a distributed run calls this; the main process scores, writes ``metrics.json`` and
     returns the result, the others return ``{}``.
     """
     bench_dir = Path(out_dir) / prepared.name
+    blind_fill = getattr(backend, "blind_fill", None)
+    desc = f"{prepared.name} (blind)" if blind_fill is not None else prepared.name
     predictions = run_items(
-        backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=prepared.name, force=force
+        backend, prepared.items, bench_dir / PREDICTIONS_FILE, batch_size=batch_size, desc=desc, force=force
     )
     if not process_state().is_main_process:
         return {}
@@ -337,6 +340,7 @@ def evaluate_prepared(
         "greedy": True,
         "batch_size": batch_size,
         "max_new_tokens": prepared.max_new_tokens or sorted({item.max_new_tokens for item in prepared.items}),
+        "blind": {"fill": list(blind_fill)} if blind_fill is not None else None,
     }
     result["provenance"] = predictions_provenance(backend, prepared.items)
     result["missing_images"] = missing[:100]

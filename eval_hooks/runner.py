@@ -20,6 +20,10 @@ Backends: :class:`TransformersBackend` (default: left padding, greedy, a live mo
 :class:`ColocatedVLLMBackend` (the eval hook on a run with colocated vLLM rollouts: the trainer's own engine,
 its weights synced from the training model first). The suite runs both vLLM backends' code against a
 recording stand-in for the ``vllm`` package (tests/fake_vllm.py): no GPU here.
+
+Blind control (``eval run --blind``): a transformers or vLLM backend given ``blind_fill`` shows the model, in
+place of every image, a blank of that image's size in that one colour
+(``veritune.core.images.load_image_cached``); the predictions header records it.
 """
 
 from __future__ import annotations
@@ -112,9 +116,21 @@ def items_fingerprint(items: list[EvalItem]) -> str:
     return digest.hexdigest()
 
 
+def blind_label(fill: tuple[int, int, int] | list[int]) -> str:
+    """How a blind control is named where it is printed: ``blind control: images replaced by a blank
+    128,128,128 of the same size``."""
+    return f"blind control: images replaced by a blank {','.join(map(str, fill))} of the same size"
+
+
 def predictions_provenance(backend: Any, items: list[EvalItem]) -> dict[str, Any]:
-    """The header of a predictions file made by ``backend`` on ``items``."""
+    """The header of a predictions file made by ``backend`` on ``items``. A blind control's backend
+    (``blind_fill`` set) adds ``generation.blind = {"fill": [R, G, B]}``, so its answers and those to the
+    real images never share a file; a run on the real images writes no such key (older files resume)."""
     model_path = getattr(backend, "model_path", None)
+    generation: dict[str, Any] = {"backend": backend.name, "dtype": getattr(backend, "dtype", None), "greedy": True}
+    fill = getattr(backend, "blind_fill", None)
+    if fill is not None:
+        generation["blind"] = {"fill": list(fill)}
     return {
         "model": {
             "name": backend.model_name,
@@ -122,8 +138,14 @@ def predictions_provenance(backend: Any, items: list[EvalItem]) -> dict[str, Any
             "sha256": model_fingerprint(model_path),
         },
         "data": {"items": len(items), "sha256": items_fingerprint(items)},
-        "generation": {"backend": backend.name, "dtype": getattr(backend, "dtype", None), "greedy": True},
+        "generation": generation,
     }
+
+
+def _images_shown(blind: dict[str, Any] | None) -> str:
+    if not isinstance(blind, dict):
+        return "the real images"
+    return f"blank {','.join(map(str, blind.get('fill', [])))} images (a blind control)"
 
 
 def provenance_mismatch(previous: dict[str, Any] | None, current: dict[str, Any]) -> str | None:
@@ -142,6 +164,9 @@ def provenance_mismatch(previous: dict[str, Any] | None, current: dict[str, Any]
         )
     if (previous.get("data") or {}).get("sha256") != current["data"]["sha256"]:
         return "it was made on other benchmark data (other file, --limit or --max-new-tokens)"
+    old_blind, new_blind = (previous.get("generation") or {}).get("blind"), current["generation"].get("blind")
+    if old_blind != new_blind:
+        return f"it holds answers to {_images_shown(old_blind)}; this run shows {_images_shown(new_blind)}"
     if previous.get("generation") != current["generation"]:
         return f"it was made with other generation settings ({previous.get('generation')})"
     return None
@@ -240,14 +265,23 @@ def left_padding(processor: Any) -> Iterator[None]:
 
 @torch.no_grad()
 def generate_batch(
-    model: Any, processor: Any, batch: list[EvalItem], *, synced_gpus: bool = False, image_cache: bool = True
+    model: Any,
+    processor: Any,
+    batch: list[EvalItem],
+    *,
+    synced_gpus: bool = False,
+    image_cache: bool = True,
+    blind_fill: tuple[int, int, int] | None = None,
 ) -> list[str]:
     """Greedy answers to one batch of items that share a budget and a number of images.
 
     ``synced_gpus`` keeps every process stepping until all have finished, as DeepSpeed ZeRO-3 needs.
+    ``blind_fill``: every image is a blank of its size in that colour (a blind control).
     """
     texts = [chat_prompt(processor, item) for item in batch]
-    images = [load_image_cached(path, cache=image_cache) for item in batch for path in item.images]
+    images = [
+        load_image_cached(path, cache=image_cache, blind_fill=blind_fill) for item in batch for path in item.images
+    ]
     tokenizer = getattr(processor, "tokenizer", processor)
     with left_padding(processor):
         inputs = processor(text=texts, images=images or None, padding=True, return_tensors="pt").to(model.device)
@@ -269,7 +303,8 @@ class Backend(Protocol):
 
 
 class TransformersBackend:
-    """Generation with a transformers model: a live one (the training callback) or a loaded checkpoint."""
+    """Generation with a transformers model: a live one (the training callback) or a loaded checkpoint.
+    With ``blind_fill``, a blind control: every image is a blank of its size in that colour."""
 
     name = "transformers"
 
@@ -282,8 +317,10 @@ class TransformersBackend:
         model_name: str | None = None,
         image_cache: bool = True,
         model_path: str | Path | None = None,
+        blind_fill: tuple[int, int, int] | None = None,
     ) -> None:
         self.model = model
+        self.blind_fill = blind_fill
         self.model_path = model_path  # the checkpoint these weights came from (fingerprinted in predictions files)
         parameter = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
         self.dtype = str(parameter.dtype).removeprefix("torch.") if parameter is not None else None
@@ -296,24 +333,37 @@ class TransformersBackend:
         )
 
     @classmethod
-    def from_pretrained(cls, model_path: str | Path, dtype: str = "auto") -> TransformersBackend:
+    def from_pretrained(
+        cls, model_path: str | Path, dtype: str = "auto", *, blind_fill: tuple[int, int, int] | None = None
+    ) -> TransformersBackend:
         model, processor = load_model(model_path, dtype)
-        return cls(model, processor, model_name=str(model_path), model_path=model_path)
+        return cls(model, processor, model_name=str(model_path), model_path=model_path, blind_fill=blind_fill)
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
         return generate_batch(
-            self.model, self.processor, batch, synced_gpus=self.synced_gpus, image_cache=self.image_cache
+            self.model,
+            self.processor,
+            batch,
+            synced_gpus=self.synced_gpus,
+            image_cache=self.image_cache,
+            blind_fill=self.blind_fill,
         )
 
 
-def vllm_requests(processor: Any, batch: list[EvalItem], image_cache: bool = True) -> list[dict[str, Any]]:
-    """vLLM prompts for a batch: the chat-templated text (as with transformers) and the items' images."""
+def vllm_requests(
+    processor: Any,
+    batch: list[EvalItem],
+    image_cache: bool = True,
+    blind_fill: tuple[int, int, int] | None = None,
+) -> list[dict[str, Any]]:
+    """vLLM prompts for a batch: the chat-templated text (as with transformers) and the items' images
+    (``blind_fill``: blanks of their sizes, as :func:`generate_batch`)."""
     requests = []
     for item in batch:
         request: dict[str, Any] = {"prompt": chat_prompt(processor, item)}
         if item.images:
             request["multi_modal_data"] = {
-                "image": [load_image_cached(path, cache=image_cache) for path in item.images]
+                "image": [load_image_cached(path, cache=image_cache, blind_fill=blind_fill) for path in item.images]
             }
         requests.append(request)
     return requests
@@ -347,6 +397,7 @@ class VLLMBackend:
         max_images_per_prompt: int = 8,
         tensor_parallel_size: int = 1,
         gpu_memory_utilization: float = 0.9,
+        blind_fill: tuple[int, int, int] | None = None,
     ) -> None:
         from veritune.core.gpu import require_vllm
 
@@ -369,9 +420,11 @@ class VLLMBackend:
         self.model_name = str(model_path)
         self.model_path = model_path
         self.dtype = dtype
+        self.blind_fill = blind_fill
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
-        outputs = self.llm.generate(vllm_requests(self.processor, batch), greedy_params(batch), use_tqdm=False)
+        requests = vllm_requests(self.processor, batch, blind_fill=self.blind_fill)
+        outputs = self.llm.generate(requests, greedy_params(batch), use_tqdm=False)
         return [output.outputs[0].text for output in outputs]
 
 
@@ -445,12 +498,15 @@ class ColocatedVLLMBackend:
         return texts
 
 
-def get_backend(name: str, model_path: str | Path, dtype: str = "auto") -> Backend:
-    """A backend by name (``transformers`` or ``vllm``) for a checkpoint directory or hub id."""
+def get_backend(
+    name: str, model_path: str | Path, dtype: str = "auto", *, blind_fill: tuple[int, int, int] | None = None
+) -> Backend:
+    """A backend by name (``transformers`` or ``vllm``) for a checkpoint directory or hub id; with
+    ``blind_fill``, one that shows every image as a blank of its size in that colour (a blind control)."""
     if name == "transformers":
-        return TransformersBackend.from_pretrained(model_path, dtype)
+        return TransformersBackend.from_pretrained(model_path, dtype, blind_fill=blind_fill)
     if name == "vllm":
-        return VLLMBackend(model_path, dtype=dtype)
+        return VLLMBackend(model_path, dtype=dtype, blind_fill=blind_fill)
     raise UserError(f"--backend: unknown backend {name!r}; choose transformers or vllm")
 
 

@@ -146,6 +146,26 @@ CLI_CASES = [
         "predictions file not found",
     ),
     (
+        "run-blind-fill-out-of-range",
+        "eval run --model unused --benchmarks oric_bench --data oric_bench={bench} --out {tmp}/o --blind "
+        "--blind-fill 300,0,0",
+        2,
+        "--blind-fill '300,0,0': expected R,G,B, three whole numbers from 0 to 255",
+    ),
+    (
+        "run-blind-fill-not-three-numbers",
+        "eval run --model unused --benchmarks oric_bench --data oric_bench={bench} --out {tmp}/o --blind "
+        "--blind-fill grey",
+        2,
+        "--blind-fill 'grey': expected R,G,B",
+    ),
+    (
+        "run-blind-fill-without-blind",
+        "eval run --model unused --benchmarks oric_bench --data oric_bench={bench} --out {tmp}/o --blind-fill 0,0,0",
+        2,
+        "--blind-fill: sets the colour of --blind's blank images; add --blind",
+    ),
+    (
         "slurm-nodes-0",
         "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --nodes 0 --dry-run",
         2,
