@@ -7,12 +7,32 @@ The file is W&B's 7-byte header followed by a LevelDB-style log (32 KiB blocks; 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 _BLOCK = 32 * 1024
 _FULL, _FIRST, _MIDDLE, _LAST = 1, 2, 3, 4
+_WRITTEN = '"stream: all finished"'  # W&B's service logs this once it has closed the run's file
+_WAIT_S = 60.0
+
+
+def _newest_run_file(run_dir: str | Path) -> Path:
+    """The newest ``run-*.wandb`` under ``run_dir``, once W&B's service has finished writing it.
+
+    ``run.finish()`` can return before the service (another process) has flushed the last records to the
+    file; on a loaded machine a test then read a file without its history. The service's
+    ``logs/debug-internal.log`` beside the file says when the stream is closed: wait for that line (at most
+    ``_WAIT_S`` seconds; a run without that log is read as it is)."""
+    files = sorted(Path(run_dir).rglob("run-*.wandb"), key=lambda p: p.stat().st_mtime)
+    if not files:
+        raise FileNotFoundError(f"no offline W&B run under {run_dir}")
+    log = files[-1].parent / "logs" / "debug-internal.log"
+    deadline = time.monotonic() + _WAIT_S
+    while log.is_file() and _WRITTEN not in log.read_text(errors="replace") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return files[-1]
 
 
 def _chunks(data: bytes) -> Iterator[bytes]:
@@ -44,12 +64,8 @@ def offline_history(run_dir: str | Path) -> list[dict[str, Any]]:
     a directory containing one)."""
     from wandb.proto import wandb_internal_pb2
 
-    run_dir = Path(run_dir)
-    files = sorted(run_dir.rglob("run-*.wandb"), key=lambda p: p.stat().st_mtime)
-    if not files:
-        raise FileNotFoundError(f"no offline W&B run under {run_dir}")
     rows = []
-    for chunk in _chunks(files[-1].read_bytes()):
+    for chunk in _chunks(_newest_run_file(run_dir).read_bytes()):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(chunk)
         if record.WhichOneof("record_type") == "history":
@@ -63,9 +79,8 @@ def offline_config(run_dir: str | Path) -> dict[str, Any]:
     """The run config of the newest offline run under ``run_dir``, as last updated."""
     from wandb.proto import wandb_internal_pb2
 
-    files = sorted(Path(run_dir).rglob("run-*.wandb"), key=lambda p: p.stat().st_mtime)
     config: dict[str, Any] = {}
-    for chunk in _chunks(files[-1].read_bytes()):
+    for chunk in _chunks(_newest_run_file(run_dir).read_bytes()):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(chunk)
         kind = record.WhichOneof("record_type")
