@@ -43,6 +43,7 @@ from transformers.trainer_callback import CallbackHandler
 from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges, resolve_paths
 from eval_hooks.registry import expand_presets, get_benchmark
 from veritune.core.errors import UserError
+from veritune.core.images import load_image_cached
 from veritune.core.run_layout import checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
@@ -61,12 +62,16 @@ def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, 
         if scalars:
             payload.update(flat_metrics(name, result))
         tables = {**result.get("tables", {}), "samples": result.get("samples", [])}
+        blind = (result.get("generation") or {}).get("blind")  # a blind control: show the blank the model saw
+        fill = tuple(blind["fill"]) if isinstance(blind, dict) and blind.get("fill") else None
         for table_name, rows in tables.items():
             if rows:
                 columns = list(dict.fromkeys(key for row in rows for key in row))
                 data = [
                     [
-                        _image_cell(row.get(column), wandb) if column == "image" else _cell(row.get(column))
+                        _image_cell(row.get(column), wandb, blind_fill=fill)
+                        if column == "image"
+                        else _cell(row.get(column))
                         for column in columns
                     ]
                     for row in rows
@@ -76,17 +81,22 @@ def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, 
     return payload
 
 
-def _image_cell(path: Any, wandb: Any, size: int = 256) -> Any:
-    """A ``wandb.Image`` thumbnail (longest side ``size``) of a sample's image; None when it cannot be read."""
+def _image_cell(path: Any, wandb: Any, size: int = 256, blind_fill: tuple[int, ...] | None = None) -> Any:
+    """A ``wandb.Image`` thumbnail (longest side ``size``) of a sample's image, or with ``blind_fill`` of the
+    blank a blind control showed in its place; None when it cannot be read."""
     if not path:
         return None
     try:
         from PIL import Image
 
-        with Image.open(path) as image:
-            image = image.convert("RGB")
-            image.thumbnail((size, size))
-            return wandb.Image(image, caption=Path(path).name)
+        if blind_fill is not None:
+            image = load_image_cached(path, cache=False, blind_fill=blind_fill)
+            caption = f"{Path(path).name} (blind control: blank {','.join(map(str, blind_fill))})"
+        else:
+            with Image.open(path) as raw:
+                image, caption = raw.convert("RGB"), Path(path).name
+        image.thumbnail((size, size))
+        return wandb.Image(image, caption=caption)
     except (OSError, ValueError):
         return None
 

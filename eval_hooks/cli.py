@@ -299,7 +299,7 @@ def _watch(args: argparse.Namespace) -> int:
 
 def _score(args: argparse.Namespace) -> int:
     from eval_hooks.evaluate import resolve_paths
-    from eval_hooks.runner import PREDICTIONS_FILE
+    from eval_hooks.runner import PREDICTIONS_FILE, blind_label
 
     names = parse_benchmark_names(args.benchmarks)
     data = parse_data_overrides(args.data, benchmarks=names)
@@ -323,6 +323,10 @@ def _score(args: argparse.Namespace) -> int:
         )
         atomic_write_json(metrics_path, result)
         results[name] = result | {"metrics_path": str(metrics_path)}
+    for blind in dict.fromkeys(
+        tuple(result["generation"]["blind"].get("fill", [])) for result in results.values() if "generation" in result
+    ):
+        print(blind_label(blind) + " (from the predictions' header)")
     print(summary_table(results))
     for name, result in results.items():
         print(f"{name}: {result['metrics_path']}")

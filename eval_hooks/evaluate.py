@@ -21,7 +21,7 @@ from eval_hooks.runner import (
     Backend,
     predictions_provenance,
     process_state,
-    read_predictions,
+    read_predictions_file,
     run_items,
 )
 from veritune.core.errors import UserError
@@ -377,16 +377,21 @@ def rescore(
     judge: AnswerJudge | None = None,
     strict_official: bool = False,
 ) -> dict[str, Any]:
-    """Score an existing predictions file without loading any model (``veritune eval score``)."""
+    """Score an existing predictions file without loading any model (``veritune eval score``). When the
+    file's header says a blind control made it, the result keeps that mark as ``generation.blind``."""
     benchmark = get_benchmark(name)
     items = limit_items(load_items(name, benchmark, data_path, image_root), limit, by_pair=benchmark.limit_by_pair)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
-    predictions = read_predictions(predictions_path)
+    header, predictions = read_predictions_file(predictions_path)
     for item in items:  # answered, so its images were there when it was generated: scoring needs no image
         if item.id in predictions:
             item.missing_images = []
-    return score_benchmark(name, items, predictions, judge, strict_official)
+    result = score_benchmark(name, items, predictions, judge, strict_official)
+    blind = ((header or {}).get("generation") or {}).get("blind")
+    if isinstance(blind, dict):
+        result["generation"] = {"blind": blind}
+    return result
 
 
 def headline_metrics(result: dict[str, Any]) -> dict[str, float]:

@@ -68,3 +68,17 @@ def test_demo_prints_the_before_after_table(demo: dict[str, object]) -> None:
         row = _row(demo, benchmark, metric)
         assert row["low"] <= row["high"], row
         assert f"{benchmark} {metric}" in stdout
+
+
+def test_demo_reports_finers_yes_no_probe_before_and_after_dpo(demo: dict[str, object]) -> None:
+    # FINER's yes/no probe (FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1) from the DPO run's eval hook: the rows
+    # are there and measured on the same pairs before and after. No gain is asserted: the miniature does not
+    # reach the +10 points a FINER effect needs (its base does not see per-instance attributes; docs/RESULTS.md,
+    # "Which attributes the tiny base can learn to see, and how fast").
+    stdout = str(demo["stdout"])
+    for metric in ("neg_accuracy_l3_l7", "paired_accuracy", "pos_accuracy"):
+        row = _row(demo, "finer_yn", metric)
+        assert row["trained_by"] == "dpo" and row["low"] <= row["high"], row
+        assert abs(row["trained"] - row["base"] - row["difference"]) < 1e-6, row
+        assert f"finer_yn {metric}" in stdout
+    assert "finer_yn: the probe's levels here are L1, L2, L3 " in stdout  # two attributes per object in this world

@@ -127,6 +127,17 @@ def test_blind_run_shows_blanks_records_and_prints_it(
     header, blind_predictions = read_predictions_file(tmp_path / "blind" / "oric_bench" / "predictions.jsonl")
     assert header["generation"]["blind"] == {"fill": [128, 128, 128]} and len(blind_predictions) == 8
 
+    # Scored again without a model, the blind control keeps its mark (from the predictions' header) and says so.
+    score = ["eval", "score", "--benchmarks", "oric_bench", "--data-root", str(oric), "--limit", "2"]
+    assert main([*score, "--predictions", str(tmp_path / "blind"), "--out", str(tmp_path / "rescored")]) == 0
+    rescored = json.loads((tmp_path / "rescored" / "oric_bench" / "metrics.json").read_text())
+    assert rescored["generation"] == {"blind": {"fill": [128, 128, 128]}}
+    assert rescored["metrics"] == metrics["metrics"]
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0] == (
+        "blind control: images replaced by a blank 128,128,128 of the same size (from the predictions' header)"
+    )
+
     # The same questions on a copy whose images really are grey blanks, with no --blind: the same answers.
     blank_root = tmp_path / "blank_benchmarks"
     shutil.copytree(oric, blank_root)
@@ -139,6 +150,8 @@ def test_blind_run_shows_blanks_records_and_prints_it(
     real_header, real_predictions = read_predictions_file(tmp_path / "real" / "oric_bench" / "predictions.jsonl")
     assert real_predictions == blind_predictions
     assert "blind" not in real_header["generation"]  # a run on the real images writes the header it always did
+    assert main([*score, "--predictions", str(tmp_path / "real"), "--out", str(tmp_path / "rescored_real")]) == 0
+    assert "generation" not in json.loads((tmp_path / "rescored_real" / "oric_bench" / "metrics.json").read_text())
     assert json.loads((tmp_path / "real" / "oric_bench" / "metrics.json").read_text())["generation"]["blind"] is None
     assert "blind control" not in capsys.readouterr().out
 
@@ -167,3 +180,27 @@ def test_blind_results_go_to_wandb_beside_the_real_ones(tmp_path: Path, monkeypa
     rows = [row for row in offline_history(checkpoint.parent / "wandb") if "train/global_step" in row]
     assert rows[0]["eval/finer_yn_blind/negated_attr/neg_accuracy"] == 50.0 and rows[0]["train/global_step"] == 3
     assert not any(key.startswith("eval/finer_yn/") for row in rows for key in row)
+
+
+def test_blind_samples_show_the_blank_in_wandb_and_the_report_says_blind(tmp_path: Path) -> None:
+    import wandb
+
+    from eval_hooks.callback import wandb_payload
+    from veritune.report import benchmark_section
+
+    image = tmp_path / "noise.png"
+    noise_image(image, (40, 30))
+    result = {
+        "metrics": {"accuracy": 50.0},
+        "samples": [{"id": "1", "image": str(image), "prediction": "yes"}],
+        "generation": {"max_new_tokens": 4, "blind": {"fill": [10, 20, 30]}},
+    }
+    blind_cell = wandb_payload({"pope_blind": result}, 0, wandb)["eval/pope_blind/samples"].data[0][1]
+    assert only_colour(blind_cell.image) == (10, 20, 30) and "blind control" in blind_cell._caption
+    real = {**result, "generation": {"max_new_tokens": 4, "blind": None}}
+    real_cell = wandb_payload({"pope": real}, 0, wandb)["eval/pope/samples"].data[0][1]
+    assert only_colour(real_cell.image) is None  # the real image, noise
+
+    html_text = "".join(benchmark_section("pope", {0: result}))
+    assert "blind control</b>: images replaced by a blank 10,20,30" in html_text
+    assert "blind control" not in "".join(benchmark_section("pope", {0: real}))

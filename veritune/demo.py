@@ -59,6 +59,11 @@ TABLE = [
     ("oric_bench", "yes_proportion"),
     ("pope", "accuracy"),
     ("finer", "paired_accuracy"),
+    # FINER's yes/no probe (the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1): negatives at the fine levels,
+    # both twins of a pair right, and the positives (an "always no" drift shows there)
+    ("finer_yn", "neg_accuracy_l3_l7"),
+    ("finer_yn", "paired_accuracy"),
+    ("finer_yn", "pos_accuracy"),
 ]
 
 
@@ -192,6 +197,7 @@ def demo_paths(out: Path) -> dict[str, Path]:
         "run": out / "grpo",
         "finer": out / "finer",
         "finer_bench": out / "finer-bench" / "finer_bench.csv",
+        "finer_yn": out / "finer-bench" / "finer_yn.csv",
         "dpo": out / "dpo",
     }
 
@@ -440,7 +446,7 @@ def train_grpo(
 
 
 def build_finer(paths: dict[str, Path], seed: int) -> None:
-    """FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)."""
+    """FINER-Tuning tuples (train scene graphs), FINER-bench and its yes/no probe (val scene graphs)."""
     world = paths["world"]
     if not (paths["finer"] / "train.jsonl").is_file():
         _veritune(
@@ -465,6 +471,21 @@ def build_finer(paths: dict[str, Path], seed: int) -> None:
             str(world / "val" / "images"),
             "--out",
             str(paths["finer_bench"]),
+            "--seed",
+            str(seed),
+        )
+    if not paths["finer_yn"].is_file():
+        _veritune(
+            "build",
+            "finer-bench",
+            "--protocol",
+            "yn",
+            "--scene-graphs",
+            str(world / "val" / "scene_graphs.json"),
+            "--image-root",
+            str(world / "val" / "images"),
+            "--out",
+            str(paths["finer_yn"]),
             "--seed",
             str(seed),
         )
@@ -498,8 +519,10 @@ def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
                 "true",
                 "--eval_benchmarks",
                 f"finer:{FINER_QUESTIONS}",
+                "finer_yn",
                 "--eval_data",
                 f"finer={paths['finer_bench']}",
+                f"finer_yn={paths['finer_yn']}",
                 "--eval_image_root",
                 str(world / "val" / "images"),
                 "--max_steps",
@@ -529,7 +552,7 @@ def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, s
 
     by_benchmark: dict[str, dict[str, dict[str, Any]]] = {}
     for benchmark in dict.fromkeys(name for name, _ in table):  # one set of draws per benchmark, its metrics together
-        trained_by = "dpo" if benchmark == "finer" else "grpo"
+        trained_by = "dpo" if benchmark.startswith("finer") else "grpo"
         run_dir = runs[trained_by]
         by_step = collect_eval(run_dir).get(benchmark, {})
         if 0 not in by_step or len(by_step) < 2:
@@ -582,3 +605,19 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
     print(f"results:           {out / 'results.json'}\n")
     print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
     print(table)
+    levels = _finer_yn_levels(paths["finer_yn"])
+    if levels:
+        print(
+            f"finer_yn: the probe's levels here are {', '.join(f'L{level}' for level in levels)} (the others cannot be "
+            "filled from this world's scene graphs; docs/EVALUATION.md, FINER's yes/no probe)"
+        )
+
+
+def _finer_yn_levels(bench: Path) -> list[int]:
+    """The levels the yes/no probe at ``bench`` holds (none when it was not built)."""
+    import csv
+
+    if not bench.is_file():
+        return []
+    with bench.open(newline="") as handle:
+        return sorted({int(row["level"]) for row in csv.DictReader(handle)})

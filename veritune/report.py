@@ -286,6 +286,10 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
             f"limit: {html.escape(str(data.get('limit')))}; "
             f"max new tokens: {html.escape(str(generation.get('max_new_tokens', '?')))}</p>"
         )
+    blind = generation.get("blind")
+    if isinstance(blind, dict):  # `eval run --blind`: the model was shown blanks, not the images
+        fill = ",".join(map(str, blind.get("fill", [])))
+        parts.append(f"<p><b>blind control</b>: images replaced by a blank {html.escape(fill)} of the same size</p>")
     table = []
     for step, result in by_step.items():
         counts = result.get("counts", {})
