@@ -197,3 +197,39 @@ def test_submit_chains_jobs_with_afterok(cluster, tmp_path: Path, capsys) -> Non
     out = capsys.readouterr().out
     assert "--dependency=afterok:BUILD_JOB" in out and "--dependency=afterok:TRAIN_JOB" in out
     assert "VERITUNE_RUN_DIR=outputs/r" in out
+
+
+def test_submit_from_outside_the_repository_runs_build_and_train(cluster, tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """`veritune slurm submit` from a directory that is not the repository, with nothing telling the jobs where
+    veritune is: the jobs find its Python, its `veritune` and finetune/ from what the submission exports."""
+    import os
+    import sys
+    import time
+
+    write_finer_fixture(tmp_path / "finer")
+    elsewhere = tmp_path / "project"
+    elsewhere.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VERITUNE_") and k != "PYTHONPATH"}
+    env |= {**cluster, "WANDB_MODE": "offline", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    overrides = f"--model_name_or_path {tiny_qwen3vl} --dataset_path {tmp_path / 'finer'} --max_steps 1"
+    command = [
+        *(sys.executable, "-m", "veritune.cli", "slurm", "submit", "--entry", "dpo"),
+        *("--recipe", str(REPO_ROOT / "recipes" / "tiny_finer_demo.yaml"), "--run-dir", "runs/r"),
+        *("--override", overrides + " --save_steps 1 --report_to none"),
+        *("--build", "synthetic-world --out world --train-images 2 --val-images 2"),
+    ]
+    result = subprocess.run(command, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"VERITUNE_PYTHON={sys.executable}" in result.stdout and f"VERITUNE_REPO={REPO_ROOT}" in result.stdout
+    jobs = dict(part.split() for part in result.stdout.splitlines()[-1].removeprefix("jobs: ").split(", "))
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        states = {stage: job_state(job, cluster) for stage, job in jobs.items()}
+        if all(state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT") for state in states.values()):
+            break
+        time.sleep(2)
+    logs = {stage: (elsewhere / "logs").glob(f"*-{job}.out") for stage, job in jobs.items()}
+    text = "\n".join(path.read_text()[-2000:] for paths in logs.values() for path in paths)
+    assert states == {"build": "COMPLETED", "train": "COMPLETED"}, text
+    assert (elsewhere / "world" / "train" / "instances.json").is_file()  # relative paths: the submit directory's
+    assert (elsewhere / "runs" / "r" / "checkpoint-1").is_dir()

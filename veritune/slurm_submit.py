@@ -10,14 +10,21 @@ every job, so the eval job knows where the trained model is. ``--dry-run`` print
 ``--nodes`` counts training nodes. A recipe that generates with a vLLM server (``use_vllm: true``,
 ``vllm_mode: server``) gets one node more for the server (``veritune.slurm_layout``; slurm/train.sbatch
 runs it on the job's last node and waits for its /health endpoint before training).
+
+The jobs run in the directory the submission was made from (relative recipe, data and run paths keep their
+meaning), and find veritune wherever that is: every job is given ``VERITUNE_PYTHON`` (this Python),
+``VERITUNE_BIN`` (the ``veritune`` beside it) and ``VERITUNE_REPO`` (the repository of the scripts, which
+holds ``finetune/``), unless the submitting shell already sets them.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -43,6 +50,27 @@ def sbatch_script(name: str) -> str:
             "use veritune from a checkout of its repository (pip install -e .)"
         )
     return str(path)
+
+
+def job_environment(run_dir: str) -> str:
+    """sbatch's ``--export`` value for every job of a submission: the submitting environment, the run
+    directory, and where veritune is (module docstring); a value already set in the environment is kept.
+
+    Raises:
+        UserError: one of those paths holds a comma, which ``--export`` would split.
+    """
+    executable = Path(sys.executable)
+    found = {
+        "VERITUNE_PYTHON": str(executable),
+        "VERITUNE_BIN": str(executable.parent / "veritune") if (executable.parent / "veritune").is_file() else None,
+        "VERITUNE_REPO": str(SLURM_DIR.parent),
+    }
+    exported = {"VERITUNE_RUN_DIR": run_dir}
+    exported |= {key: value for key, value in found.items() if value and not os.environ.get(key)}
+    for key, value in exported.items():
+        if "," in value:
+            raise UserError(f"{key}={value}: sbatch --export cannot pass a path with a comma; move or rename it")
+    return ",".join(["ALL", *(f"{key}={value}" for key, value in exported.items())])
 
 
 def _sbatch(command: list[str], dry_run: bool, placeholder: str) -> str:
@@ -190,7 +218,9 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
     stages = ["train", *(["build"] if args.build else []), *(["eval"] if args.eval_benchmarks else [])]
     scripts = {stage: sbatch_script(f"{stage}.sbatch") for stage in stages}  # all found before any submission
     run_dir = args.run_dir or f"{args.run_root}/{Path(args.recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
-    common = [*args.sbatch_arg, f"--export=ALL,VERITUNE_RUN_DIR={run_dir}"]
+    common = [*args.sbatch_arg, f"--export={job_environment(run_dir)}"]
+    if not args.dry_run and not any(flag.startswith(("--output", "-o")) for flag in args.sbatch_arg):
+        Path("logs").mkdir(exist_ok=True)  # the scripts' #SBATCH --output=logs/...: Slurm does not create it
     from veritune.slurm_layout import vllm_server_layout
 
     server = vllm_server_layout(args.recipe, overrides)
