@@ -43,7 +43,12 @@ class FakeChatServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = self.rfile.read(int(self.headers["Content-Length"]))
+                try:
+                    body = json.loads(raw)
+                except ValueError:  # a client stopped mid-request (a test that interrupts one): it reads nothing
+                    self._send(400, "{}")
+                    return
                 with server._lock:
                     server.requests.append(body)
                     server.headers.append(
