@@ -461,34 +461,22 @@ def build_finer(paths: dict[str, Path], seed: int) -> None:
             "--seed",
             str(seed),
         )
-    if not paths["finer_bench"].is_file():
-        _veritune(
-            "build",
-            "finer-bench",
-            "--scene-graphs",
-            str(world / "val" / "scene_graphs.json"),
-            "--image-root",
-            str(world / "val" / "images"),
-            "--out",
-            str(paths["finer_bench"]),
-            "--seed",
-            str(seed),
-        )
-    if not paths["finer_yn"].is_file():
-        _veritune(
-            "build",
-            "finer-bench",
-            "--protocol",
-            "yn",
-            "--scene-graphs",
-            str(world / "val" / "scene_graphs.json"),
-            "--image-root",
-            str(world / "val" / "images"),
-            "--out",
-            str(paths["finer_yn"]),
-            "--seed",
-            str(seed),
-        )
+    # FINER-bench (the letter protocol) and its yes/no probe: the same val graphs, two protocols
+    for bench, protocol in ((paths["finer_bench"], []), (paths["finer_yn"], ["--protocol", "yn"])):
+        if not bench.is_file():
+            _veritune(
+                "build",
+                "finer-bench",
+                *protocol,
+                "--scene-graphs",
+                str(world / "val" / "scene_graphs.json"),
+                "--image-root",
+                str(world / "val" / "images"),
+                "--out",
+                str(bench),
+                "--seed",
+                str(seed),
+            )
 
 
 def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
