@@ -466,8 +466,9 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     for table_name, rows in newest.get("tables", {}).items():
         if "confusion" not in table_name and rows:
             parts.append(f"<h3>{html.escape(table_name)} at step {newest_step}</h3>" + html_table(rows))
+    fill = tuple(blind["fill"]) if isinstance(blind, dict) and blind.get("fill") else None  # show the blank it saw
     samples = [
-        {**row, "image": _image_cell(row["image"]), "prediction": str(row.get("prediction", ""))[:400]}
+        {**row, "image": _image_cell(row["image"], fill), "prediction": str(row.get("prediction", ""))[:400]}
         if row.get("image")
         else {**row, "prediction": str(row.get("prediction", ""))[:400]}
         for row in newest.get("samples", [])
@@ -520,33 +521,34 @@ THUMBNAIL_ROWS = 8
 
 
 @functools.lru_cache(maxsize=256)
-def _thumbnail(path: Path, size: int = 64) -> str:
+def _thumbnail(path: Path, size: int = 64, blind_fill: tuple[int, int, int] | None = None) -> str:
     """An inline ``<img>`` of ``path`` scaled to fit ``size`` pixels (the report opens offline, and a data URI of
-    at most ``size`` x ``size`` pixels keeps the page small), or "" when unreadable."""
+    at most ``size`` x ``size`` pixels keeps the page small), or "" when unreadable. ``blind_fill``: the blank
+    a blind control showed the model in its place."""
     import base64
     import io
 
-    from PIL import Image
+    from veritune.core.images import load_image_cached
 
     try:
-        with Image.open(path) as opened:
-            image = opened.convert("RGB")
+        image = load_image_cached(path, cache=False, blind_fill=blind_fill).copy()
     except (OSError, ValueError):
         return ""
     image.thumbnail((size, size))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
+    shown = f"{path} (blind control: blank {','.join(map(str, blind_fill))})" if blind_fill else str(path)
     return (
-        f"<img alt='{html.escape(path.name)}' title='{html.escape(str(path))}' "
+        f"<img alt='{html.escape(path.name)}' title='{html.escape(shown)}' "
         f"width='{image.width}' height='{image.height}' "
         f"src='data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}'>"
     )
 
 
-def _image_cell(path: str | Path) -> Markup:
+def _image_cell(path: str | Path, blind_fill: tuple[int, int, int] | None = None) -> Markup:
     """A sample's image as a thumbnail, or its file name (full path on hover) when it cannot be read."""
     path = Path(path)
-    shown = _thumbnail(path)
+    shown = _thumbnail(path, blind_fill=blind_fill)
     if shown:
         return Markup(shown)
     return Markup(f"<span title='{html.escape(str(path))}'>{html.escape(path.name)} (missing)</span>")
