@@ -122,6 +122,14 @@ def test_ticks_cover_the_data_with_distinct_labels(low: float, high: float) -> N
         assert ticks[0] < low < ticks[-1] and span <= 2 * (abs(low) * 0.1 or 1.0) * 1.5
 
 
+@pytest.mark.parametrize(
+    ("low", "high", "ticks"),
+    [(1, 3, [1, 2, 3]), (0, 10, [0, 2, 4, 6, 8, 10]), (1, 20, [0, 5, 10, 15, 20]), (0, 1000, [0, 250, 500, 750, 1000])],
+)
+def test_training_steps_get_whole_ticks(low: int, high: int, ticks: list[int]) -> None:
+    assert nice_ticks(low, high, integer=True) == ticks
+
+
 def test_a_constant_learning_rate_gets_scientific_ticks_around_it() -> None:
     assert tick_labels(nice_ticks(1e-4, 1e-4)) == ["9e-5", "9.5e-5", "1e-4", "1.05e-4", "1.1e-4"]
     assert tick_labels(nice_ticks(100.0, 100.0)) == ["90", "95", "100", "105", "110"]

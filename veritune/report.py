@@ -56,9 +56,10 @@ STYLE = (
 # ---------------------------------------------------------------------------------------------- drawing
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+def nice_ticks(low: float, high: float, count: int = 5, *, integer: bool = False) -> list[float]:
     """About ``count`` distinct round tick values covering ``[low, high]`` (steps of 1, 2, 2.5 or 5 times a power
-    of ten). A constant range is padded by 10% of its value (by 1 around 0), so it is drawn mid-axis."""
+    of ten; whole steps of at least 1 with ``integer``, for training steps). A constant range is padded by 10%
+    of its value (by 1 around 0), so it is drawn mid-axis."""
     low, high = min(low, high), max(low, high)
     if high == low:
         pad = abs(low) * 0.1 or 1.0
@@ -66,6 +67,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     raw = (high - low) / max(count - 1, 1)
     magnitude = 10 ** math.floor(math.log10(raw))
     step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    if integer:
+        step = 1.0 if step < 1 else 2.0 if step == 2.5 else step  # 25, 250, ... are whole already
     first = math.floor(low / step + 1e-9)
     last = math.ceil(high / step - 1e-9)
     digits = max(0, 2 - math.floor(math.log10(step)))  # rounds away float noise, keeps 2.5 x 10^k exact
@@ -163,7 +166,8 @@ def svg_line_plot(
     if not points:
         return ""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x_ticks = nice_ticks(min(xs), max(xs)) if max(xs) > min(xs) else nice_ticks(min(xs) - 1, min(xs) + 1)
+    whole = all(float(x).is_integer() for x in xs)
+    x_ticks = nice_ticks(min(xs), max(xs), integer=whole) if max(xs) > min(xs) else [min(xs) - 1, min(xs), min(xs) + 1]
     log_y = log_y and min(ys) > 0
     y_ticks = log_ticks(min(ys), max(ys)) if log_y else nice_ticks(min(ys), max(ys))
     x_labels, y_labels = tick_labels(x_ticks), tick_labels(y_ticks, log=log_y)
