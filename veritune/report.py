@@ -390,8 +390,8 @@ def metric_groups(metrics: list[str]) -> dict[str, list[str]]:
 
 NEAR_ZERO_LOSS = 1e-6  # |loss| below this on every logged step: GRPO's loss is ~0 by design (see below)
 GRPO_ZERO_LOSS_NOTE = (
-    "Loss ~0 by design: with beta 0 and num_iterations 1, TRL's GRPO loss averages group-normalised advantages "
-    "(mean 0), so its value is ~0 while its gradient is not; read the rewards and gradient norm."
+    "Loss ~0 by design: with beta 0 and num_iterations 1, TRL's GRPO loss is a mean of advantages that average "
+    "0 per group, whatever the gradient; read the rewards and gradient norm."
 )
 
 
