@@ -103,6 +103,13 @@ class Benchmark(ABC):
             missing_images=[] if image.is_file() else [image],
         )
 
+    def item_correct(self, item: EvalItem, prediction: str) -> bool | None:
+        """Whether ``prediction`` answers ``item`` rightly by this benchmark's own grader (the sample table's
+        ``correct``); None where the scorer gives no per-item verdict. A benchmark whose scorer reads each
+        answer with its own rule overrides this with that rule; with an ``answer_format`` and no override,
+        the shared rule-based grader decides (``eval_hooks.evaluate.sample_rows``)."""
+        return None
+
     @abstractmethod
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         """Read the benchmark's official release file(s) at ``data_path``; images under ``image_root``."""

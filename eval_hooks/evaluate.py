@@ -267,14 +267,15 @@ def sample_rows(
     benchmark: Benchmark | None = None,
 ) -> list[dict[str, Any]]:
     """The first ``count`` answered items as table rows: id, the first image's path, prompt, reference
-    answer, prediction, and ``correct`` (the grader's reading of the prediction equals the reference's;
-    None where the benchmark has no rule-graded answer format)."""
+    answer, prediction, and ``correct``: the benchmark's own per-item verdict
+    (:meth:`~eval_hooks.base.Benchmark.item_correct`), else the rule-based grader's reading of the prediction
+    equals the reference's; None where neither applies."""
     rows = []
     for item in items:
         if item.id in predictions:
             reference = next((item.meta[k] for k in ("label", "answer", "gt_answer") if k in item.meta), None)
-            correct = None
-            if benchmark is not None and reference is not None:
+            correct = None if benchmark is None else benchmark.item_correct(item, predictions[item.id])
+            if correct is None and benchmark is not None and reference is not None:
                 truth = rule_answer(benchmark, item, str(reference))
                 if truth is not None:
                     correct = rule_answer(benchmark, item, predictions[item.id]) == truth

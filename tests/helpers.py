@@ -52,3 +52,97 @@ def write_finer_fixture(out_dir: Path, num_images: int = 8) -> Path:
     graphs.write_text(json.dumps([{**GRAPH, "image": f"{i}.jpg"} for i in range(num_images)]))
     build_finer_from_scene_graphs(graphs, images, out_dir)
     return out_dir
+
+
+class _AnswerBackend:
+    """A generation backend with fixed answers (the runner's protocol, no model): the eval files of a run
+    as the eval hook writes them, without the cost of generating."""
+
+    name = "fixed"
+    model_name = "fixed-answers"
+
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer  # item -> text
+        self.tokenizer = lambda texts: {"input_ids": [text.split() for text in texts]}
+
+    def generate(self, batch: list[Any]) -> list[str]:
+        return [self.answer(item) for item in batch]
+
+
+def write_report_run(run_dir: Path, steps: tuple[int, ...] = (0, 10, 20)) -> Path:
+    """A GRPO run directory as training and the eval hook leave it: ``trainer_state.json`` with TRL's GRPO
+    keys (``beta: 0``: a loss of about 1e-9, a constant learning rate of 1e-4, per-function rewards with long
+    names), and ``eval/checkpoint-N/{oric_bench,pope}/`` written by the real scorers on a few images, the
+    answers improving with the step; one image is deleted after scoring, as when a data folder moves."""
+    from PIL import Image
+
+    from eval_hooks.evaluate import evaluate_prepared, prepare_benchmark
+
+    images = run_dir.parent / f"{run_dir.name}-images"
+    images.mkdir(parents=True, exist_ok=True)
+    colours = ["red", "green", "blue", "orange", "purple", "gray"]
+    for index, colour in enumerate(colours):
+        Image.new("RGB", (96 + 8 * index, 72), colour).save(images / f"COCO_val2014_{index:012d}.jpg")
+    oric = [
+        {
+            "id": index,
+            "image": f"COCO_val2014_{index:012d}.jpg",
+            "target_object": colour,
+            "problem": [
+                f"Is there a {colour} object in the image?",
+                f"Does the image contain a {colour} object?",
+                f"Can you see a {colour} object here?",
+            ],
+            "solution": "<SOLUTION>yes</SOLUTION>" if index % 2 == 0 else "<SOLUTION>no</SOLUTION>",
+            "object_size": ("small", "medium", "large")[index % 3],
+        }
+        for index, colour in enumerate(colours)
+    ]
+    (images.parent / f"{run_dir.name}-oric.json").write_text(json.dumps(oric))
+    pope = [
+        {
+            "question_id": 2 * index + k + 1,
+            "image": f"COCO_val2014_{index:012d}.jpg",
+            "text": f"Is there a {c}?",
+            "label": label,
+        }
+        for index, c in enumerate(colours)
+        for k, label in enumerate(("yes", "no"))
+    ]
+    pope_file = images.parent / f"{run_dir.name}-coco_pope_random.json"
+    pope_file.write_text("\n".join(json.dumps(record) for record in pope))
+    for step in steps:
+
+        def answer(item: Any, step: int = step) -> str:
+            right = (sum(map(ord, item.id)) + step) % 4 != 0 or step == steps[-1]
+            label = item.meta["label"]
+            said = label if right else ("no" if label == "yes" else "yes")
+            return f"{said.capitalize()}, there is {'a' if said == 'yes' else 'no'} such object in the image."
+
+        for name, data in (("oric_bench", images.parent / f"{run_dir.name}-oric.json"), ("pope", pope_file)):
+            prepared = prepare_benchmark(name, data={name: data}, image_root=images)
+            evaluate_prepared(_AnswerBackend(answer), prepared, run_dir / "eval" / f"checkpoint-{step}")
+    history = []
+    for step in range(1, steps[-1] + 1):
+        progress = step / steps[-1]
+        history.append(
+            {
+                "step": step,
+                "epoch": progress,
+                "loss": (-1) ** step * 4e-8 * (1 - progress) + 1e-9,
+                "grad_norm": 0.8 - 0.3 * progress,
+                "learning_rate": 1e-4,
+                "num_tokens": 900.0 * step,
+                "completions/mean_length": 40 + 10 * progress,
+                "rewards/plain_accuracy_reward/mean": 0.3 + 0.5 * progress,
+                "rewards/plain_accuracy_reward/std": 0.4,
+                "rewards/tagged_format_reward/mean": 0.6 + 0.3 * progress,
+                "reward": 0.9 + 0.8 * progress,
+                "reward_std": 0.5,
+                "kl": 0.0,
+                "entropy": 1.2 - 0.2 * progress,
+            }
+        )
+    (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": steps[-1]}))
+    (images / "COCO_val2014_000000000005.jpg").unlink()  # a sample whose image has gone: its name is shown
+    return run_dir

@@ -203,4 +203,5 @@ def test_blind_samples_show_the_blank_in_wandb_and_the_report_says_blind(tmp_pat
 
     html_text = "".join(benchmark_section("pope", {0: result}))
     assert "blind control</b>: images replaced by a blank 10,20,30" in html_text
+    assert "(blind control: blank 10,20,30)" in html_text  # the thumbnail is the blank the model saw
     assert "blind control" not in "".join(benchmark_section("pope", {0: real}))

@@ -10,7 +10,16 @@ import pytest
 
 from veritune.cli import main
 from veritune.core.errors import UserError
-from veritune.report import write_report
+from veritune.report import (
+    GRPO_ZERO_LOSS_NOTE,
+    log_ticks,
+    metric_groups,
+    nice_ticks,
+    svg_line_plot,
+    tick_labels,
+    wants_log_axis,
+    write_report,
+)
 
 
 def test_report_plots_training_and_eval(tmp_path: Path) -> None:
@@ -41,6 +50,7 @@ def test_report_plots_training_and_eval(tmp_path: Path) -> None:
     assert plots == [
         "rewards",
         "loss",
+        "oric_bench: headline",
         "oric_bench: yes-proportion",
         "oric_bench: macro",
         "oric_bench: yes",
@@ -49,6 +59,7 @@ def test_report_plots_training_and_eval(tmp_path: Path) -> None:
         "confusion, step 3",
     ]
     assert "macro/f1" in page and "Confusion matrices" in page
+    assert "Loss ~0 by design" not in page  # a loss of 0.1 to 0.3 is no GRPO beta-0 loss
     assert "<script" not in page and "http" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
 
 
@@ -79,3 +90,121 @@ def test_report_command_is_wired_beside_the_report_not_in_the_eval_commands(tmp_
         check=True,
     ).stdout
     assert out.strip().splitlines()[-1] == "[]" and (tmp_path / "report.html").is_file()
+
+
+# ---- axes: ticks scaled to the data, distinct labels, log ticks for the learning rate
+
+
+@pytest.mark.parametrize(
+    ("low", "high"),
+    [
+        (0.0, 1.0),
+        (1, 20),
+        (100.0, 100.0),  # FINER's "resolved" share, 100 on every checkpoint
+        (1e-4, 1e-4),  # a constant learning rate
+        (-4e-8, 4e-8),  # GRPO's loss with beta 0
+        (0.0, 0.0),
+        (99.5, 100.25),
+        (63.1, 90.0),
+        (-3.0, 250000.0),
+        (1.0000001, 1.0000004),
+    ],
+)
+def test_ticks_cover_the_data_with_distinct_labels(low: float, high: float) -> None:
+    ticks = nice_ticks(low, high)
+    labels = tick_labels(ticks)
+    assert ticks == sorted(ticks) and 3 <= len(ticks) <= 8
+    assert ticks[0] <= low and ticks[-1] >= high
+    assert len(set(labels)) == len(labels), labels
+    span = ticks[-1] - ticks[0]
+    if high > low:  # the axis is scaled to the data: the data fill more than a third of it
+        assert (high - low) / span > 1 / 3
+    else:  # a constant sits mid-axis, not on an edge of a 0-to-1 axis
+        assert ticks[0] < low < ticks[-1] and span <= 2 * (abs(low) * 0.1 or 1.0) * 1.5
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "ticks"),
+    [(1, 3, [1, 2, 3]), (0, 10, [0, 2, 4, 6, 8, 10]), (1, 20, [0, 5, 10, 15, 20]), (0, 1000, [0, 250, 500, 750, 1000])],
+)
+def test_training_steps_get_whole_ticks(low: int, high: int, ticks: list[int]) -> None:
+    assert nice_ticks(low, high, integer=True) == ticks
+
+
+def test_a_constant_learning_rate_gets_scientific_ticks_around_it() -> None:
+    assert tick_labels(nice_ticks(1e-4, 1e-4)) == ["9e-5", "9.5e-5", "1e-4", "1.05e-4", "1.1e-4"]
+    assert tick_labels(nice_ticks(100.0, 100.0)) == ["90", "95", "100", "105", "110"]
+
+
+def test_a_decaying_learning_rate_gets_log_ticks() -> None:
+    rates = [1e-4 * 0.7**step for step in range(12)]  # 1e-4 down to 2e-6
+    assert wants_log_axis(rates) and not wants_log_axis([1e-4] * 5) and not wants_log_axis([0.0, 1e-4])
+    ticks = log_ticks(min(rates), max(rates))
+    assert tick_labels(ticks, log=True) == ["1e-6", "2e-6", "5e-6", "1e-5", "2e-5", "5e-5", "1e-4"]
+    assert tick_labels(log_ticks(1e-7, 1e-2), log=True) == ["1e-7", "1e-6", "1e-5", "1e-4", "0.001", "0.01"]
+    plot = svg_line_plot("learning rate", {"learning_rate": list(enumerate(rates))}, log_y=True)
+    assert "(log scale)" in plot and ">1e-6</text>" in plot and ">1e-4</text>" in plot
+
+
+def test_long_legend_names_are_shortened_with_the_full_name_on_hover() -> None:
+    name = "rewards/plain_accuracy_reward/mean_of_a_very_long_reward_function_name_that_goes_on_and_on_and_on"
+    plot = svg_line_plot("rewards", {name: [(1, 0.5), (2, 0.7)], "reward": [(1, 1.0), (2, 1.2)]})
+    assert f"<title>{name}</title>" in plot
+    shown = re.findall(r'font-size="11">([^<]*\u2026[^<]*)</text>', plot)
+    assert len(shown) == 1 and shown[0].startswith("rewards/") and shown[0].endswith("and_on")
+
+
+def test_oric_headline_is_macro_f1_and_recall_by_size_is_its_own_chart() -> None:
+    names = ["yes/f1", "no/f1", "macro/precision", "macro/recall", "macro/f1", "yes_proportion"]
+    names += ["yes_recall_small", "yes_recall_medium", "yes_recall_large", "p0/macro/f1", "p0/yes_proportion"]
+    groups = metric_groups(names)
+    assert groups["headline"] == ["macro/f1"]
+    assert groups["yes_recall"] == ["yes_recall_small", "yes_recall_medium", "yes_recall_large"]
+    assert groups["yes-proportion"] == ["yes_proportion", "p0/yes_proportion"]
+    assert metric_groups(["accuracy", "f1", "yes_ratio", "random/f1"])["headline"] == ["accuracy", "f1"]  # POPE
+
+
+# ---- a run as training and the eval hook leave it: notes, thumbnails, the `correct` column
+
+
+def test_report_of_a_grpo_run_with_eval(tmp_path: Path) -> None:
+    from helpers import write_report_run
+
+    run = write_report_run(tmp_path / "run")
+    page = write_report(run).read_text()
+    assert GRPO_ZERO_LOSS_NOTE.replace("'", "&#x27;") in page  # the loss is ~1e-9 (beta 0)
+    learning_rate = re.search(r'aria-label="learning rate".*?</svg>', page).group(0)
+    assert ">1e-4</text>" in learning_rate and ">1.25</text>" not in learning_rate
+    samples = page.split("<h3>Sample predictions at step 20</h3>")[1:]
+    assert len(samples) == 2  # oric_bench and pope
+    for table in samples:
+        table = table.split("</table>")[0]
+        assert "data:image/png;base64," in table
+        assert not re.search(">[^<]*" + re.escape(str(run.parent)), table)  # paths only on hover, never as text
+        assert "COCO_val2014_000000000005.jpg (missing)" in table  # the deleted image: its name, not a path
+        assert ">True</td>" in table and ">None<" not in table
+    # POPE's samples are graded by POPE's own rule: the step-0 answers include wrong ones
+    first = json.loads((run / "eval" / "checkpoint-0" / "pope" / "metrics.json").read_text())
+    assert {row["correct"] for row in first["samples"]} == {True, False}
+    assert tick_free_of_duplicates(page)
+
+
+def tick_free_of_duplicates(page: str) -> bool:
+    """Every plot's y-axis tick labels (text-anchor end, left of the plot) are distinct."""
+    for plot in re.findall(r"<svg.*?</svg>", page):
+        labels = re.findall(r'text-anchor="end" fill="#555">([^<]*)</text>', plot)
+        if len(labels) != len(set(labels)):
+            return False
+    return True
+
+
+def test_pope_samples_are_graded_by_popes_rule() -> None:
+    from eval_hooks.base import EvalItem
+    from eval_hooks.evaluate import sample_rows
+    from eval_hooks.registry import get_benchmark
+
+    items = [EvalItem(id=f"random/{i}", prompt="Is there a dog?", meta={"label": "yes"}) for i in range(3)]
+    predictions = {"random/0": "Yes, there is.", "random/1": "There is not a dog.", "random/2": "A dog."}
+    rows = sample_rows(items, predictions, benchmark=get_benchmark("pope"))
+    # POPE reads "A dog." as yes (no "no"/"not" word): the official rule never abstains
+    assert [row["correct"] for row in rows] == [True, False, True]

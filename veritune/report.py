@@ -13,6 +13,7 @@ plotting library), with each point's value as a hover title. It shows
 
 from __future__ import annotations
 
+import functools
 import html
 import json
 import math
@@ -45,32 +46,104 @@ STYLE = (
     "table{border-collapse:collapse;margin:6px 0 12px;font-size:13px}"
     "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}\n"
     "th{background:#f4f4f4}td.text{text-align:left;max-width:520px;white-space:pre-wrap;word-break:break-word}\n"
-    "svg{background:#fff;border:1px solid #eee}\n"
+    "svg{background:#fff;border:1px solid #eee;max-width:100%;height:auto}\n"
+    ".table-wrap{max-width:100%;overflow-x:auto}th{white-space:normal;vertical-align:bottom}\n"
+    "figure.plot{margin:0;width:560px;max-width:100%}figcaption.note{font-size:12px;color:#8a5a00;"
+    "background:#fff8e6;border:1px solid #f0d9a0;padding:4px 6px;margin-top:2px}\n"
 )
 
 
 # ---------------------------------------------------------------------------------------------- drawing
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """About ``count`` round tick values covering ``[low, high]``."""
-    if high <= low:
-        high = low + 1.0
+def nice_ticks(low: float, high: float, count: int = 5, *, integer: bool = False) -> list[float]:
+    """About ``count`` distinct round tick values covering ``[low, high]`` (steps of 1, 2, 2.5 or 5 times a power
+    of ten; whole steps of at least 1 with ``integer``, for training steps). A constant range is padded by 10%
+    of its value (by 1 around 0), so it is drawn mid-axis."""
+    low, high = min(low, high), max(low, high)
+    if high == low:
+        pad = abs(low) * 0.1 or 1.0
+        low, high = low - pad, high + pad
     raw = (high - low) / max(count - 1, 1)
     magnitude = 10 ** math.floor(math.log10(raw))
-    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw)
-    first = math.floor(low / step) * step
-    ticks, value = [], first
-    while value <= high + step * 1e-9:
-        ticks.append(round(value, 12))
-        value += step
-    if ticks[-1] < high:
-        ticks.append(round(value, 12))
-    return ticks
+    step = next(m * magnitude for m in (1, 2, 2.5, 5, 10) if m * magnitude >= raw * (1 - 1e-9))
+    if integer:
+        step = 1.0 if step < 1 else 2.0 if step == 2.5 else step  # 25, 250, ... are whole already
+    first = math.floor(low / step + 1e-9)
+    last = math.ceil(high / step - 1e-9)
+    digits = max(0, 2 - math.floor(math.log10(step)))  # rounds away float noise, keeps 2.5 x 10^k exact
+    return [round(index * step, digits) for index in range(first, last + 1)]
+
+
+def log_ticks(low: float, high: float) -> list[float]:
+    """Tick values of a log axis covering ``[low, high]`` (both > 0): the powers of ten around them, with 2 and 5
+    times each when the range spans less than three decades, every k-th power when it spans more than eight."""
+    if low <= 0 or high <= 0:
+        raise ValueError("a log axis needs positive values")
+    first, last = math.floor(math.log10(min(low, high))), math.ceil(math.log10(max(low, high)))
+    last = max(last, first + 1)
+    stride = max(1, math.ceil((last - first) / 8))
+    decades = range(first, last + 1, stride)
+    if last - first >= 3:
+        return [10.0**power for power in decades]
+    ticks = [m * 10.0**power for power in decades for m in (1, 2, 5)]
+    # keep one tick below the data and one above it, drop the rest outside
+    below = max(t for t in ticks if t <= low * (1 + 1e-9))
+    above = min(t for t in ticks if t >= high * (1 - 1e-9))
+    return [float(f"{t:.1e}") for t in ticks if below <= t <= above]
+
+
+def tick_labels(ticks: list[float], *, log: bool = False) -> list[str]:
+    """Labels for ``ticks`` with just enough digits that each reads back as its own value (so no two are
+    equal): fixed-point, or scientific (``1e-4``, ``2.5e-8``) for magnitudes below 0.001 or from 100000 (on a
+    linear axis decided by its largest tick, so one axis has one notation; on a ``log`` axis tick by tick)."""
+    if not ticks:
+        return []
+    gaps = [abs(b - a) for a, b in zip(ticks, ticks[1:]) if b != a]
+    tolerance = (min(gaps) if gaps else abs(ticks[0]) or 1.0) * 1e-3
+
+    def scientific(value: float) -> bool:
+        return value >= 1e5 or 0 < value < 1e-3
+
+    biggest = max(abs(t) for t in ticks)
+    notation = [scientific(abs(t)) if log else scientific(biggest) for t in ticks]
+    for digits in range(0, 16):
+        labels = [_number(t, digits, sci) for t, sci in zip(ticks, notation)]
+        if all(abs(float(label) - t) <= (abs(t) * 1e-3 if log else tolerance) for label, t in zip(labels, ticks)):
+            return labels
+    return [repr(t) for t in ticks]
+
+
+def _number(value: float, digits: int, scientific: bool) -> str:
+    if scientific and value != 0:
+        mantissa, _, exponent = f"{value:.{digits}e}".partition("e")
+        mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+        return f"{mantissa}e{int(exponent)}"
+    text = f"{value:.{digits}f}"
+    text = text.rstrip("0").rstrip(".") if "." in text else text
+    return "0" if text in ("-0", "") else text
 
 
 def _fmt(value: float) -> str:
     return f"{value:.3g}" if abs(value) < 1e4 else f"{value:.2e}"
+
+
+def wants_log_axis(values: list[float]) -> bool:
+    """A log axis suits values that are all positive and span at least a factor of 10 (a learning rate with
+    warm-up or decay); anything else is drawn on a linear axis scaled to the data."""
+    return bool(values) and min(values) > 0 and max(values) >= 10 * min(values)
+
+
+LEGEND_CHAR_PX = 6.6  # a generous width of one 11-px sans-serif character, for laying out the legend
+LEGEND_ROW_PX = 15
+
+
+def _legend_name(name: str, max_chars: int) -> str:
+    """``name``, or its head and tail around an ellipsis when it is longer than ``max_chars``."""
+    if len(name) <= max_chars:
+        return name
+    tail = (max_chars - 1) * 2 // 3
+    return name[: max_chars - 1 - tail] + "\u2026" + name[len(name) - tail :]
 
 
 def svg_line_plot(
@@ -80,42 +153,64 @@ def svg_line_plot(
     x_label: str = "step",
     width: int = 560,
     height: int = 250,
+    log_y: bool = False,
 ) -> str:
-    """A line plot of one or more ``(x, y)`` series as an inline SVG element ("" when there is no point)."""
+    """A line plot of one or more ``(x, y)`` series as an inline SVG element ("" when there is no point).
+
+    Both axes are scaled to the data (a constant series is drawn mid-axis), ``log_y`` draws the y axis in
+    log scale (all values must be positive), tick labels carry the digits that keep them distinct, and the
+    legend sits under the plot, a name too long for it shortened in the middle with the full name on hover.
+    """
     series = {name: sorted(points) for name, points in series.items() if points}
     points = [p for values in series.values() for p in values]
     if not points:
         return ""
     xs, ys = [p[0] for p in points], [p[1] for p in points]
-    x_ticks, y_ticks = nice_ticks(min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1), nice_ticks(min(ys), max(ys))
-    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], y_ticks[0], y_ticks[-1]
-    legend_width = min(190, 12 + 7 * max(len(name) for name in series))
-    left, right, top, bottom = 52, legend_width + 12, 28, 36
+    whole = all(float(x).is_integer() for x in xs)
+    x_ticks = nice_ticks(min(xs), max(xs), integer=whole) if max(xs) > min(xs) else [min(xs) - 1, min(xs), min(xs) + 1]
+    log_y = log_y and min(ys) > 0
+    y_ticks = log_ticks(min(ys), max(ys)) if log_y else nice_ticks(min(ys), max(ys))
+    x_labels, y_labels = tick_labels(x_ticks), tick_labels(y_ticks, log=log_y)
+    scale = math.log10 if log_y else float
+    x0, x1, y0, y1 = x_ticks[0], x_ticks[-1], scale(y_ticks[0]), scale(y_ticks[-1])
+    left = max(44, 14 + math.ceil(6 * max(len(label) for label in y_labels)))
+    right, top, bottom = 14, 28, 36
     plot_w, plot_h = width - left - right, height - top - bottom
+    # the legend: under the plot, in as many columns as its longest name allows
+    named = len(series) > 1 or next(iter(series)) != title
+    avail = width - 2 * 8
+    max_chars = max(4, int((avail - 22) / LEGEND_CHAR_PX))
+    shown = {name: _legend_name(name, max_chars) for name in series} if named else {}
+    column_w = 22 + LEGEND_CHAR_PX * max((len(text) for text in shown.values()), default=0) + 12
+    columns = max(1, min(len(shown), int(avail // column_w))) if shown else 1
+    legend_rows = math.ceil(len(shown) / columns)
+    total_h = height + LEGEND_ROW_PX * legend_rows + (4 if legend_rows else 0)
 
     def sx(x: float) -> float:
         return left + (x - x0) / (x1 - x0) * plot_w
 
     def sy(y: float) -> float:
-        return top + plot_h - (y - y0) / (y1 - y0) * plot_h
+        return top + plot_h - (scale(y) - y0) / (y1 - y0) * plot_h
 
     parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-        f'viewBox="0 0 {width} {height}" role="img" aria-label="{html.escape(title)}" font-family="sans-serif">',
-        f'<text x="{left}" y="17" font-size="13" font-weight="bold">{html.escape(title)}</text>',
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{total_h}" '
+        f'viewBox="0 0 {width} {total_h}" role="img" aria-label="{html.escape(title)}" font-family="sans-serif">',
+        f'<text x="8" y="17" font-size="13" font-weight="bold">{html.escape(title)}'
+        + (' <tspan font-weight="normal" fill="#666">(log scale)</tspan>' if log_y else "")
+        + "</text>",
     ]
-    for y in y_ticks:
+    for y, label in zip(y_ticks, y_labels):
         parts.append(f'<line x1="{left}" y1="{sy(y):.1f}" x2="{left + plot_w}" y2="{sy(y):.1f}" stroke="#eee"/>')
         parts.append(
-            f'<text x="{left - 5}" y="{sy(y) + 3.5:.1f}" font-size="10" text-anchor="end" fill="#555">{_fmt(y)}</text>'
+            f'<text x="{left - 5}" y="{sy(y) + 3.5:.1f}" font-size="10" text-anchor="end" fill="#555">{label}</text>'
         )
-    for x in x_ticks:
+    for x, label in zip(x_ticks, x_labels):
         parts.append(
             f'<line x1="{sx(x):.1f}" y1="{top + plot_h}" x2="{sx(x):.1f}" y2="{top + plot_h + 4}" stroke="#888"/>'
         )
         parts.append(
             f'<text x="{sx(x):.1f}" y="{top + plot_h + 15}" font-size="10" text-anchor="middle" fill="#555">'
-            f"{_fmt(x)}</text>"
+            f"{label}</text>"
         )
     parts.append(f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>')
     parts.append(
@@ -130,14 +225,17 @@ def svg_line_plot(
         for x, y in values:
             parts.append(
                 f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}">'
-                f"<title>{html.escape(name)} at {x_label} {_fmt(x)}: {y:.4g}</title></circle>"
+                f"<title>{html.escape(name)} at {html.escape(x_label)} {_fmt(x)}: {y:.4g}</title></circle>"
             )
-        ly = top + 10 + 15 * index
-        parts.append(
-            f'<line x1="{width - legend_width}" y1="{ly - 4}" x2="{width - legend_width + 14}" y2="{ly - 4}" '
-            f'stroke="{colour}" stroke-width="3"/>'
-        )
-        parts.append(f'<text x="{width - legend_width + 18}" y="{ly}" font-size="11">{html.escape(name)}</text>')
+        if name in shown:
+            lx = 8 + column_w * (index % columns)
+            ly = height + 8 + LEGEND_ROW_PX * (index // columns)
+            parts.append(
+                f"<g><title>{html.escape(name)}</title>"
+                f'<line x1="{lx:.0f}" y1="{ly - 4}" x2="{lx + 14:.0f}" y2="{ly - 4}" '
+                f'stroke="{colour}" stroke-width="3"/>'
+                f'<text x="{lx + 18:.0f}" y="{ly}" font-size="11">{html.escape(shown[name])}</text></g>'
+            )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -187,22 +285,35 @@ def svg_confusion(title: str, rows: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
+class Markup(str):
+    """A table cell that is already HTML (a thumbnail): :func:`html_table` puts it in as it is."""
+
+
+def _header(name: str) -> str:
+    """A column name that may break after its ``/`` and ``_`` (``yes/precision``), so headers wrap."""
+    return html.escape(name).replace("/", "/<wbr>").replace("_", "_<wbr>")
+
+
 def html_table(rows: list[dict[str, Any]], *, text_columns: tuple[str, ...] = ()) -> str:
-    """An HTML table of row dicts (union of their keys as columns); floats with 4 significant digits."""
+    """An HTML table of row dicts (union of their keys as columns); floats with 4 significant digits. The table
+    sits in a box that scrolls sideways when it is wider than the page; its headers and text cells wrap."""
     if not rows:
         return ""
     columns = list(dict.fromkeys(key for row in rows for key in row))
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in columns)
+    head = "".join(f"<th>{_header(str(c))}</th>" for c in columns)
     body = []
     for row in rows:
         cells = []
         for column in columns:
             value = row.get(column, "")
             css = ' class="text"' if column in text_columns else ""
-            shown = f"{value:.4g}" if isinstance(value, float) else str(value)
+            if isinstance(value, Markup):
+                cells.append(f"<td{css}>{value}</td>")
+                continue
+            shown = "" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)
             cells.append(f"<td{css}>{html.escape(shown)}</td>")
         body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+    return f"<div class='table-wrap'><table><tr>{head}</tr>{''.join(body)}</table></div>"
 
 
 # ---------------------------------------------------------------------------------------------- reading
@@ -244,21 +355,51 @@ def _curve(history: list[dict[str, Any]], key: str) -> list[tuple[float, float]]
     ]
 
 
+HEADLINE_METRIC = "macro/f1"  # drawn in the headline chart where a benchmark has it (ORIC, arXiv 2509.15695, Table 2)
+
+
 def metric_groups(metrics: list[str]) -> dict[str, list[str]]:
-    """Metric names grouped for plotting: headline (no ``/``), yes-proportion, then by prefix
-    (``yes/f1`` -> ``yes``; ``p0/macro/f1`` -> ``p0/macro``)."""
+    """Metric names grouped for plotting: headline (names without ``/``, and ``macro/f1`` where there is one),
+    yes-proportion, then by prefix (``yes/f1`` -> ``yes``; ``p0/macro/f1`` -> ``p0/macro``). Top-level names
+    that share a stem with another one (ORIC's ``yes_recall_small``, ``yes_recall_medium``, ...) are a group of
+    their own, named by the stem, not part of the headline."""
     groups: dict[str, list[str]] = defaultdict(list)
+    top = [name for name in metrics if "/" not in name and name not in YES_PROPORTION_KEYS]
+    stems = defaultdict(list)
+    for name in top:
+        if "_" in name:
+            stems[name.rsplit("_", 1)[0]].append(name)
+    if HEADLINE_METRIC in metrics:
+        groups["headline"].append(HEADLINE_METRIC)
     for name in metrics:
         last = name.rsplit("/", 1)[-1]
         if last in YES_PROPORTION_KEYS:
             groups["yes-proportion"].append(name)
+        elif "/" in name:
+            groups[name.rsplit("/", 1)[0]].append(name)
+        elif "_" in name and len(stems[name.rsplit("_", 1)[0]]) > 1:
+            groups[name.rsplit("_", 1)[0]].append(name)
         else:
-            groups[name.rsplit("/", 1)[0] if "/" in name else "headline"].append(name)
+            groups["headline"].append(name)
     order = ["headline", "yes-proportion", "macro", "yes", "no"]
     return dict(sorted(groups.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0])))
 
 
 # ---------------------------------------------------------------------------------------------- sections
+
+
+NEAR_ZERO_LOSS = 1e-6  # |loss| below this on every logged step: GRPO's loss is ~0 by design (see below)
+GRPO_ZERO_LOSS_NOTE = (
+    "Loss ~0 by design: with beta 0 and num_iterations 1, TRL's GRPO loss is a mean of advantages that average "
+    "0 per group, whatever the gradient; read the rewards and gradient norm."
+)
+
+
+def _figure(plot: str, note: str = "") -> str:
+    """A plot with a one-line note under it (no wrapper when there is no note)."""
+    if not plot or not note:
+        return plot
+    return f"<figure class='plot'>{plot}<figcaption class='note'>{html.escape(note)}</figcaption></figure>"
 
 
 def training_section(history: list[dict[str, Any]], source: Path) -> list[str]:
@@ -267,7 +408,13 @@ def training_section(history: list[dict[str, Any]], source: Path) -> list[str]:
     parts = [f"<h2>Training</h2><p class='muted'>from {html.escape(str(source))}</p><div class='grid'>"]
     parts.append(svg_line_plot("rewards", {k: _curve(history, k) for k in rewards}))
     for title, candidates in TRAINING_CURVES.items():
-        parts.append(svg_line_plot(title, {k: _curve(history, k) for k in candidates if k in keys}))
+        series = {k: _curve(history, k) for k in candidates if k in keys}
+        values = [y for points in series.values() for _, y in points]
+        note = ""
+        if title == "loss" and "reward" in keys and values and max(abs(v) for v in values) < NEAR_ZERO_LOSS:
+            note = GRPO_ZERO_LOSS_NOTE
+        log_y = title == "learning rate" and wants_log_axis(values)
+        parts.append(_figure(svg_line_plot(title, series, log_y=log_y), note))
     parts.append("</div>")
     return parts
 
@@ -323,7 +470,15 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     for table_name, rows in newest.get("tables", {}).items():
         if "confusion" not in table_name and rows:
             parts.append(f"<h3>{html.escape(table_name)} at step {newest_step}</h3>" + html_table(rows))
-    samples = [{**row, "prediction": str(row.get("prediction", ""))[:400]} for row in newest.get("samples", [])]
+    fill = tuple(blind["fill"]) if isinstance(blind, dict) and blind.get("fill") else None  # show the blank it saw
+    samples = [
+        {**row, "image": _image_cell(row["image"], fill), "prediction": str(row.get("prediction", ""))[:400]}
+        if row.get("image")
+        else {**row, "prediction": str(row.get("prediction", ""))[:400]}
+        for row in newest.get("samples", [])
+    ]
+    if samples and all(row.get("correct") is None for row in samples):  # the scorer gives no per-item verdict
+        samples = [{k: v for k, v in row.items() if k != "correct"} for row in samples]
     if samples:
         parts.append(
             f"<h3>Sample predictions at step {newest_step}</h3>"
@@ -369,25 +524,38 @@ BEFORE_AFTER_METRICS = (
 THUMBNAIL_ROWS = 8
 
 
-def _thumbnail(path: Path, size: int = 64) -> str:
-    """An inline ``<img>`` of ``path`` scaled to ``size`` pixels (the report opens offline), or "" when unreadable."""
+@functools.lru_cache(maxsize=256)
+def _thumbnail(path: Path, size: int = 64, blind_fill: tuple[int, int, int] | None = None) -> str:
+    """An inline ``<img>`` of ``path`` scaled to fit ``size`` pixels (the report opens offline, and a data URI of
+    at most ``size`` x ``size`` pixels keeps the page small), or "" when unreadable. ``blind_fill``: the blank
+    a blind control showed the model in its place."""
     import base64
     import io
 
-    from PIL import Image
+    from veritune.core.images import load_image_cached
 
     try:
-        with Image.open(path) as opened:
-            image = opened.convert("RGB")
+        image = load_image_cached(path, cache=False, blind_fill=blind_fill).copy()
     except (OSError, ValueError):
         return ""
     image.thumbnail((size, size))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG")
+    shown = f"{path} (blind control: blank {','.join(map(str, blind_fill))})" if blind_fill else str(path)
     return (
-        f"<img alt='{html.escape(path.name)}' "
+        f"<img alt='{html.escape(path.name)}' title='{html.escape(shown)}' "
+        f"width='{image.width}' height='{image.height}' "
         f"src='data:image/png;base64,{base64.b64encode(buffer.getvalue()).decode()}'>"
     )
+
+
+def _image_cell(path: str | Path, blind_fill: tuple[int, int, int] | None = None) -> Markup:
+    """A sample's image as a thumbnail, or its file name (full path on hover) when it cannot be read."""
+    path = Path(path)
+    shown = _thumbnail(path, blind_fill=blind_fill)
+    if shown:
+        return Markup(shown)
+    return Markup(f"<span title='{html.escape(str(path))}'>{html.escape(path.name)} (missing)</span>")
 
 
 def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir: Path) -> list[str]:
@@ -436,7 +604,7 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     for item in prepared.items[:THUMBNAIL_ROWS]:
         reference = next((item.meta[k] for k in ("label", "answer", "gt_answer", "gt_index") if k in item.meta), "")
         cells = [
-            _thumbnail(item.images[0]) if item.images else "",
+            _image_cell(item.images[0]) if item.images else "",
             html.escape(item.prompt[:200]),
             html.escape(str(reference)),
         ]
@@ -445,7 +613,9 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     head = "".join(
         f"<th>{html.escape(c)}</th>" for c in ["image", "prompt", "reference", *(f"step {s}" for s in steps)]
     )
-    parts.append(f"<h3>Samples per checkpoint</h3><table><tr>{head}</tr>{''.join(samples)}</table>")
+    parts.append(
+        f"<h3>Samples per checkpoint</h3><div class='table-wrap'><table><tr>{head}</tr>{''.join(samples)}</table></div>"
+    )
     return parts
 
 

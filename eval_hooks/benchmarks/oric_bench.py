@@ -80,6 +80,10 @@ class OricBench(Benchmark):
                 )
         return items
 
+    def item_correct(self, item: EvalItem, prediction: str) -> bool:
+        """The benchmark's grader reads the label from the answer (unresolved is never correct)."""
+        return not item.missing_images and self.grader(prediction) == item.meta["label"]
+
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         paraphrases = sorted({item.meta["paraphrase"] for item in items})
         per_paraphrase = {}

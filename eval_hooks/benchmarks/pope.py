@@ -67,6 +67,10 @@ class Pope(Benchmark):
                 )
         return items
 
+    def item_correct(self, item: EvalItem, prediction: str) -> bool:
+        """The official rule's answer equals the label (an item with a missing image is never correct)."""
+        return not item.missing_images and pope_yes_no(prediction) == item.meta["label"]
+
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         metrics: dict[str, float] = {}
         table = []

@@ -164,6 +164,10 @@ class RePope(Benchmark):
             tables["changes"] = changes
         return {"metrics": metrics, "tables": tables, "counts": counts}
 
+    def item_correct(self, item: EvalItem, prediction: str) -> bool:
+        """The official substring parse's answer equals the (RePOPE) label; unparsed is never correct."""
+        return self._answer(item, {item.id: prediction}) == item.meta["label"]
+
     @staticmethod
     def _answer(item: EvalItem, predictions: dict[str, str]) -> str | None:
         if item.missing_images:  # never correct: the opposite of the label

@@ -125,6 +125,9 @@ class YnTsv(VlmevalTsv):
             items.append(self.image_item(str(row["index"]), str(row["question"]), image, meta))
         return items
 
+    def item_correct(self, item: EvalItem, prediction: str) -> bool:
+        return self.grade([item], {item.id: prediction})[0][item.id]
+
     def grade(self, items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, bool], int]:
         """Per item: right or wrong; and how many answered items the parser could not read."""
         correct, unresolved = {}, 0
