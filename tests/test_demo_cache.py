@@ -28,12 +28,38 @@ def stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         run.mkdir(parents=True, exist_ok=True)
         steps = overrides[overrides.index("--max_steps") + 1] if "--max_steps" in overrides else "recipe"
         (run / "trainer_state.json").write_text(json.dumps({"steps": steps}))
+        (run / "model.safetensors").write_text(f"trained by {script} {steps}")
 
     def veritune(*args: str) -> None:
         launched.append(list(args))
         if args[:2] == ("build", "synthetic-world"):
-            (paths["world"] / "dev").mkdir(parents=True)
-            (paths["world"] / "dev" / "coco_pope_random.json").write_text("[]")
+            world = Path(args[args.index("--out") + 1])
+            for split in ("train", "val", "dev"):
+                (world / split).mkdir(parents=True)
+                (world / split / "coco_pope_random.json").write_text("[]")
+                (world / split / "instances.json").write_text(json.dumps({"seed": args[-1]}))
+        elif "--out" in args:
+            out = Path(args[args.index("--out") + 1])
+            if out.suffix:
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text("built")
+            else:
+                out.mkdir(parents=True)
+                (out / "train.jsonl").write_text("built")
+
+    def model(kind: str, out: Path, **kwargs: object) -> None:
+        launched.append(["tiny-model", kind])
+        Path(out).mkdir(parents=True)
+        (Path(out) / "model.safetensors").write_text(f"tiny {kwargs}")
+
+    def clip(out: Path, **kwargs: object) -> None:
+        launched.append(["tiny-clip"])
+        Path(out).mkdir(parents=True)
+
+    monkeypatch.setattr("veritune.tiny.models.build_tiny_model", model)
+    monkeypatch.setattr("veritune.tiny.clip.build_tiny_clip", clip)
+    monkeypatch.setattr("veritune.tiny.clip.train_tiny_clip", lambda *args, **kwargs: {"trained": True})
+    monkeypatch.setattr(demo, "CACHE", paths["world"].parent.parent / "cache")
 
     monkeypatch.setattr(demo, "_launch", launch)
     monkeypatch.setattr(demo, "_veritune", veritune)
@@ -64,6 +90,57 @@ def test_a_rerun_with_other_steps_reruns_grpo_and_says_what_it_reused(stages: di
     assert json.loads((paths["run"] / "trainer_state.json").read_text())["steps"] == "30"
     assert not (paths["run"] / "checkpoint-60").exists()
     assert demo.stage_summary(demo.STAGE_STATUS) == "run now: grpo; reused (same inputs as before): world"
+
+
+def every_stage(paths: dict, steps: int, seed: int = 0) -> None:
+    """The demo's stages in its order (the threads aside), as ``run_demo`` and ``demo-select`` call them."""
+    out = paths["world"].parent
+    demo.build_world(paths, seed)
+    demo.build_tiny_models(paths, seed)
+    demo.warm_start(paths, out, seed, use_cache=True)
+    demo.build_oric(paths, out, seed, dev=True)
+    demo.build_finer(paths, seed)
+    demo.train_dpo(paths, seed)
+    demo.train_grpo(paths, steps, seed)
+
+
+def test_every_stage_is_reused_with_the_same_arguments_and_the_warm_start_comes_from_the_cache(stages: dict) -> None:
+    paths, launched = stages["paths"], stages["launched"]
+    every_stage(paths, 60)
+    built = [command[0] if command[0] != "build" else command[1] for command in launched]
+    assert built == [
+        "synthetic-world",
+        "tiny-model",
+        "tiny-clip",
+        "finetune/sft.py",
+        "oric",
+        "oric-bench",
+        "oric-bench",
+        "check-leakage",
+        "check-leakage",
+        "finer",
+        "finer-bench",
+        "finer-bench",
+        "finetune/dpo.py",
+        "finetune/grpo.py",
+    ]
+    assert set(demo.STAGE_STATUS.values()) == {"run"}
+
+    launched.clear()
+    demo.STAGE_STATUS.clear()
+    every_stage(paths, 60)
+    assert [command[1] for command in launched] == ["check-leakage", "check-leakage"]  # cheap checks, always run
+    assert set(demo.STAGE_STATUS.values()) == {"reused"}
+
+    # a fresh demo directory: the warm-start comes from the shared cache, not from training
+    fresh = demo.demo_paths(paths["world"].parent.parent / "fresh")
+    launched.clear()
+    demo.STAGE_STATUS.clear()
+    every_stage(fresh, 60)
+    assert "finetune/sft.py" not in [command[0] for command in launched]
+    assert demo.STAGE_STATUS["base"] == "shared cache"
+    assert (fresh["base"] / "model.safetensors").read_text() == (paths["base"] / "model.safetensors").read_text()
+    assert "from the shared cache: base" in demo.stage_summary(demo.STAGE_STATUS)
 
 
 def test_another_seed_reruns_the_world_and_every_stage_built_on_it(stages: dict) -> None:

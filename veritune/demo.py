@@ -222,7 +222,7 @@ def run_stage(
 
     previous = recorded_key(out, name)
     if previous == key and done():
-        STAGE_STATUS[name] = "reused"
+        STAGE_STATUS.setdefault(name, "reused")  # built earlier in this process: it stays "run"
         return True
     if previous != key:
         for output in outputs:
@@ -430,7 +430,6 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
             print(f"reusing the cached warm-start {cached}")
             STAGE_STATUS["base"] = "shared cache"
         else:
-            _remove(out / "sft")  # the run directory of another warm-start (it refuses other settings)
             _launch(
                 "finetune/sft.py",
                 SFT_RECIPE,
@@ -451,7 +450,9 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
                 print(f"another process cached this warm-start first: using {cached}")
         shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
 
-    run_stage(out, "base", key, [paths["base"]], lambda: (paths["base"] / "model.safetensors").is_file(), build)
+    # out/sft, the warm-start's run directory, goes with a base of other inputs (it would refuse their settings)
+    outputs = [paths["base"], out / "sft"]
+    run_stage(out, "base", key, outputs, lambda: (paths["base"] / "model.safetensors").is_file(), build)
 
 
 def build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) -> None:
