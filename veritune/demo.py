@@ -448,7 +448,12 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
             )
             if use_cache and not publish_dir(out / "sft", cached):
                 print(f"another process cached this warm-start first: using {cached}")
-        shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
+        # copied beside, then renamed: a demo killed while copying leaves no half-copied base that looks complete
+        partial = paths["base"].with_name(f".{paths['base'].name}.partial")
+        _remove(partial)
+        shutil.copytree(cached if use_cache else out / "sft", partial)
+        _remove(paths["base"])
+        os.rename(partial, paths["base"])
 
     # out/sft, the warm-start's run directory, goes with a base of other inputs (it would refuse their settings)
     outputs = [paths["base"], out / "sft"]
