@@ -6,13 +6,17 @@ GPU, so training never waits for evaluation (and under DeepSpeed ZeRO-3 the eval
 - A checkpoint is evaluated once it is completely written: the Trainer saves ``trainer_state.json``
   last, after the weights, the optimizer state and the processor.
 - Results go to ``RUN_DIR/eval/checkpoint-N/<benchmark>/{predictions.jsonl,metrics.json}``, the same
-  place as the in-training eval hook's. A checkpoint whose ``metrics.json`` files all exist is skipped;
-  a half-evaluated one resumes from its ``predictions.jsonl``. So the watcher can be killed and
-  restarted at any time (Slurm preemption, a time limit) and redoes nothing.
+  place as the in-training eval hook's. A checkpoint is done when everything asked of it is: every
+  ``metrics.json`` exists and, when the run logs to W&B, ``eval/checkpoint-N/wandb_logged.json`` says its
+  metrics reached the W&B run (written after they did). A done checkpoint is skipped; an evaluated one not
+  yet in W&B has its metrics logged from the ``metrics.json`` files, without evaluating again; a
+  half-evaluated one resumes from its ``predictions.jsonl``. So the watcher can be killed and restarted at
+  any time (Slurm preemption, a time limit, a W&B failure) and redoes nothing.
 - Metrics and tables are logged into the training run's W&B run, whose id the training writes to
   ``RUN_DIR/wandb_run.json``, at the checkpoint's step (``train/global_step``). ``WANDB_MODE`` is
   respected: ``offline`` writes a local run to sync later, ``disabled`` logs nothing. Online, the watcher
-  joins the run in W&B's shared mode, as a secondary writer that never marks the run finished.
+  joins the run in W&B's shared mode, as a secondary writer that never marks the run finished; without W&B
+  credentials it stops at once with one line (:func:`veritune.core.wandb_login.require_wandb_login`).
 - It stops when training has finished (``RUN_DIR/trainer_state.json``, written by the Trainer at the end,
   reaches the newest checkpoint's step) and every checkpoint is evaluated; or after one pass with
   ``--once``; or when no new checkpoint has appeared for ``--timeout`` seconds.
@@ -29,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from eval_hooks.evaluate import METRICS_FILE, PreparedBenchmark, evaluate, headline_metrics
+from veritune.core.io import atomic_write_json
 from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_eval_dir, checkpoints, is_saved_checkpoint
 
 logger = logging.getLogger("veritune.eval")
@@ -42,6 +47,37 @@ def ready_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def is_evaluated(run_dir: Path, step: int, benchmarks: list[str]) -> bool:
     """Whether every benchmark's ``metrics.json`` exists for checkpoint ``step``."""
     return all((checkpoint_eval_dir(run_dir, step) / name / METRICS_FILE).is_file() for name in benchmarks)
+
+
+WANDB_LOGGED_FILE = "wandb_logged.json"  # in eval/checkpoint-N/: its metrics reached the training's W&B run
+
+
+def logs_to_wandb(run_dir: Path) -> bool:
+    """Whether the watcher logs into a W&B run: the training wrote ``wandb_run.json``, ``WANDB_MODE`` is not
+    ``disabled`` and wandb is installed."""
+    if not (Path(run_dir) / WANDB_RUN_FILE).is_file() or os.environ.get("WANDB_MODE") == "disabled":
+        return False
+    import importlib.util
+
+    return importlib.util.find_spec("wandb") is not None
+
+
+def is_logged(run_dir: Path, step: int) -> bool:
+    """Whether checkpoint ``step``'s metrics were logged to the training's W&B run."""
+    return (checkpoint_eval_dir(run_dir, step) / WANDB_LOGGED_FILE).is_file()
+
+
+def is_done(run_dir: Path, step: int, benchmarks: list[str], wandb_wanted: bool) -> bool:
+    """Everything asked of checkpoint ``step`` is done: evaluated, and logged to W&B when ``wandb_wanted``."""
+    return is_evaluated(run_dir, step, benchmarks) and (not wandb_wanted or is_logged(run_dir, step))
+
+
+def saved_results(run_dir: Path, step: int, benchmarks: list[str]) -> dict[str, dict[str, Any]]:
+    """The results of an evaluated checkpoint, read back from its ``metrics.json`` files."""
+    return {
+        name: json.loads((checkpoint_eval_dir(run_dir, step) / name / METRICS_FILE).read_text(encoding="utf-8"))
+        for name in benchmarks
+    }
 
 
 def training_finished(run_dir: Path) -> bool:
@@ -130,41 +166,64 @@ def watch(
     the steps evaluated by this call."""
     from eval_hooks.callback import wandb_payload
     from veritune.core.errors import UserError
+    from veritune.core.wandb_login import require_wandb_login
 
     run_dir = Path(run_dir)
     names = [entry.name for entry in prepared]
+    login_checked = False
     evaluated: list[int] = []
     failed: set[int] = set()
     last_new = time.monotonic()
     run = None
     try:
         while True:
+            wandb_wanted = logs_to_wandb(run_dir)  # the training writes wandb_run.json when it starts
+            if wandb_wanted and not login_checked:
+                where = f"{run_dir}: the training logs to W&B ({WANDB_RUN_FILE})"
+                require_wandb_login(["wandb"], where, "set WANDB_MODE=disabled to log nothing")
+                login_checked = True
             for step, path in ready_checkpoints(run_dir):
-                if step in failed or is_evaluated(run_dir, step, names):
+                if step in failed or is_done(run_dir, step, names, wandb_wanted):
                     continue
-                logger.info("evaluating %s", path)
-                try:
-                    results = evaluate_checkpoint(
-                        path, step, run_dir, prepared, batch_size=batch_size, backend=backend, dtype=dtype, judge=judge
-                    )
-                except UserError as err:  # e.g. deleted by save_total_limit while loading: go on with the others
-                    logger.error("checkpoint-%d skipped: %s", step, err)
-                    failed.add(step)
-                    continue
-                evaluated.append(step)
+                if is_evaluated(run_dir, step, names):  # evaluated before, its W&B logging left undone
+                    logger.info("checkpoint-%d: evaluated before; logging its metrics to W&B", step)
+                    results = saved_results(run_dir, step, names)
+                else:
+                    logger.info("evaluating %s", path)
+                    try:
+                        results = evaluate_checkpoint(
+                            path,
+                            step,
+                            run_dir,
+                            prepared,
+                            batch_size=batch_size,
+                            backend=backend,
+                            dtype=dtype,
+                            judge=judge,
+                        )
+                    except UserError as err:  # e.g. deleted by save_total_limit while loading: go on with the others
+                        logger.error("checkpoint-%d skipped: %s", step, err)
+                        failed.add(step)
+                        continue
+                    evaluated.append(step)
                 last_new = time.monotonic()
-                run = run or open_wandb_run(run_dir)
-                if run is not None:
+                if wandb_wanted:
+                    run = run or open_wandb_run(run_dir)
                     import wandb
 
                     run.log(wandb_payload(results, step, wandb))
+                    atomic_write_json(
+                        checkpoint_eval_dir(run_dir, step) / WANDB_LOGGED_FILE, {"run": run.id, "step": step}
+                    )
                 line = "; ".join(
                     f"{name} " + ", ".join(f"{k}={v:.4g}" for k, v in headline_metrics(r).items())
                     for name, r in results.items()
                 )
                 print(f"checkpoint-{step}: {line}", flush=True)
             pending = [
-                s for s, _ in ready_checkpoints(run_dir) if s not in failed and not is_evaluated(run_dir, s, names)
+                s
+                for s, _ in ready_checkpoints(run_dir)
+                if s not in failed and not is_done(run_dir, s, names, wandb_wanted)
             ]
             if once or (not pending and training_finished(run_dir)):
                 break

@@ -64,6 +64,13 @@ class ScriptArguments:
         default=None,
         metadata={"help": "The accelerate config this recipe is meant for (read by the Slurm scripts)."},
     )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "Replace the run output_dir holds when its settings differ from this run's (everything in it is "
+            "removed first); without it such a run is refused (finetune/run_dir.py)."
+        },
+    )
     wandb_project: str | None = field(default=None, metadata={"help": "W&B project (else WANDB_PROJECT)."})
     wandb_group: str | None = field(default=None, metadata={"help": "W&B run group."})
     wandb_tags: list[str] = field(default_factory=list, metadata={"help": "W&B run tags."})

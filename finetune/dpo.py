@@ -32,7 +32,7 @@ logger = logging.getLogger("veritune.dpo")
 
 
 def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, model_args: VerituneModelConfig) -> None:
-    if start_run(training_args):  # a finished run is not trained again
+    if start_run(training_args, script_args, model_args):  # a finished run is not trained again
         return
 
     # ---- Data (read first: a bad file should not cost a model load)
@@ -55,7 +55,7 @@ def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, mode
         eval_dataset=eval_dataset,
         processing_class=processor,
         peft_config=peft_config,
-        callbacks=get_callbacks(script_args, training_args),
+        callbacks=get_callbacks(script_args, training_args, model_args),
     )
     train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 

@@ -32,7 +32,7 @@ logger = logging.getLogger("veritune.grpo")
 
 
 def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, model_args: VerituneModelConfig) -> None:
-    if start_run(training_args):  # a finished run is not trained again
+    if start_run(training_args, script_args, model_args):  # a finished run is not trained again
         return
 
     # ---- Rewards (their names were checked when the recipe was parsed: finetune.recipe.check_reward_funcs)
@@ -69,7 +69,7 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         train_dataset=train_dataset,
         processing_class=processor,
         peft_config=peft_config,
-        callbacks=get_callbacks(script_args, training_args),
+        callbacks=get_callbacks(script_args, training_args, model_args),
     )
     train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=report.summary())
 

@@ -12,10 +12,9 @@ from typing import Any
 from transformers import TrainerCallback, TrainingArguments
 
 from finetune.configs import ScriptArguments, VerituneModelConfig
+from finetune.run_dir import PROVENANCE_FILE, SETTINGS_KEY
 from veritune.core.io import atomic_write_json, atomic_write_text, dataset_manifest, read_yaml, sha256_file
 from veritune.core.run_layout import WANDB_RUN_FILE
-
-PROVENANCE_FILE = "veritune_run.json"
 
 
 def _is_headline(metric: str) -> bool:
@@ -205,15 +204,26 @@ def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
 
 
 class RunConfigCallback(TrainerCallback):
-    """Record the run's provenance beside its checkpoints and in the W&B run config."""
+    """Record the run's provenance and settings (:func:`finetune.run_dir.run_settings`, what a later run into
+    the same directory is compared with) beside its checkpoints, in each checkpoint, and in the W&B run config."""
 
-    def __init__(self, script_args: ScriptArguments) -> None:
+    def __init__(self, script_args: ScriptArguments, settings: dict[str, Any] | None = None) -> None:
         self.script_args = script_args
+        self.settings = settings
+        self.provenance: dict[str, Any] = {}
+
+    def on_save(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if state.is_world_process_zero and self.provenance and checkpoint.is_dir():
+            atomic_write_json(checkpoint / PROVENANCE_FILE, self.provenance)  # a checkpoint carries its run's settings
 
     def on_train_begin(self, args: TrainingArguments, state: Any, control: Any, **kwargs: Any) -> None:
         if not state.is_world_process_zero:
             return
         provenance = {**run_provenance(self.script_args), "world_size": args.world_size}
+        if self.settings is not None:
+            provenance[SETTINGS_KEY] = self.settings
+        self.provenance = provenance
         atomic_write_json(Path(args.output_dir) / PROVENANCE_FILE, provenance)
         try:
             import wandb

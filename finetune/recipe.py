@@ -406,3 +406,30 @@ def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...
     ``dataclass_types`` and run ``main`` on them; a user error is one ``error:`` line and exit code 2."""
     args = exit_on_user_error(parse_recipe)(sys.argv[1:], dataclass_types)
     exit_on_user_error(main)(*args)
+
+
+def recipe_report_to(argv: list[str]) -> Any:
+    """``report_to`` as an entry script would take it from ``argv`` (``[RECIPE.yaml] [--key value ...]``): the
+    last ``--report_to`` flag (its values up to the next flag), else the recipe's key, else TrainingArguments'
+    default ``"none"``. For launchers that check W&B before starting the script (``veritune launch``,
+    ``veritune slurm submit``) without building its dataclasses."""
+    args = list(argv)
+    recipe_path = pop_recipe_path(args)
+    value: Any = "none"
+    if recipe_path is not None and recipe_path.suffix in (".yaml", ".yml") and recipe_path.is_file():
+        value = read_yaml(recipe_path, what="recipe file").get("report_to", value)
+    index = 0
+    while index < len(args):
+        flag, eq, inline = args[index].partition("=")
+        index += 1
+        if flag != "--report_to":
+            continue
+        if eq:
+            value = [inline]
+            continue
+        values = []
+        while index < len(args) and not args[index].startswith("--"):
+            values.append(args[index])
+            index += 1
+        value = values
+    return value

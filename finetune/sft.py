@@ -239,7 +239,7 @@ def with_position_ids(collator: Any, model: Any) -> Any:
 
 
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
-    if start_run(training_args):
+    if start_run(training_args, script_args, model_args):
         return
     if not script_args.dataset_path:
         raise UserError("dataset_path: required (a COCO-format instances.json of the train split)")
@@ -253,7 +253,7 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
         train_dataset=examples_dataset(examples),
         processing_class=processor,
         peft_config=peft_config,
-        callbacks=get_callbacks(script_args, training_args),
+        callbacks=get_callbacks(script_args, training_args, model_args),
     )
     trainer.data_collator = with_position_ids(trainer.data_collator, trainer.model)
     summary = (

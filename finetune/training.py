@@ -19,6 +19,8 @@ from finetune.console import use_cpu_accelerator_without_gpu as use_cpu_accelera
 from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
 from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
+from finetune.run_dir import claim_run_dir, run_settings
+from veritune.core.wandb_login import require_wandb_login
 
 logger = logging.getLogger("veritune")
 
@@ -63,10 +65,14 @@ def get_model_and_processor(model_args: VerituneModelConfig) -> tuple[Any, Any, 
     return model, processor, get_lora_config(model_args)
 
 
-def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments) -> list[TrainerCallback]:
-    """Callbacks every entry script adds: W&B settings and, when enabled, the eval hooks."""
+def get_callbacks(
+    script_args: ScriptArguments, training_args: TrainingArguments, model_args: VerituneModelConfig | None = None
+) -> list[TrainerCallback]:
+    """Callbacks every entry script adds: W&B settings, the run's record (its settings, from ``model_args`` too)
+    and, when enabled, the eval hooks."""
+    settings = run_settings(script_args, training_args, model_args) if model_args is not None else None
     configure_wandb(script_args, training_args)
-    callbacks: list[TrainerCallback] = [RunConfigCallback(script_args)]
+    callbacks: list[TrainerCallback] = [RunConfigCallback(script_args, settings)]
     if (script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks:
         from eval_hooks.callback import EvalHookCallback
         from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
@@ -117,18 +123,31 @@ def score_only_labelled_positions() -> None:
     trl_utils._use_triton = compact_on
 
 
-def start_run(training_args: TrainingArguments) -> bool:
-    """Set up logging and TRL's LM head (:func:`score_only_labelled_positions`); True, after saying so, when
-    ``output_dir`` already holds this run finished (the entry scripts then stop before loading a model).
+def start_run(
+    training_args: TrainingArguments,
+    script_args: ScriptArguments | None = None,
+    model_args: VerituneModelConfig | None = None,
+) -> bool:
+    """Set up logging and TRL's LM head (:func:`score_only_labelled_positions`); check that ``output_dir`` holds
+    no other run (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after
+    saying so, when it already holds this run finished (the entry scripts then stop before loading a model).
+    Then, for a run to train, that W&B can log where ``report_to`` names it.
 
     Raises:
         UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
-            (:func:`finetune.configs.require_generation_runtime`), before any model loads.
+            (:func:`finetune.configs.require_generation_runtime`), ``output_dir`` holding a run with other settings,
+            or ``report_to: wandb`` without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`),
+            all before any model loads.
     """
     require_generation_runtime(training_args)
     setup_logging(training_args)
     score_only_labelled_positions()
-    return report_finished_run(training_args)
+    if script_args is not None and model_args is not None:
+        claim_run_dir(script_args, training_args, model_args)
+    if report_finished_run(training_args):
+        return True
+    require_wandb_login(training_args.report_to)
+    return False
 
 
 def train_with_hooks(

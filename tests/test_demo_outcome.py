@@ -63,6 +63,8 @@ def test_grpo_reduces_the_hallucination_and_keeps_pope(demo: dict[str, object]) 
 
 def test_demo_prints_the_before_after_table(demo: dict[str, object]) -> None:
     stdout = str(demo["stdout"])
+    assert set(demo["results"]["stages"].values()) == {"run"}  # type: ignore[index]  # from nothing cached
+    assert "stages:            run now: world, tiny-qwen3vl" in stdout
     assert "metric" in stdout and "95% interval" in stdout
     for benchmark, metric in [("oric_bench", "macro/f1"), ("pope", "accuracy"), ("finer", "paired_accuracy")]:
         row = _row(demo, benchmark, metric)

@@ -121,6 +121,46 @@ def test_watch_logs_into_the_training_wandb_run(
     assert next((run_dir / "wandb").glob("offline-run-*-trainrun01")).is_dir()
 
 
+def test_a_checkpoint_evaluated_but_not_logged_to_wandb_is_logged_on_the_rerun(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Interrupted between its metrics and W&B: the rerun logs the saved metrics without evaluating again."""
+    import eval_hooks.watch as watch_module
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    run_dir = tmp_path / "run"
+    make_checkpoint(tiny_qwen3vl, run_dir, 4)
+    (run_dir / "wandb_run.json").write_text(
+        json.dumps({"id": "trainrun02", "project": "veritune-test", "entity": None, "group": None})
+    )
+
+    class FailingRun:
+        id = "trainrun02"
+
+        def log(self, payload: dict) -> None:
+            raise RuntimeError("W&B is down")
+
+        def finish(self) -> None:
+            pass
+
+    open_run = watch_module.open_wandb_run
+    monkeypatch.setattr(watch_module, "open_wandb_run", lambda run_dir: FailingRun())
+    with pytest.raises(RuntimeError, match="W&B is down"):
+        watch(run_dir, prepared(oric), once=True)
+    metrics = metrics_of(run_dir, 4)
+    assert not (run_dir / "eval" / "checkpoint-4" / "wandb_logged.json").exists()
+
+    monkeypatch.setattr(watch_module, "open_wandb_run", open_run)
+    monkeypatch.setattr(watch_module, "evaluate_checkpoint", lambda *a, **k: pytest.fail("evaluated again"))
+    assert watch(run_dir, prepared(oric), once=True) == []  # nothing evaluated by this call
+    rows = [row for row in offline_history(run_dir / "wandb") if "eval/oric_bench/macro/f1" in row]
+    assert len(rows) == 1 and rows[0]["train/global_step"] == 4
+    assert rows[0]["eval/oric_bench/macro/f1"] == pytest.approx(metrics["metrics"]["macro/f1"])
+    assert json.loads((run_dir / "eval" / "checkpoint-4" / "wandb_logged.json").read_text())["step"] == 4
+    assert watch(run_dir, prepared(oric), once=True) == []  # done: not logged twice
+    assert len([r for r in offline_history(run_dir / "wandb") if "eval/oric_bench/macro/f1" in r]) == 1
+
+
 def test_watch_stops_when_no_checkpoint_appears_for_the_timeout(oric: Path, tmp_path: Path) -> None:
     started = time.monotonic()
     assert watch(tmp_path, prepared(oric), interval=0.05, idle_timeout=0.3) == []

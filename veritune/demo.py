@@ -6,7 +6,8 @@
 2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
    train split so that ORIC's CLIP-guided negatives mean something;
 3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
-   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code and data);
+   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code, data and seed; any number of demos may
+   share that cache at once: ``veritune.core.cache``);
 4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage
    check; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs);
 5. DPO from the base model (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
@@ -16,9 +17,13 @@
    trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
    FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
 
-Every step is skipped when its output already exists, so an interrupted demo resumes. Each process runs on one
-torch thread, and the machine's second core is used by running stages side by side: the tiny CLIP and step 4
-beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary follows on the terminal).
+Every stage is keyed by what makes its output: its arguments (``--steps``, ``--seed``, the sizes), the recipe
+it reads and the keys of the stages it builds on (``OUT/stages/<stage>.json``, :func:`run_stage`). A stage
+whose key is unchanged and whose output is complete is reused (the summary lists those); one whose key changed
+is removed and rerun, and with it every stage built on it; an interrupted stage with the same key resumes.
+Each process runs on one torch thread, and the machine's second core is used by running stages side by side:
+the tiny CLIP and step 4 beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary
+follows on the terminal).
 Which stages run together changes no number: each is deterministic on its own thread.
 
 The stages are public functions of this module (``build_world``, ``build_tiny_models``, ``build_data``,
@@ -41,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from veritune.core.cache import cache_root, publish_dir
 from veritune.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -48,7 +54,8 @@ RECIPE = "recipes/tiny_oric_miniature.yaml"
 SFT_RECIPE = "recipes/tiny_sft_warmstart.yaml"
 DPO_RECIPE = "recipes/tiny_finer_demo.yaml"
 ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
-CACHE = Path(os.environ.get("VERITUNE_CACHE", Path.home() / ".cache" / "veritune"))
+CACHE = cache_root()
+STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output was built with
 # The before/after table: (benchmark, metric) in the units the scorers report.
 FINER_QUESTIONS, DPO_STEPS = 240, 16  # the FINER hook's limit (120 q+/q- pairs) and DPO steps
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
@@ -175,6 +182,61 @@ def pin_threads() -> None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
+# ---------------------------------------------------------------------------------------------- stage keys
+
+STAGE_STATUS: dict[str, str] = {}  # stage -> "reused" / "shared cache" / "run", for this process's summary
+
+
+def stage_key(*parts: Any) -> str:
+    """A short hash of what makes a stage's output: its arguments, the files it reads, the keys of the stages
+    it builds on."""
+    return hashlib.sha256(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _stage_record(out: Path, name: str) -> Path:
+    return out / STAGES_DIR / f"{name}.json"
+
+
+def recorded_key(out: Path, name: str) -> str | None:
+    """The key stage ``name``'s output under ``out`` was built with (None: not built, or by an older demo)."""
+    try:
+        return json.loads(_stage_record(out, name).read_text(encoding="utf-8")).get("key")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+def run_stage(
+    out: Path, name: str, key: str, outputs: list[Path], done: Callable[[], bool], build: Callable[[], None]
+) -> bool:
+    """Run stage ``name`` unless its ``outputs`` are complete (``done``) and were built with ``key``; outputs
+    built with another key (other arguments or inputs), or by an older demo that recorded none, are removed
+    first. Returns True when the stage was reused; the status goes to :data:`STAGE_STATUS`."""
+    from veritune.core.io import atomic_write_json
+
+    previous = recorded_key(out, name)
+    if previous == key and done():
+        STAGE_STATUS.setdefault(name, "reused")  # built earlier in this process: it stays "run"
+        return True
+    if previous != key:
+        for output in outputs:
+            _remove(output)
+    atomic_write_json(_stage_record(out, name), {"key": key})  # an interrupted stage with this key resumes
+    STAGE_STATUS[name] = "run"
+    build()
+    return False
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
 def warmstart_key(*files: Path) -> str:
     """A short hash of the files that determine the warm-started base model."""
     digest = hashlib.sha256()
@@ -211,6 +273,7 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
 
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = demo_paths(out)
+    STAGE_STATUS.clear()
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
@@ -272,9 +335,24 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
 def build_world(paths: dict[str, Path], seed: int) -> None:
     """The synthetic world with scene priors (both splits)."""
     world = paths["world"]
-    if not (world / "dev" / "coco_pope_random.json").is_file():
-        sizes = ["--train-images", str(TRAIN_IMAGES), "--val-images", str(VAL_IMAGES), "--dev-images", str(DEV_IMAGES)]
-        _veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed))
+    sizes = ["--train-images", str(TRAIN_IMAGES), "--val-images", str(VAL_IMAGES), "--dev-images", str(DEV_IMAGES)]
+    run_stage(
+        _out(paths),
+        "world",
+        world_key(seed),
+        [world],
+        lambda: (world / "dev" / "coco_pope_random.json").is_file(),
+        lambda: _veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed)),
+    )
+
+
+def _out(paths: dict[str, Path]) -> Path:
+    """The demo directory ``paths`` (:func:`demo_paths`) lie in."""
+    return paths["world"].parent
+
+
+def world_key(seed: int) -> str:
+    return stage_key("world", TRAIN_IMAGES, VAL_IMAGES, DEV_IMAGES, seed)
 
 
 def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
@@ -286,9 +364,15 @@ def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
 def _build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
     from veritune.tiny.models import build_tiny_model
 
-    if not (paths["model"] / "model.safetensors").is_file():
-        # the "demo" size: wider than the tests' model, which never learned to use the image (docs/RESULTS.md)
-        build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0, size="demo")
+    # the "demo" size: wider than the tests' model, which never learned to use the image (docs/RESULTS.md)
+    run_stage(
+        _out(paths),
+        "tiny-qwen3vl",
+        stage_key("tiny-qwen3vl", seed, "demo", 0),
+        [paths["model"]],
+        lambda: (paths["model"] / "model.safetensors").is_file(),
+        lambda: build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0, size="demo"),
+    )
     print(f"tiny Qwen3-VL: {paths['model']}", flush=True)
 
 
@@ -297,12 +381,16 @@ def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
     from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
 
     world = paths["world"]
-    if not (paths["clip"] / "trained.json").is_file():
+
+    def build() -> None:
         build_tiny_clip(paths["clip"], seed=seed)
         stats = train_tiny_clip(
             paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed
         )
         (paths["clip"] / "trained.json").write_text(json.dumps(stats) + "\n")
+
+    key = stage_key("tiny-clip", seed, recorded_key(_out(paths), "world"))
+    run_stage(_out(paths), "tiny-clip", key, [paths["clip"]], lambda: (paths["clip"] / "trained.json").is_file(), build)
     return f"tiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
 
 
@@ -324,7 +412,8 @@ def _note(message: str) -> None:
 
 
 def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
-    """The base model: the SFT warm-start, reused from the cache when its inputs are unchanged."""
+    """The base model: the SFT warm-start, reused from the shared cache when its inputs are unchanged (two
+    demos building the same entry at once both succeed: :func:`veritune.core.cache.publish_dir`)."""
     world = paths["world"]
     key = warmstart_key(
         REPO_ROOT / SFT_RECIPE,  # names its accelerate config
@@ -333,10 +422,13 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
     )
+    key = stage_key("warm-start", key, seed)  # the seed changes the run too
     cached = CACHE / "warmstart" / key
-    if not (paths["base"] / "model.safetensors").is_file():
+
+    def build() -> None:
         if use_cache and (cached / "model.safetensors").is_file():
             print(f"reusing the cached warm-start {cached}")
+            STAGE_STATUS["base"] = "shared cache"
         else:
             _launch(
                 "finetune/sft.py",
@@ -354,10 +446,18 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
                     str(seed),
                 ],
             )
-            if use_cache:
-                shutil.copytree(out / "sft", cached.with_suffix(".tmp"), dirs_exist_ok=True)
-                cached.with_suffix(".tmp").replace(cached)
-        shutil.copytree(cached if use_cache else out / "sft", paths["base"], dirs_exist_ok=True)
+            if use_cache and not publish_dir(out / "sft", cached):
+                print(f"another process cached this warm-start first: using {cached}")
+        # copied beside, then renamed: a demo killed while copying leaves no half-copied base that looks complete
+        partial = paths["base"].with_name(f".{paths['base'].name}.partial")
+        _remove(partial)
+        shutil.copytree(cached if use_cache else out / "sft", partial)
+        _remove(paths["base"])
+        os.rename(partial, paths["base"])
+
+    # out/sft, the warm-start's run directory, goes with a base of other inputs (it would refuse their settings)
+    outputs = [paths["base"], out / "sft"]
+    run_stage(out, "base", key, outputs, lambda: (paths["base"] / "model.safetensors").is_file(), build)
 
 
 def build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) -> None:
@@ -379,16 +479,19 @@ def build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) 
     ]
     if dev:
         builds.append(("oric-bench", "dev", paths["oric_dev"], ORIC_BENCH_PER_ANSWER, []))
+    upstream = [recorded_key(out, "world"), recorded_key(out, "tiny-clip")]
     for builder, split, output, per_answer, further in builds:
-        if not output.is_file():
-            data = [
-                "--annotations",
-                str(world / split / "instances.json"),
-                "--image-root",
-                str(world / split / "images"),
-            ]
-            counts = ["--num-yes", str(per_answer), "--num-no", str(per_answer)]
-            _veritune("build", builder, *data, "--out", str(output), *counts, *further, *common)
+        data = ["--annotations", str(world / split / "instances.json"), "--image-root", str(world / split / "images")]
+        counts = ["--num-yes", str(per_answer), "--num-no", str(per_answer)]
+        command = ["build", builder, *data, "--out", str(output), *counts, *further, *common]
+        run_stage(
+            out,
+            output.parent.name,  # oric, oric-bench, oric-dev: one folder each
+            stage_key(command, upstream),
+            [output.parent],
+            output.is_file,
+            lambda command=command: _veritune(*command),
+        )
     for bench in builds[1:]:
         _veritune("build", "check-leakage", str(paths["oric_train"]), str(bench[2]))
 
@@ -440,85 +543,120 @@ def train_grpo(
     ]
     if steps is not None:
         overrides += ["--max_steps", str(steps), "--save_steps", str(steps)]
-    if not (run / "trainer_state.json").is_file():
-        _launch("finetune/grpo.py", RECIPE, overrides)
+    out = _out(paths)
+    key = stage_key(
+        "grpo",
+        overrides,
+        _file_digest(REPO_ROOT / RECIPE),
+        [recorded_key(out, name) for name in ("world", "base", "oric", "oric-bench" if split == "val" else "oric-dev")],
+    )
+    run_stage(
+        out,
+        run.name,
+        key,
+        [run],
+        lambda: (run / "trainer_state.json").is_file(),
+        lambda: _launch("finetune/grpo.py", RECIPE, overrides),
+    )
     return run
 
 
 def build_finer(paths: dict[str, Path], seed: int) -> None:
     """FINER-Tuning tuples (train scene graphs), FINER-bench and its yes/no probe (val scene graphs)."""
-    world = paths["world"]
-    if not (paths["finer"] / "train.jsonl").is_file():
-        _veritune(
+    world, out = paths["world"], _out(paths)
+    upstream = recorded_key(out, "world")
+    tuples = ["build", "finer", "--scene-graphs", str(world / "train" / "scene_graphs.json")]
+    tuples += ["--image-root", str(world / "train" / "images"), "--out", str(paths["finer"]), "--seed", str(seed)]
+    run_stage(
+        out,
+        "finer",
+        stage_key(tuples, upstream),
+        [paths["finer"]],
+        (paths["finer"] / "train.jsonl").is_file,
+        lambda: _veritune(*tuples),
+    )
+    # FINER-bench (the letter protocol) and its yes/no probe: the same val graphs, two protocols, one folder
+    benches = [
+        [
             "build",
-            "finer",
+            "finer-bench",
+            *protocol,
             "--scene-graphs",
-            str(world / "train" / "scene_graphs.json"),
+            str(world / "val" / "scene_graphs.json"),
             "--image-root",
-            str(world / "train" / "images"),
+            str(world / "val" / "images"),
             "--out",
-            str(paths["finer"]),
+            str(bench),
             "--seed",
             str(seed),
-        )
-    # FINER-bench (the letter protocol) and its yes/no probe: the same val graphs, two protocols
-    for bench, protocol in ((paths["finer_bench"], []), (paths["finer_yn"], ["--protocol", "yn"])):
-        if not bench.is_file():
-            _veritune(
-                "build",
-                "finer-bench",
-                *protocol,
-                "--scene-graphs",
-                str(world / "val" / "scene_graphs.json"),
-                "--image-root",
-                str(world / "val" / "images"),
-                "--out",
-                str(bench),
-                "--seed",
-                str(seed),
-            )
+        ]
+        for bench, protocol in ((paths["finer_bench"], []), (paths["finer_yn"], ["--protocol", "yn"]))
+    ]
+
+    def build_benches() -> None:
+        for command, bench in zip(benches, (paths["finer_bench"], paths["finer_yn"]), strict=True):
+            if not bench.is_file():
+                _veritune(*command)
+
+    run_stage(
+        out,
+        paths["finer_bench"].parent.name,
+        stage_key(benches, upstream),
+        [paths["finer_bench"].parent],
+        lambda: paths["finer_bench"].is_file() and paths["finer_yn"].is_file(),
+        build_benches,
+    )
 
 
 def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
     """DPO from the base model on the FINER-Tuning tuples (built first if missing); with ``report``, then the
     run's HTML report."""
-    world = paths["world"]
+    world, out = paths["world"], _out(paths)
     build_finer(paths, seed)
-    if not (paths["dpo"] / "trainer_state.json").is_file():
-        _launch(
-            "finetune/dpo.py",
-            DPO_RECIPE,
-            [
-                "--model_name_or_path",
-                str(paths["base"]),
-                "--dataset_path",
-                str(paths["finer"]),
-                "--image_root",
-                str(world / "train" / "images"),
-                "--output_dir",
-                str(paths["dpo"]),
-                "--seed",
-                str(seed),
-                "--report_to",
-                "none",
-                "--eval_on_save",
-                "true",
-                "--eval_at_start",
-                "true",
-                "--eval_benchmarks",
-                f"finer:{FINER_QUESTIONS}",
-                "finer_yn",
-                "--eval_data",
-                f"finer={paths['finer_bench']}",
-                f"finer_yn={paths['finer_yn']}",
-                "--eval_image_root",
-                str(world / "val" / "images"),
-                "--max_steps",
-                str(DPO_STEPS),
-                "--save_steps",
-                str(DPO_STEPS),
-            ],
-        )
+    overrides = [
+        "--model_name_or_path",
+        str(paths["base"]),
+        "--dataset_path",
+        str(paths["finer"]),
+        "--image_root",
+        str(world / "train" / "images"),
+        "--output_dir",
+        str(paths["dpo"]),
+        "--seed",
+        str(seed),
+        "--report_to",
+        "none",
+        "--eval_on_save",
+        "true",
+        "--eval_at_start",
+        "true",
+        "--eval_benchmarks",
+        f"finer:{FINER_QUESTIONS}",
+        "finer_yn",
+        "--eval_data",
+        f"finer={paths['finer_bench']}",
+        f"finer_yn={paths['finer_yn']}",
+        "--eval_image_root",
+        str(world / "val" / "images"),
+        "--max_steps",
+        str(DPO_STEPS),
+        "--save_steps",
+        str(DPO_STEPS),
+    ]
+    key = stage_key(
+        "dpo",
+        overrides,
+        _file_digest(REPO_ROOT / DPO_RECIPE),
+        [recorded_key(out, name) for name in ("world", "base", "finer", "finer-bench")],
+    )
+    run_stage(
+        out,
+        "dpo",
+        key,
+        [paths["dpo"]],
+        lambda: (paths["dpo"] / "trainer_state.json").is_file(),
+        lambda: _launch("finetune/dpo.py", DPO_RECIPE, overrides),
+    )
     if report:
         _run(_report_command(paths["dpo"]))
 
@@ -575,10 +713,12 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
     rewards = [row["reward"] for row in state["log_history"] if "reward" in row]
     stds = [row["reward_std"] for row in state["log_history"] if "reward_std" in row]
     table = format_table(rows)
-    atomic_write_json(out / "results.json", {"rows": rows, "timings_s": timings})
+    stages = dict(STAGE_STATUS)
+    atomic_write_json(out / "results.json", {"rows": rows, "timings_s": timings, "stages": stages})
     atomic_write_text(out / "results.txt", table + "\n")
     print("\n==> done")
     print(f"stage times (s):   {json.dumps(timings)}")
+    print(f"stages:            {stage_summary(stages)}")
     if rewards:
         head, tail = rewards[: max(1, len(rewards) // 4)], rewards[-max(1, len(rewards) // 4) :]
         print(
@@ -599,6 +739,21 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
             f"finer_yn: the probe's levels here are {', '.join(f'L{level}' for level in levels)} (the others cannot be "
             "filled from this world's scene graphs; docs/EVALUATION.md, FINER's yes/no probe)"
         )
+
+
+def stage_summary(stages: dict[str, str]) -> str:
+    """``"run now: grpo; reused (same inputs as before): world, ...; from the shared cache: base"``."""
+    groups = [
+        ("run now", "run"),
+        ("reused (same inputs as before)", "reused"),
+        ("from the shared cache", "shared cache"),
+    ]
+    parts = [
+        f"{label}: {', '.join(name for name, status in stages.items() if status == wanted)}"
+        for label, wanted in groups
+        if wanted in stages.values()
+    ]
+    return "; ".join(parts)
 
 
 def _finer_yn_levels(bench: Path) -> list[int]:

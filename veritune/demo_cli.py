@@ -12,7 +12,12 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     from veritune.cli import command_help
 
     parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
-    parser.add_argument("--out", type=Path, default=Path("outputs/demo"), help="where everything is written")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("outputs/demo"),
+        help="where everything is written (a rerun reuses the stages whose arguments and inputs are unchanged)",
+    )
     parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")
     parser.add_argument("--no-cache", action="store_true", help="train the warm-start even when a cached one exists")

@@ -18,6 +18,7 @@ import logging
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from veritune.core.errors import USER_ERROR_EXIT_CODE
 
@@ -39,11 +40,29 @@ def _failed(exitcode: int, rank: int | None = None) -> int:
     return 128 - exitcode if exitcode < 0 else exitcode
 
 
+def check_worker_wandb(script: str, script_args: list[str]) -> bool:
+    """Check here, before any worker starts, that W&B can log when the script's recipe and overrides name it in
+    ``report_to`` (read as the entry script reads them: ``finetune.recipe.recipe_report_to``); False after printing
+    one ``error:`` line when it cannot."""
+    from finetune.recipe import recipe_report_to
+    from veritune.core.errors import UserError
+    from veritune.core.wandb_login import require_wandb_login
+
+    try:
+        require_wandb_login(recipe_report_to(list(script_args)), f"{Path(script).name}: report_to names wandb")
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return False
+    return True
+
+
 def launch(argv: list[str]) -> int:
     """Run ``accelerate launch argv``; the exit status of the first failed worker, or 0."""
     from accelerate.commands.launch import launch_command, launch_command_parser
 
     args = launch_command_parser().parse_args(argv)
+    if not check_worker_wandb(args.training_script, args.training_script_args):
+        return USER_ERROR_EXIT_CODE
     # torch elastic logs each failed worker at ERROR level before raising; the summary below replaces it.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     try:

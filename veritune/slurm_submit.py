@@ -196,9 +196,23 @@ def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
         )
     processes = args.nodes * args.gpus_per_node if args.gpus_per_node else None
     script_args = validate_recipe(args.entry, args.recipe, overrides, processes)
+    check_wandb_login(args.recipe, overrides)
     if script_args is not None and not args.accelerate_config and not script_args.accelerate_config:
         raise UserError(f"{args.recipe} names no accelerate_config; pass --accelerate-config")
     return build, overrides
+
+
+def check_wandb_login(recipe: str, overrides: list[str]) -> None:
+    """Refuse, before any job is submitted, a run whose ``report_to`` names wandb while W&B has no credentials
+    here (the jobs read the same home directory and environment).
+
+    Raises:
+        UserError: one line saying how to log in or go offline.
+    """
+    from finetune.recipe import recipe_report_to
+    from veritune.core.wandb_login import require_wandb_login
+
+    require_wandb_login(recipe_report_to([recipe, *overrides]), f"{recipe}: report_to names wandb")
 
 
 def _recipe_accelerate_config(recipe: str) -> str | None:
