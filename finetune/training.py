@@ -88,6 +88,7 @@ def get_callbacks(script_args: ScriptArguments, training_args: TrainingArguments
                 final_benchmarks=script_args.eval_final_benchmarks,
                 at_start=script_args.eval_at_start,
                 backend=script_args.eval_backend,
+                allow_partial=script_args.eval_allow_partial,
             )
         )
     return callbacks

@@ -240,37 +240,53 @@ def test_max_new_tokens_caps_every_answer(
     assert json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())["generation"]["max_new_tokens"] == 3
 
 
-def test_missing_and_unreadable_images_are_skipped_and_counted(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+def test_missing_and_unreadable_images_are_refused_or_scored_partial(
+    tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, images = write_oric_bench(tmp_path / "data", questions=4)
     (images / "COCO_val2014_000000000001.jpg").unlink()  # question 2: missing
     (images / "COCO_val2014_000000000002.jpg").write_bytes(b"not a jpeg")  # question 3: unreadable
-    assert (
-        main(
-            [
-                "eval",
-                "run",
-                "--model",
-                str(tiny_qwen3vl),
-                "--benchmarks",
-                "oric_bench",
-                "--data-root",
-                str(tmp_path / "data"),
-                "--out",
-                str(tmp_path / "out"),
-                "--max-new-tokens",
-                "32",
-            ]
-        )
-        == 0
-    )
+    command = [
+        "eval",
+        "run",
+        "--model",
+        str(tiny_qwen3vl),
+        "--benchmarks",
+        "oric_bench",
+        "--data-root",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "out"),
+        "--max-new-tokens",
+        "32",
+    ]
+    with pytest.raises(SystemExit) as refused:  # by default: refused before the model loads
+        main(command)
+    error = capsys.readouterr().err
+    assert refused.value.code == 2 and error.count("\n") == 1
+    assert "oric_bench: 4 of 16 items have missing images (1 image file(s) not found under " in error and "--allow-partial" in error
+    assert not (tmp_path / "out").exists()
+
+    assert main([*command, "--allow-partial"]) == 0  # the answered items only, labelled partial
+    printed = capsys.readouterr().out
+    assert "oric_bench (partial)" in printed and " 8/16 " in printed
     metrics = json.loads((tmp_path / "out" / "oric_bench" / "metrics.json").read_text())
-    assert metrics["counts"]["missing_images"] == 8 and metrics["counts"]["predicted"] == 8
+    assert metrics["partial"] is True and metrics["counts"]["items"] == metrics["counts"]["predicted"] == 8
+    coverage = metrics["coverage"]
+    assert (coverage["expected"], coverage["answered"], coverage["missing_images"], coverage["answered_share"]) == (
+        16,
+        8,
+        8,
+        50.0,
+    )
     assert [Path(p).name for p in metrics["missing_images"]] == [
         "COCO_val2014_000000000001.jpg",
         "COCO_val2014_000000000002.jpg",
     ]
     predicted = set(read_predictions(tmp_path / "out" / "oric_bench" / "predictions.jsonl"))
     assert not any(key.startswith(("2/", "3/")) for key in predicted)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["partial"] == ["oric_bench"] and results["results"]["oric_bench"]["coverage"] == coverage
 
 
 def test_mixed_image_benchmark_by_dotted_path(tiny_qwen3vl: Path, tmp_path: Path) -> None:
