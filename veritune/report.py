@@ -466,8 +466,8 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         return write_eval_report(run_dir, out)
     if not results and state_file is None:
         raise UserError(
-            f"{run_dir}: no trainer_state.json, no eval/checkpoint-N/<benchmark>/metrics.json and no results.json "
-            "of `veritune eval run` to report"
+            f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report (nor "
+            "the results.json of a `veritune eval run` folder)"
         )
     sections = [
         f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
