@@ -388,9 +388,9 @@ class EvalHookCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, results: dict[str, dict[str, Any]]
     ) -> None:
         """Log to the log history, every ``report_to`` integration and W&B (main process only). A benchmark whose
-        evaluation failed at this step is logged as ``eval/<benchmark>/failed`` = 1, never as a score."""
+        evaluation failed at this step is logged as ``eval/<benchmark>/status/failed`` = 1, never as a score."""
         metrics = {key: value for name, result in results.items() for key, value in flat_metrics(name, result).items()}
-        metrics.update({f"eval/{name}/failed": 1.0 for name in self.failed.get(state.global_step, [])})
+        metrics.update({f"eval/{name}/status/failed": 1.0 for name in self.failed.get(state.global_step, [])})
         state.log_history.append({**metrics, "step": state.global_step})
         via_trainer = False
         if self._handler is not None:
@@ -412,7 +412,7 @@ class EvalHookCallback(TrainerCallback):
         summary = "; ".join(
             f"{key}={value:.2f}"
             for key, value in metrics.items()
-            if (key.count("/") == 2 or "/macro/" in key) and not key.endswith("/failed")
+            if (key.count("/") == 2 or "/macro/" in key) and not key.endswith("/status/failed")
         )
         marks = [
             f"{name} partial ({r['coverage']['answered']}/{r['coverage']['expected']} answered)"

@@ -297,7 +297,7 @@ def test_hook_scores_partial_when_allowed_and_logs_later_faults_as_failed(tiny_q
     state.global_step = 2
     hook.on_save(args, state, control, model=model, processing_class=processor)
     assert not (tmp_path / "run" / "eval" / "checkpoint-2" / "oric_bench" / "metrics.json").exists()
-    assert state.log_history[-1] == {"eval/oric_bench/failed": 1.0, "step": 2}
+    assert state.log_history[-1] == {"eval/oric_bench/status/failed": 1.0, "step": 2}
 
 
 def test_wrong_eval_image_root_stops_training_before_its_first_step(tiny_qwen3vl: Path, tmp_path: Path) -> None:
