@@ -390,7 +390,8 @@ class EvalHookCallback(TrainerCallback):
         """Log to the log history, every ``report_to`` integration and W&B (main process only). A benchmark whose
         evaluation failed at this step is logged as ``eval/<benchmark>/status/failed`` = 1, never as a score."""
         metrics = {key: value for name, result in results.items() for key, value in flat_metrics(name, result).items()}
-        metrics.update({f"eval/{name}/status/failed": 1.0 for name in self.failed.get(state.global_step, [])})
+        failed = self.failed.pop(state.global_step, [])  # logged once
+        metrics.update({f"eval/{name}/status/failed": 1.0 for name in failed})
         state.log_history.append({**metrics, "step": state.global_step})
         via_trainer = False
         if self._handler is not None:
@@ -408,7 +409,10 @@ class EvalHookCallback(TrainerCallback):
         except ImportError:
             wandb = None
         if wandb is not None and wandb.run is not None:
-            wandb.run.log(wandb_payload(results, state.global_step, wandb, scalars=not via_trainer))
+            payload = wandb_payload(results, state.global_step, wandb, scalars=not via_trainer)
+            if not via_trainer:
+                payload.update({f"eval/{name}/status/failed": 1.0 for name in failed})
+            wandb.run.log(payload)
         summary = "; ".join(
             f"{key}={value:.2f}"
             for key, value in metrics.items()
@@ -419,7 +423,7 @@ class EvalHookCallback(TrainerCallback):
             for name, r in results.items()
             if r.get("partial")
         ]
-        marks += [f"{name} FAILED" for name in self.failed.get(state.global_step, [])]
+        marks += [f"{name} FAILED" for name in failed]
         logger.info(
             "eval at step %d: %s", state.global_step, "; ".join([summary, *marks]) if summary else "; ".join(marks)
         )

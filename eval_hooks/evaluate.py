@@ -273,7 +273,8 @@ def check_images(
         paths = sorted({str(path) for item in missing for path in item.missing_images})
         what = (
             f"{entry.name}: {len(missing)} of {len(entry.items)} items have missing images ({len(paths)} image "
-            f"file(s) not found under {entry.image_root}, first: {', '.join(paths[:SHOWN])})"
+            f"file(s) not found{f' under {entry.image_root}' if entry.image_root else ''}, "
+            f"first: {', '.join(paths[:SHOWN])})"
         )
         if len(missing) == len(entry.items):
             raise UserError(f"{what}; nothing can be answered: check {where}")
@@ -324,7 +325,7 @@ def answered_items(
         raise UserError(
             f"{name}: the predictions answer {coverage['answered']} of {coverage['expected']} items "
             f"({coverage['unanswered']} unanswered, first: {', '.join(coverage['first_unanswered'])}{images}); "
-            f"give predictions for every item (the same --limit as the run), or add {opt_in} to score the "
+            f"give predictions for every item (eval score: the same --limit as the run), or add {opt_in} to score the "
             "answered items only (labelled partial)"
         )
     scored = [
