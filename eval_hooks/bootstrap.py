@@ -12,6 +12,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import EvalItem
@@ -19,7 +20,10 @@ from eval_hooks.registry import get_benchmark
 from veritune.core.errors import UserError
 
 _PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")
+# The one bootstrap of the run report (veritune/report.py) and the demo's results.json (veritune/demo.py):
+# the same draws give the same interval wherever it is printed.
 DEFAULT_RESAMPLES = 1000
+DEFAULT_SEED = 0
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -40,7 +44,7 @@ def paired_bootstrap(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
 ) -> tuple[float, float]:
     """Percentile interval of ``statistic`` over ``resamples`` draws of ``units`` unit indices with replacement.
 
@@ -84,7 +88,7 @@ def metric_difference_interval(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
 ) -> dict[str, Any]:
     """``{metric, base, trained, difference, low, high}`` for one metric of one benchmark: the point values
     on all items and the paired bootstrap interval of the difference, resampling questions."""
@@ -102,7 +106,7 @@ def metric_difference_intervals(
     *,
     resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
-    seed: int = 0,
+    seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
     """:func:`metric_difference_interval` for several metrics of one benchmark, from one set of draws: each
     row is the one a call for that metric alone gives (the same ``seed`` draws the same questions), at the
@@ -162,6 +166,48 @@ def metric_difference_intervals(
             }
         )
     return rows
+
+
+def hook_difference_intervals(
+    run_dir: Path, name: str, metrics: Sequence[str], steps: Sequence[int]
+) -> tuple[list[EvalItem], dict[int, dict[str, str]], list[dict[str, Any]]]:
+    """What the eval hook of a training run shows for benchmark ``name`` between the first and the last of
+    ``steps`` (checkpoint steps, 0 the base model): the items it evaluated (as the last step's metrics.json
+    records them: file, image root, limit), its predictions at every step, and the paired intervals of
+    ``metrics`` (:func:`metric_difference_intervals` with :data:`DEFAULT_RESAMPLES` and :data:`DEFAULT_SEED`).
+    The one computation behind the report's before/after table and the demo's results.
+
+    Raises:
+        UserError: the metrics.json or the benchmark's files cannot be read.
+    """
+    import json
+
+    from eval_hooks.evaluate import METRICS_FILE, prepare_benchmark
+    from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+    from veritune.core.run_layout import checkpoint_eval_dir
+
+    first, last = steps[0], steps[-1]
+    metrics_file = checkpoint_eval_dir(run_dir, last) / name / METRICS_FILE
+    try:
+        data = json.loads(metrics_file.read_text(encoding="utf-8"))["data"]
+        data_path = Path(data["path"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserError(f"{metrics_file}: no readable data record ({err})") from None
+    prepared = prepare_benchmark(
+        name,
+        data={name: data_path},
+        image_root=Path(data["image_root"]) if data.get("image_root") else None,
+        limit=data.get("limit"),
+    )
+    predictions = {
+        step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps
+    }
+    # an item unanswered at either step (a partial evaluation, eval_allow_partial) is never scored as an answer
+    items = [item for item in prepared.items if item.id in predictions[first] and item.id in predictions[last]]
+    if not items:
+        raise UserError(f"{name}: no item answered at both step {first} and step {last}")
+    rows = metric_difference_intervals(name, items, predictions[first], predictions[last], metrics)
+    return items, predictions, rows
 
 
 def format_table(rows: list[dict[str, Any]], confidence: float = 0.95) -> str:

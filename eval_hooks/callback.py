@@ -40,18 +40,34 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
-from eval_hooks.evaluate import PreparedBenchmark, evaluate_prepared, prepare_benchmark, require_judges, resolve_paths
-from eval_hooks.registry import expand_presets, get_benchmark
+from eval_hooks.evaluate import (
+    PreparedBenchmark,
+    check_images,
+    evaluate_prepared,
+    prepare_benchmark,
+    require_judges,
+)
+from eval_hooks.registry import expand_presets
 from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
 from veritune.core.run_layout import checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
+PARTIAL_KEY = "eval_allow_partial: true"  # the recipe's opt-in to partial scores, named in the hook's errors
 
 
 def flat_metrics(name: str, result: dict[str, Any]) -> dict[str, float]:
-    """``{"eval/<benchmark>/<metric>": value}`` of one benchmark's result."""
-    return {f"eval/{name}/{key}": float(value) for key, value in result["metrics"].items()}
+    """``{"eval/<benchmark>/<metric>": value}`` of one benchmark's result, with its coverage beside the metrics
+    (``coverage/answered_share``, ``coverage/missing_images``, ``coverage/unresolved_share`` and
+    ``coverage/partial``: 1 when only the answered items were scored)."""
+    flat = {f"eval/{name}/{key}": float(value) for key, value in result["metrics"].items()}
+    coverage = result.get("coverage") or {}
+    for key in ("answered", "expected", "answered_share", "missing_images", "unresolved_share"):
+        if isinstance(coverage.get(key), (int, float)):
+            flat[f"eval/{name}/coverage/{key}"] = float(coverage[key])
+    if coverage:
+        flat[f"eval/{name}/coverage/partial"] = float(bool(result.get("partial")))
+    return flat
 
 
 def wandb_payload(results: dict[str, dict[str, Any]], step: int, wandb: Any, *, scalars: bool = True) -> dict[str, Any]:
@@ -137,6 +153,9 @@ class EvalHookCallback(TrainerCallback):
             the final model when training ends without saving its last step).
         at_start: also evaluate the model before the first training step (the step-0 baseline, in
             ``eval/checkpoint-0``), on the same items as every later checkpoint.
+        allow_partial: score a benchmark whose images are partly missing on the items that have them,
+            labelled partial (``eval_allow_partial``); by default such a benchmark stops the run before its
+            first step (:meth:`check_benchmarks`).
     """
 
     def __init__(
@@ -152,6 +171,7 @@ class EvalHookCallback(TrainerCallback):
         final_benchmarks: list[str] | None = None,
         at_start: bool = False,
         backend: str = "auto",
+        allow_partial: bool = False,
     ) -> None:
         self.benchmarks, self.limits = parse_benchmark_limits(expand_presets(benchmarks))
         self.final_benchmarks, self.final_limits = parse_benchmark_limits(expand_presets(final_benchmarks or []))
@@ -171,6 +191,8 @@ class EvalHookCallback(TrainerCallback):
         self.backend = backend
         self._vllm: Any = None  # TRL's VLLMGeneration of the trainer, when it has one (bind_vllm)
         self._said_backend = False
+        self.allow_partial = allow_partial
+        self.failed: dict[int, list[str]] = {}  # step -> the benchmarks whose evaluation failed there
 
     def bind_handler(self, handler: CallbackHandler) -> None:
         """Callbacks get no handle on the Trainer: whoever builds the Trainer passes its CallbackHandler here
@@ -220,19 +242,51 @@ class EvalHookCallback(TrainerCallback):
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any
     ) -> None:
         self.processor = kwargs.get("processing_class")
-        # Say now, not hours from now, when a final benchmark's files cannot be found.
-        for name in self.final_benchmarks if state.is_world_process_zero else []:
-            try:
-                data_path, _ = resolve_paths(name, self.data_root, self.data, self.image_root)
-                if not data_path.exists():
-                    raise UserError(f"{data_path} not found (expected {get_benchmark(name).data_layout})")
-            except UserError as err:
-                logger.warning(
-                    "eval hook: final benchmark %s cannot run as configured (it will be skipped at the end): %s",
-                    name,
-                    err,
-                )
+        self.check_benchmarks(state.is_world_process_zero)
         self.evaluate_baseline(args, state, control, kwargs.get("model"))
+
+    def check_benchmarks(self, main_process: bool = True) -> None:
+        """Before the first step: load every benchmark of the hook (per save and final) and check its images, so
+        that a wrong ``eval_image_root`` stops the run in seconds with one ``error:`` line instead of drawing
+        zeros at every save (``eval_allow_partial``: a warning, and partial scores). A benchmark whose files
+        cannot be found is said now (it fails, logged, when its turn comes, and training goes on).
+
+        Raises:
+            UserError: a benchmark's images are missing (some, without ``allow_partial``; all, in any case).
+        """
+        for name, limit in [
+            *((name, self.limits.get(name, self.limit)) for name in self.benchmarks),
+            *((name, self.final_limits.get(name, self.limit)) for name in self.final_benchmarks),
+        ]:
+            try:
+                prepared = self.prepared(name, limit)
+            except UserError as err:
+                if main_process:
+                    final = name in self.final_benchmarks and name not in self.benchmarks
+                    logger.warning(
+                        "eval hook: %sbenchmark %s cannot run as configured (%s): %s",
+                        "final " if final else "",
+                        name,
+                        "it will be skipped at the end" if final else "each evaluation of it will fail",
+                        err,
+                    )
+                continue
+            check_images([prepared], opt_in=PARTIAL_KEY, where="eval_image_root, eval_data_root, eval_data")
+
+    def prepared(self, name: str, limit: int | None) -> PreparedBenchmark:
+        """Benchmark ``name`` with ``limit``, loaded once for the whole run (every checkpoint sees the same items)."""
+        key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
+        if key not in self._prepared:
+            self._prepared[key] = prepare_benchmark(
+                name,
+                data_root=self.data_root,
+                data=self.data,
+                image_root=self.image_root,
+                limit=limit,
+                max_new_tokens=self.max_new_tokens,
+                allow_partial=self.allow_partial,
+            )
+        return self._prepared[key]
 
     def evaluate_baseline(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, model: Any
@@ -243,7 +297,7 @@ class EvalHookCallback(TrainerCallback):
         if not self.at_start or state.global_step > 0:
             return
         results = self.evaluate_model(model, self.processor, out_dir, 0)
-        if results and state.is_world_process_zero:
+        if (results or self.failed.get(state.global_step)) and state.is_world_process_zero:
             self.log_results(args, state, control, results)
 
     def on_save(self, args: TrainingArguments, state: TrainerState, control: TrainerControl, **kwargs: Any) -> None:
@@ -257,7 +311,7 @@ class EvalHookCallback(TrainerCallback):
             results.update(
                 self.evaluate_model(model, processor, out_dir, step, self.final_benchmarks, self.final_limits)
             )
-        if results and state.is_world_process_zero:
+        if (results or self.failed.get(state.global_step)) and state.is_world_process_zero:
             self.log_results(args, state, control, results)
 
     def on_train_end(
@@ -273,7 +327,7 @@ class EvalHookCallback(TrainerCallback):
         results = self.evaluate_model(
             kwargs.get("model"), processor, out_dir, step, self.final_benchmarks, self.final_limits
         )
-        if results and state.is_world_process_zero:
+        if (results or self.failed.get(state.global_step)) and state.is_world_process_zero:
             self.log_results(args, state, control, results)
 
     def evaluate_model(
@@ -315,18 +369,8 @@ class EvalHookCallback(TrainerCallback):
         """Each benchmark in turn into ``results``; one that fails is logged and left out."""
         for name in names:
             try:
-                limit = limits.get(name, self.limit)
-                key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
-                if key not in self._prepared:
-                    self._prepared[key] = prepare_benchmark(
-                        name,
-                        data_root=self.data_root,
-                        data=self.data,
-                        image_root=self.image_root,
-                        limit=limit,
-                        max_new_tokens=self.max_new_tokens,
-                    )
-                result = evaluate_prepared(backend, self._prepared[key], out_dir, batch_size=self.batch_size)
+                prepared = self.prepared(name, limits.get(name, self.limit))
+                result = evaluate_prepared(backend, prepared, out_dir, batch_size=self.batch_size, opt_in=PARTIAL_KEY)
             except Exception as err:  # noqa: BLE001 - an eval failure must never stop training
                 logger.error(
                     "eval hook: %s failed at step %d (training continues): %s: %s",
@@ -335,6 +379,7 @@ class EvalHookCallback(TrainerCallback):
                     type(err).__name__,
                     err,
                 )
+                self.failed.setdefault(step, []).append(name)
                 continue
             if result:
                 results[name] = result
@@ -342,8 +387,11 @@ class EvalHookCallback(TrainerCallback):
     def log_results(
         self, args: TrainingArguments, state: TrainerState, control: TrainerControl, results: dict[str, dict[str, Any]]
     ) -> None:
-        """Log to the log history, every ``report_to`` integration and W&B (main process only)."""
+        """Log to the log history, every ``report_to`` integration and W&B (main process only). A benchmark whose
+        evaluation failed at this step is logged as ``eval/<benchmark>/status/failed`` = 1, never as a score."""
         metrics = {key: value for name, result in results.items() for key, value in flat_metrics(name, result).items()}
+        failed = self.failed.pop(state.global_step, [])  # logged once
+        metrics.update({f"eval/{name}/status/failed": 1.0 for name in failed})
         state.log_history.append({**metrics, "step": state.global_step})
         via_trainer = False
         if self._handler is not None:
@@ -361,8 +409,21 @@ class EvalHookCallback(TrainerCallback):
         except ImportError:
             wandb = None
         if wandb is not None and wandb.run is not None:
-            wandb.run.log(wandb_payload(results, state.global_step, wandb, scalars=not via_trainer))
+            payload = wandb_payload(results, state.global_step, wandb, scalars=not via_trainer)
+            if not via_trainer:
+                payload.update({f"eval/{name}/status/failed": 1.0 for name in failed})
+            wandb.run.log(payload)
         summary = "; ".join(
-            f"{key}={value:.4g}" for key, value in metrics.items() if key.count("/") == 2 or "/macro/" in key
+            f"{key}={value:.2f}"
+            for key, value in metrics.items()
+            if (key.count("/") == 2 or "/macro/" in key) and not key.endswith("/status/failed")
         )
-        logger.info("eval at step %d: %s", state.global_step, summary)
+        marks = [
+            f"{name} partial ({r['coverage']['answered']}/{r['coverage']['expected']} answered)"
+            for name, r in results.items()
+            if r.get("partial")
+        ]
+        marks += [f"{name} FAILED" for name in failed]
+        logger.info(
+            "eval at step %d: %s", state.global_step, "; ".join([summary, *marks]) if summary else "; ".join(marks)
+        )

@@ -11,12 +11,17 @@ from typing import Any
 
 from data_builders.cli import add_llm_arguments, llm_client_options
 from eval_hooks.evaluate import (
+    METRICS_FILE,
+    RESULTS_FILE,
+    check_images,
     evaluate,
     headline_metrics,
     parse_benchmark_names,
     parse_data_overrides,
+    parse_image_roots,
     prepare_benchmarks,
     rescore,
+    results_record,
 )
 from eval_hooks.registry import BENCHMARKS
 from veritune.cli import command_help
@@ -30,25 +35,38 @@ STRICT_HELP = (
 )
 
 
+def _percent(value: Any) -> str:
+    return f"{value:.2f}" if isinstance(value, (int, float)) and not isinstance(value, bool) else "-"
+
+
 def summary_table(results: dict[str, dict[str, Any]]) -> str:
-    """A plain-text table: one row per benchmark and headline metric, with the item counts."""
-    rows = [("benchmark", "items", "answered", "missing img", "metric", "value")]
+    """A plain-text table: one row per benchmark and headline metric, with its coverage (answered of expected
+    items, their share, items with missing images, the share of answers no grader could read) and a
+    ``(partial)`` mark on a benchmark scored on its answered items only. Every number is printed with two
+    decimals (the metrics, like the shares, are in percent unless the benchmark's own unit is a score)."""
+    rows = [("benchmark", "answered", "coverage %", "missing img", "unresolved %", "metric", "value")]
     for name, result in results.items():
+        coverage = result.get("coverage") or {}
         counts = result.get("counts", {})
+        expected = coverage.get("expected", counts.get("items", ""))
         first = (
-            name,
-            str(counts.get("items", "")),
-            str(counts.get("predicted", "")),
-            str(counts.get("missing_images", 0)),
+            f"{name} (partial)" if result.get("partial") else name,
+            f"{coverage.get('answered', counts.get('predicted', ''))}/{expected}",
+            _percent(coverage.get("answered_share")),
+            str(coverage.get("missing_images", counts.get("missing_images", 0))),
+            _percent(coverage.get("unresolved_share")),
         )
-        for index, (metric, value) in enumerate(headline_metrics(result).items()):
-            rows.append((*(first if index == 0 else ("", "", "", "")), metric, f"{value:.4g}"))
-        if not headline_metrics(result):
+        blank = ("",) * len(first)
+        headline = headline_metrics(result)
+        for index, (metric, value) in enumerate(headline.items()):
+            rows.append((*(first if index == 0 else blank), metric, _percent(value)))
+        if not headline:
             rows.append((*first, "", ""))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    right = {1, 2, 3, 4, 6}
     lines = [
         "  ".join(
-            cell.rjust(w) if i in (1, 2, 3, 5) else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))
+            cell.rjust(w) if i in right else cell.ljust(w) for i, (cell, w) in enumerate(zip(row, widths))
         ).rstrip()
         for row in rows
     ]
@@ -133,8 +151,20 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="BENCHMARK=PATH",
         help="a benchmark's file or folder, instead of its --data-root layout (repeatable)",
     )
-    parser.add_argument("--image-root", type=Path, help="images of the --data files")
+    parser.add_argument(
+        "--image-root",
+        action="append",
+        metavar="PATH or BENCHMARK=PATH",
+        help="images of the --data files: a PATH for every benchmark, or BENCHMARK=PATH for one (repeatable)",
+    )
     parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
+    parser.add_argument(
+        "--allow-partial",
+        action="store_true",
+        help="score the answered items only when the predictions miss some, or some images are missing (by "
+        "default: refused, exit 2); the result is labelled partial in metrics.json, results.json, the table, "
+        "W&B and the report",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -201,17 +231,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _prepare(args: argparse.Namespace) -> list:
+    """The benchmarks of ``eval run`` / ``eval watch``, loaded, their images checked (:func:`check_images`):
+    every wrong path or missing image is refused before a model loads."""
     names = parse_benchmark_names(args.benchmarks)
     data = parse_data_overrides(args.data, benchmarks=names)
-    return prepare_benchmarks(
+    prepared = prepare_benchmarks(
         names,
         data_root=args.data_root,
         data=data,
-        image_root=args.image_root,
+        image_root=parse_image_roots(args.image_root, benchmarks=names),
         limit=args.limit,
         max_new_tokens=args.max_new_tokens,
         strict_official=args.strict_official,
+        allow_partial=args.allow_partial,
     )
+    check_images(prepared)
+    return prepared
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -228,11 +263,33 @@ def _run(args: argparse.Namespace) -> int:
     if process_state().is_main_process:
         if blind_fill is not None:
             print(blind_label(blind_fill))
+        results_path = write_results_file(args, results, judge)
         print(summary_table(results))
-        print(f"results: {args.out}/<benchmark>/metrics.json")
+        print(f"per benchmark: {', '.join(str(Path(args.out) / name / METRICS_FILE) for name in results)}")
+        print(f"results: {results_path}")
         if args.report_to == "wandb":
             log_eval_to_wandb(Path(args.model), results, args.out, blind_fill=blind_fill)
     return 0
+
+
+def write_results_file(args: argparse.Namespace, results: dict[str, dict[str, Any]], judge: Any) -> Path:
+    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.evaluate.results_record`), written atomically."""
+    settings = {
+        "model": str(args.model),
+        "benchmarks": args.benchmarks,
+        "backend": args.backend,
+        "dtype": args.dtype,
+        "batch_size": args.batch_size,
+        "max_new_tokens": args.max_new_tokens,
+        "limit": getattr(args, "limit", None),
+        "seed": getattr(args, "seed", None),
+        "strict_official": args.strict_official,
+        "allow_partial": args.allow_partial,
+        "judge": {"model": args.llm_model, "base_url": args.llm_base_url} if judge is not None else None,
+        "blind": {"fill": list(blind_fill_of(args))} if args.blind else None,
+        "data_root": str(args.data_root) if args.data_root else None,
+    }
+    return atomic_write_json(Path(args.out) / RESULTS_FILE, results_record(results, settings))
 
 
 def log_eval_to_wandb(
@@ -309,13 +366,21 @@ def _score(args: argparse.Namespace) -> int:
             f"for {len(names)} benchmarks "
             "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)"
         )
+    image_roots = parse_image_roots(args.image_root, benchmarks=names)
     judge = _judge(args)
     results = {}
     for name in names:
         predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE
-        data_path, image_root = resolve_paths(name, args.data_root, data, args.image_root)
+        data_path, image_root = resolve_paths(name, args.data_root, data, image_roots)
         result = rescore(
-            name, data_path, predictions, image_root, args.limit, judge=judge, strict_official=args.strict_official
+            name,
+            data_path,
+            predictions,
+            image_root,
+            args.limit,
+            judge=judge,
+            strict_official=args.strict_official,
+            allow_partial=args.allow_partial,
         )
         # Beside the predictions by default, never over `eval run`'s own metrics.json (it records the generation).
         metrics_path = (

@@ -6,6 +6,7 @@ prepared (located, loaded, limited) before any model is loaded, so a wrong path 
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import logging
 import re
@@ -30,6 +31,7 @@ from veritune.core.io import atomic_write_json
 logger = logging.getLogger("veritune.eval")
 
 METRICS_FILE = "metrics.json"
+RESULTS_FILE = "results.json"  # one per `eval run`: every benchmark's headline metrics, coverage and the settings
 SAMPLE_PREDICTIONS = 20  # rows of the sample-predictions table kept in metrics.json and logged to W&B
 _PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")  # "17/p2": question 17 asked with its third paraphrase
 
@@ -46,6 +48,7 @@ class PreparedBenchmark:
     limit: int | None = None
     max_new_tokens: int | None = None
     strict_official: bool = False
+    allow_partial: bool = False  # score the answered items only, labelled partial (see :func:`score_benchmark`)
 
 
 def check_benchmark_name(name: str, source: str) -> None:
@@ -107,11 +110,50 @@ def parse_data_overrides(
     return overrides
 
 
+ImageRoots = dict[str | None, Path]  # --image-root: {None: PATH for every benchmark, NAME: PATH for one}
+
+
+def parse_image_roots(
+    values: list[str] | str | Path | None, source: str = "--image-root", benchmarks: list[str] | None = None
+) -> ImageRoots:
+    """``--image-root`` values: a plain ``PATH`` (every benchmark's images, as before) and/or ``BENCHMARK=PATH``
+    entries (one benchmark's; the syntax of ``--data``, :func:`parse_data_overrides`). An entry is
+    ``BENCHMARK=PATH`` when the text before its first ``=`` names no folder (holds no ``/``); two plain paths
+    are an error."""
+    if values is None:
+        return {}
+    entries = [values] if isinstance(values, (str, Path)) else list(values)
+    roots: ImageRoots = {}
+    for value in map(str, entries):
+        name, sep, _ = value.partition("=")
+        if sep and name.strip() and "/" not in name and "\\" not in name:
+            roots.update(parse_data_overrides([value], source, benchmarks))
+            continue
+        if None in roots:
+            raise UserError(
+                f"{source} {value!r}: a second plain path (the first: {roots[None]}); give BENCHMARK=PATH for "
+                "the benchmarks whose images are elsewhere"
+            )
+        roots[None] = Path(value)
+    return roots
+
+
+def image_root_of(name: str, image_root: Path | ImageRoots | None) -> Path | None:
+    """The image root of benchmark ``name`` (``name`` may carry a ``:N`` limit): its own ``NAME=PATH``, else the
+    plain ``--image-root``, else None (the benchmark's own default)."""
+    if not isinstance(image_root, dict):
+        return Path(image_root) if image_root else None
+    base = name.rpartition(":")[0] or name
+    return image_root.get(name) or image_root.get(base) or image_root.get(None)
+
+
 def resolve_paths(
-    name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None
+    name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | ImageRoots | None
 ) -> tuple[Path, Path | None]:
-    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``."""
+    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``;
+    its images under its ``--image-root`` (:func:`image_root_of`), else the layout's own folder."""
     benchmark = get_benchmark(name)
+    image_root = image_root_of(name, image_root)
     if name in data:
         return Path(data[name]), image_root
     if data_root is None:
@@ -162,13 +204,15 @@ def prepare_benchmark(
     *,
     data_root: Path | None = None,
     data: dict[str, Path] | None = None,
-    image_root: Path | None = None,
+    image_root: Path | ImageRoots | None = None,
     limit: int | None = None,
     max_new_tokens: int | None = None,
     strict_official: bool = False,
+    allow_partial: bool = False,
 ) -> PreparedBenchmark:
     """Locate and load one benchmark, keep its first ``limit`` questions, set the generation budget;
-    ``strict_official``: score exactly as the official script (see :func:`score_benchmark`)."""
+    ``strict_official``: score exactly as the official script; ``allow_partial``: score the answered items
+    only, labelled partial (see :func:`score_benchmark`)."""
     benchmark = get_benchmark(name)
     data_path, images = resolve_paths(name, data_root, data or {}, image_root)
     if not data_path.exists():
@@ -179,12 +223,117 @@ def prepare_benchmark(
             raise UserError(f"--max-new-tokens: must be at least 1, got {max_new_tokens}")
         for item in items:
             item.max_new_tokens = max_new_tokens
-    return PreparedBenchmark(name, benchmark, items, data_path, images, limit, max_new_tokens, strict_official)
+    return PreparedBenchmark(
+        name, benchmark, items, data_path, images, limit, max_new_tokens, strict_official, allow_partial
+    )
 
 
 def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmark]:
     """:func:`prepare_benchmark` for each name (every bad name or path is reported before a model loads)."""
     return [prepare_benchmark(name, **kwargs) for name in names]
+
+
+SHOWN = 5  # ids or paths an error message names
+ALLOW_PARTIAL = "--allow-partial"  # the CLI's opt-in; the recipes' is eval_allow_partial (eval_hooks/callback.py)
+
+
+def coverage_of(items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+    """How much of the benchmark ``predictions`` cover: ``expected`` (the items, after the run's limit),
+    ``answered`` and ``unanswered`` (with their share in percent), ``missing_images`` (items whose images are
+    missing or unreadable; they are never generated) and ``partial`` (not every item answered), with the first
+    unanswered ids and missing image paths. ``unresolved_share`` is filled in by :func:`score_benchmark`."""
+    unanswered = [item.id for item in items if item.id not in predictions]
+    missing_paths = sorted({str(path) for item in items for path in item.missing_images})
+    expected = len(items)
+    answered = expected - len(unanswered)
+    return {
+        "expected": expected,
+        "answered": answered,
+        "unanswered": len(unanswered),
+        "answered_share": 100 * answered / expected if expected else 0.0,
+        "missing_images": sum(bool(item.missing_images) for item in items),
+        "missing_image_files": len(missing_paths),
+        "unresolved_share": None,
+        "partial": answered < expected,
+        "first_unanswered": unanswered[:SHOWN],
+        "first_missing_images": missing_paths[:SHOWN],
+    }
+
+
+def check_images(
+    prepared: list[PreparedBenchmark], *, opt_in: str = ALLOW_PARTIAL, where: str = "--image-root, --data-root, --data"
+) -> None:
+    """Refuse, before any model loads, a benchmark whose images are missing (a wrong image root draws all-zero
+    metrics otherwise): one ``error:`` line with the counts and the first paths. With the benchmark's
+    ``allow_partial`` (``opt_in``), a warning instead, unless no item has its images."""
+    for entry in prepared:
+        missing = [item for item in entry.items if item.missing_images]
+        if not missing:
+            continue
+        paths = sorted({str(path) for item in missing for path in item.missing_images})
+        what = (
+            f"{entry.name}: {len(missing)} of {len(entry.items)} items have missing images ({len(paths)} image "
+            f"file(s) not found{f' under {entry.image_root}' if entry.image_root else ''}, "
+            f"first: {', '.join(paths[:SHOWN])})"
+        )
+        if len(missing) == len(entry.items):
+            raise UserError(f"{what}; nothing can be answered: check {where}")
+        if not entry.allow_partial:
+            raise UserError(
+                f"{what}; check {where}, or add {opt_in} to score only the items whose images are there "
+                "(labelled partial)"
+            )
+        logger.warning("%s; scored without them (%s: labelled partial)", what, opt_in)
+
+
+def _unresolved_share(result: dict[str, Any], answered: int) -> float | None:
+    """The share (percent) of answers no grader could read: the answer resolution's, else the scorer's count."""
+    resolution = result.get("answer_resolution") or {}
+    if resolution.get("unresolved_share") is not None:
+        return float(resolution["unresolved_share"])
+    counts = result.get("counts", {})
+    unresolved = counts.get("unresolved", counts.get("unresolved_scored_as_0"))
+    if isinstance(unresolved, (int, float)) and not isinstance(unresolved, bool) and answered:
+        return 100 * unresolved / answered
+    return None
+
+
+def answered_items(
+    name: str, items: list[EvalItem], predictions: dict[str, str], *, allow_partial: bool, opt_in: str = ALLOW_PARTIAL
+) -> tuple[list[EvalItem], dict[str, Any]]:
+    """The items to score and the coverage (:func:`coverage_of`). Every item must be answered; with
+    ``allow_partial``, only the answered ones are scored (never an unanswered item as an answer). An answered
+    item is scored whether its images are on disk now or not (they were there when it was answered).
+
+    Raises:
+        UserError: nothing answered (even with ``allow_partial``), or not everything without it: counts and
+            the first unanswered ids (and missing image paths).
+    """
+    coverage = coverage_of(items, predictions)
+    if coverage["expected"] and not coverage["answered"]:
+        raise UserError(
+            f"{name}: none of the {coverage['expected']} items is answered by the predictions "
+            f"(first expected ids: {', '.join(coverage['first_unanswered'])}); nothing to score"
+        )
+    if coverage["partial"] and not allow_partial:
+        images = (
+            f"; {coverage['missing_images']} items have missing images, first: "
+            f"{', '.join(coverage['first_missing_images'])}"
+            if coverage["missing_images"]
+            else ""
+        )
+        raise UserError(
+            f"{name}: the predictions answer {coverage['answered']} of {coverage['expected']} items "
+            f"({coverage['unanswered']} unanswered, first: {', '.join(coverage['first_unanswered'])}{images}); "
+            f"give predictions for every item (eval score: the same --limit as the run), or add {opt_in} to score the "
+            "answered items only (labelled partial)"
+        )
+    scored = [
+        dataclasses.replace(item, missing_images=[]) if item.missing_images else item
+        for item in items
+        if item.id in predictions
+    ]
+    return scored, coverage
 
 
 def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -219,9 +368,16 @@ def score_benchmark(
     predictions: dict[str, str],
     judge: AnswerJudge | None = None,
     strict_official: bool = False,
+    *,
+    allow_partial: bool = False,
+    opt_in: str = ALLOW_PARTIAL,
 ) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``).
+
+    Predictions must answer every item (:func:`answered_items`); ``allow_partial`` (``opt_in``) scores the
+    answered ones only. The result's ``coverage`` (:func:`coverage_of`, with the unresolved share) and
+    ``partial`` say which.
 
     ``strict_official``: the raw responses go to the official rule with no veritune step before it (AMBER
     discriminative then counts only the exact responses ``Yes`` and ``No``, as its ``inference.py``); a
@@ -240,6 +396,7 @@ def score_benchmark(
     benchmark = get_benchmark(name)
     if judge is None and getattr(benchmark, "requires_judge", False):
         raise UserError(f"{name}: scored by an LLM judge: give --llm-base-url and --llm-model")
+    items, coverage = answered_items(name, items, predictions, allow_partial=allow_partial, opt_in=opt_in)
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)
@@ -248,6 +405,8 @@ def score_benchmark(
     result = benchmark.score(items, predictions, strict_official=strict_official)
     result["strict_official"] = strict_official
     result["counts"]["predicted"] = sum(item.id in predictions for item in items)
+    result["partial"] = coverage["partial"]
+    result["coverage"] = coverage
     if resolution is not None:
         result["answer_resolution"] = resolution
         for step in (
@@ -257,6 +416,7 @@ def score_benchmark(
         ):  # logged with the metrics: a rising unresolved share is a format problem
             if f"{step}_share" in resolution:  # absent when the judge does not apply to the benchmark
                 result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
+    coverage["unresolved_share"] = _unresolved_share(result, coverage["answered"])
     return result
 
 
@@ -302,6 +462,7 @@ def evaluate_prepared(
     batch_size: int = 8,
     judge: AnswerJudge | None = None,
     force: bool = False,
+    opt_in: str = ALLOW_PARTIAL,
 ) -> dict[str, Any]:
     """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl`` when it was made by
     the same model on the same items with the same settings; ``force`` starts a different one over) and
@@ -329,7 +490,15 @@ def evaluate_prepared(
             len(missing),
             ", ".join(missing[:3]),
         )
-    result = score_benchmark(prepared.name, prepared.items, predictions, judge, prepared.strict_official)
+    result = score_benchmark(
+        prepared.name,
+        prepared.items,
+        predictions,
+        judge,
+        prepared.strict_official,
+        allow_partial=prepared.allow_partial,
+        opt_in=opt_in,
+    )
     result["data"] = {
         "path": str(prepared.data_path),
         "image_root": str(prepared.image_root) if prepared.image_root else None,
@@ -377,18 +546,20 @@ def rescore(
     limit: int | None = None,
     judge: AnswerJudge | None = None,
     strict_official: bool = False,
+    allow_partial: bool = False,
 ) -> dict[str, Any]:
-    """Score an existing predictions file without loading any model (``veritune eval score``). When the
-    file's header says a blind control made it, the result keeps that mark as ``generation.blind``."""
+    """Score an existing predictions file without loading any model (``veritune eval score``): the items must
+    all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image is read, so
+    the numbers never depend on the images being on disk. When the file's header says a blind control made
+    it, the result keeps that mark as ``generation.blind``."""
     benchmark = get_benchmark(name)
     items = limit_items(load_items(name, benchmark, data_path, image_root), limit, by_pair=benchmark.limit_by_pair)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
     header, predictions = read_predictions_file(predictions_path)
-    for item in items:  # answered, so its images were there when it was generated: scoring needs no image
-        if item.id in predictions:
-            item.missing_images = []
-    result = score_benchmark(name, items, predictions, judge, strict_official)
+    for item in items:  # scoring reads no image: an item is answered or not, whatever is on disk now
+        item.missing_images = []
+    result = score_benchmark(name, items, predictions, judge, strict_official, allow_partial=allow_partial)
     blind = ((header or {}).get("generation") or {}).get("blind")
     if isinstance(blind, dict):
         result["generation"] = {"blind": blind}
@@ -398,3 +569,63 @@ def rescore(
 def headline_metrics(result: dict[str, Any]) -> dict[str, float]:
     """The metrics worth a summary line: top-level ones and macro averages (not per class or subset)."""
     return {key: value for key, value in result["metrics"].items() if "/" not in key or key.startswith("macro/")}
+
+
+def source_commit() -> str | None:
+    """The git commit of the veritune checkout this code runs from (with ``-dirty`` when it has uncommitted
+    changes); None outside a git checkout or without git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}-dirty" if commit and dirty else commit or None
+
+
+def results_record(results: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+    """What ``OUT/results.json`` of an ``eval run`` holds, in the spirit of lmms-eval's results file: per
+    benchmark its headline metrics, coverage (:func:`coverage_of`), ``partial`` mark, scoring mode, the item
+    selection when the run recorded one (``selection``), and where its metrics.json lies; then the run's
+    settings, the veritune version and commit, and the date (UTC)."""
+    import datetime
+
+    from veritune.core.io import package_versions
+
+    benchmarks = {}
+    for name, result in results.items():
+        entry: dict[str, Any] = {
+            "metrics": headline_metrics(result),
+            "lower_is_better": result.get("lower_is_better", []),
+            "partial": bool(result.get("partial")),
+            "coverage": result.get("coverage"),
+            "strict_official": result.get("strict_official", False),
+            "answer_resolution": result.get("answer_resolution"),
+            "limit": (result.get("data") or {}).get("limit"),
+            "blind": (result.get("generation") or {}).get("blind"),
+            "metrics_file": f"{name}/{METRICS_FILE}",
+        }
+        selection = result.get("selection", (result.get("data") or {}).get("selection"))
+        if selection is not None:  # how a limit picked the items (recorded by the run), passed through as it is
+            entry["selection"] = selection
+        benchmarks[name] = entry
+    versions = package_versions(("transformers", "torch"))
+    return {
+        "results": benchmarks,
+        "partial": sorted(name for name, entry in benchmarks.items() if entry["partial"]),
+        "config": settings,
+        "veritune_version": versions.pop("veritune"),
+        "git_commit": source_commit(),
+        "versions": versions,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }

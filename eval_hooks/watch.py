@@ -216,7 +216,8 @@ def watch(
                         checkpoint_eval_dir(run_dir, step) / WANDB_LOGGED_FILE, {"run": run.id, "step": step}
                     )
                 line = "; ".join(
-                    f"{name} " + ", ".join(f"{k}={v:.4g}" for k, v in headline_metrics(r).items())
+                    f"{name}{' (partial)' if r.get('partial') else ''} "
+                    + ", ".join(f"{k}={v:.2f}" for k, v in headline_metrics(r).items())
                     for name, r in results.items()
                 )
                 print(f"checkpoint-{step}: {line}", flush=True)

@@ -99,6 +99,13 @@ class ScriptArguments:
         default=None, metadata={"help": "Evaluate at most N items per benchmark (quick hooks)."}
     )
     eval_batch_size: int = field(default=8, metadata={"help": "Batch size of the eval hooks' generation."})
+    eval_allow_partial: bool = field(
+        default=False,
+        metadata={
+            "help": "Score a benchmark whose images are partly missing on the items that have them, labelled "
+            "partial (metrics.json, W&B, the report); by default the run stops before its first step."
+        },
+    )
     eval_backend: str = field(
         default="auto",
         metadata={

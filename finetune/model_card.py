@@ -123,12 +123,21 @@ def _card_evaluation(log_history: list[dict[str, Any]]) -> list[str]:
     step, metrics = latest_eval_metrics(log_history)
     if not metrics:
         return []
+    # a benchmark scored on its answered items only (eval_allow_partial) is marked so
+    entry = next(
+        (row for row in reversed(log_history) if row.get("step") == step and any(k in row for k in metrics)), {}
+    )
+    partial = {key.split("/")[1] for key, value in entry.items() if key.endswith("/coverage/partial") and value}
     return [
         f"## Evaluation (eval hooks, step {step})",
         "",
         "| benchmark | metric | value |",
         "| --- | --- | --- |",
-        *(f"| {key.split('/')[1]} | {key.split('/', 2)[2]} | {value:.4g} |" for key, value in metrics.items()),
+        *(
+            f"| {key.split('/')[1]}{' (partial)' if key.split('/')[1] in partial else ''} | {key.split('/', 2)[2]} "
+            f"| {value:.4g} |"
+            for key, value in metrics.items()
+        ),
         "",
     ]
 

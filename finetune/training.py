@@ -94,6 +94,7 @@ def get_callbacks(
                 final_benchmarks=script_args.eval_final_benchmarks,
                 at_start=script_args.eval_at_start,
                 backend=script_args.eval_backend,
+                allow_partial=script_args.eval_allow_partial,
             )
         )
     return callbacks

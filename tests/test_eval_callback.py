@@ -99,6 +99,13 @@ def test_a_failing_benchmark_is_logged_and_training_goes_on(
     assert json.loads((run_dir / "trainer_state.json").read_text())["global_step"] == 2
     assert result.stderr.count("eval hook: pope failed at step") == 2
     assert not (run_dir / "eval" / "checkpoint-1" / "pope").exists()
+    # logged as failed evaluations, never as scores of 0 (said once at the start too)
+    history = json.loads((run_dir / "trainer_state.json").read_text())["log_history"]
+    assert [row["step"] for row in history if row.get("eval/pope/status/failed") == 1.0] == [1, 2]
+    assert not any(
+        key.startswith("eval/pope/") and not key.endswith("/status/failed") for row in history for key in row
+    )
+    assert "eval hook: benchmark pope cannot run as configured" in result.stderr
 
 
 def test_hook_metrics_reach_the_log_history_and_the_other_loggers(

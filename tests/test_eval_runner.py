@@ -15,6 +15,7 @@ from helpers import REPO_ROOT, entry_env
 from PIL import Image
 
 from eval_hooks.base import EvalItem
+from eval_hooks.evaluate import headline_metrics
 from eval_hooks.runner import (
     HEADER_KEY,
     TransformersBackend,
@@ -24,6 +25,7 @@ from eval_hooks.runner import (
     read_predictions,
     run_items,
 )
+from veritune import __version__
 from veritune.cli import main
 
 
@@ -212,7 +214,7 @@ def test_eval_score_equals_eval_run_metrics(
 
 
 def test_max_new_tokens_caps_every_answer(
-    qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path
+    qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert (
         main(
@@ -237,40 +239,81 @@ def test_max_new_tokens_caps_every_answer(
     )
     answers = read_predictions(tmp_path / "oric_bench_r1" / "predictions.jsonl").values()
     assert max(len(qwen3.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in answers) <= 3
-    assert json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())["generation"]["max_new_tokens"] == 3
+    metrics = json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())
+    assert metrics["generation"]["max_new_tokens"] == 3
+    # one results file per run: headline metrics, coverage and the settings; the last line prints its real path
+    assert capsys.readouterr().out.splitlines()[-1] == f"results: {tmp_path / 'results.json'}"
+    results = json.loads((tmp_path / "results.json").read_text())
+    entry = results["results"]["oric_bench_r1"]
+    assert entry["metrics"] == headline_metrics(metrics) and entry["coverage"] == metrics["coverage"]
+    assert (entry["coverage"]["expected"], entry["coverage"]["answered"], entry["partial"]) == (8, 8, False)
+    assert results["partial"] == [] and entry["limit"] == 2
+    config = results["config"]
+    assert (config["model"], config["limit"], config["strict_official"], config["judge"], config["backend"]) == (
+        str(tiny_qwen3vl),
+        2,
+        False,
+        None,
+        "transformers",
+    )
+    assert results["veritune_version"] == __version__ and (results["git_commit"] or "").startswith(
+        subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+    )
 
 
-def test_missing_and_unreadable_images_are_skipped_and_counted(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+def test_missing_and_unreadable_images_are_refused_or_scored_partial(
+    tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     data, images = write_oric_bench(tmp_path / "data", questions=4)
     (images / "COCO_val2014_000000000001.jpg").unlink()  # question 2: missing
     (images / "COCO_val2014_000000000002.jpg").write_bytes(b"not a jpeg")  # question 3: unreadable
-    assert (
-        main(
-            [
-                "eval",
-                "run",
-                "--model",
-                str(tiny_qwen3vl),
-                "--benchmarks",
-                "oric_bench",
-                "--data-root",
-                str(tmp_path / "data"),
-                "--out",
-                str(tmp_path / "out"),
-                "--max-new-tokens",
-                "32",
-            ]
-        )
-        == 0
-    )
+    command = [
+        "eval",
+        "run",
+        "--model",
+        str(tiny_qwen3vl),
+        "--benchmarks",
+        "oric_bench",
+        "--data-root",
+        str(tmp_path / "data"),
+        "--out",
+        str(tmp_path / "out"),
+        "--max-new-tokens",
+        "32",
+    ]
+    with pytest.raises(SystemExit) as refused:  # by default: refused before the model loads
+        main(command)
+    error = capsys.readouterr().err
+    assert refused.value.code == 2 and error.count("\n") == 1
+    assert "oric_bench: 4 of 16 items have missing images (1 image file(s) not found under " in error
+    assert "--allow-partial" in error
+    assert not (tmp_path / "out").exists()
+
+    assert main([*command, "--allow-partial"]) == 0  # the answered items only, labelled partial
+    printed = capsys.readouterr().out
+    assert "oric_bench (partial)" in printed and " 8/16 " in printed
     metrics = json.loads((tmp_path / "out" / "oric_bench" / "metrics.json").read_text())
-    assert metrics["counts"]["missing_images"] == 8 and metrics["counts"]["predicted"] == 8
+    assert metrics["partial"] is True and metrics["counts"]["items"] == metrics["counts"]["predicted"] == 8
+    coverage = metrics["coverage"]
+    assert (coverage["expected"], coverage["answered"], coverage["missing_images"], coverage["answered_share"]) == (
+        16,
+        8,
+        8,
+        50.0,
+    )
     assert [Path(p).name for p in metrics["missing_images"]] == [
         "COCO_val2014_000000000001.jpg",
         "COCO_val2014_000000000002.jpg",
     ]
     predicted = set(read_predictions(tmp_path / "out" / "oric_bench" / "predictions.jsonl"))
     assert not any(key.startswith(("2/", "3/")) for key in predicted)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["partial"] == ["oric_bench"] and results["results"]["oric_bench"]["coverage"] == coverage
+    # the eval-only report of the run's folder: the partial mark and the coverage beside the metrics
+    assert main(["report", str(tmp_path / "out")]) == 0
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "veritune eval report" in page and "<td>oric_bench (partial)</td><td>8/16</td><td>8</td>" in page
+    assert "scored on the answered items only" in page and "Sample predictions" in page
 
 
 def test_mixed_image_benchmark_by_dotted_path(tiny_qwen3vl: Path, tmp_path: Path) -> None:

@@ -193,15 +193,20 @@ def test_eval_score_cli_prints_metrics(tmp_path: Path, capsys) -> None:
         == 0
     )
     out = capsys.readouterr().out
-    assert out.splitlines()[0].split() == [
+    lines = out.splitlines()
+    assert lines[0].split() == [
         "benchmark",
-        "items",
         "answered",
+        "coverage",
+        "%",
         "missing",
         "img",
+        "unresolved",
+        "%",
         "metric",
         "value",
     ]  # eval run's table
+    assert lines[2].split()[:5] == ["oric_bench", "8/8", "100.00", "0", "0.00"]  # coverage and unresolved share
     printed = json.loads((tmp_path / "predictions.metrics.json").read_text())
     assert printed["metrics"]["yes_proportion"] == 100.0
     assert printed == rescore("oric_bench", data, predictions)

@@ -208,3 +208,36 @@ def test_pope_samples_are_graded_by_popes_rule() -> None:
     rows = sample_rows(items, predictions, benchmark=get_benchmark("pope"))
     # POPE reads "A dog." as yes (no "no"/"not" word): the official rule never abstains
     assert [row["correct"] for row in rows] == [True, False, True]
+
+
+def test_report_and_demo_results_share_one_bootstrap(tmp_path: Path) -> None:
+    """The report's before/after interval is the demo's results.json interval for the same run: one computation
+    (eval_hooks.bootstrap.hook_difference_intervals), the same resamples and seed, and the report says how many."""
+    from eval_fixtures import write_oric_bench
+
+    from eval_hooks.bootstrap import DEFAULT_RESAMPLES
+    from eval_hooks.evaluate import score_benchmark
+    from eval_hooks.registry import get_benchmark
+    from veritune.demo import results_table
+
+    data, images = write_oric_bench(tmp_path / "data", questions=6)
+    items = get_benchmark("oric_bench").load(data, images)
+    answers = {
+        0: {i.id: "yes" for i in items},
+        2: {i.id: i.meta["label"] for i in items[:-4]} | {i.id: "no" for i in items[-4:]},
+    }
+    run = tmp_path / "run"
+    for step, predictions in answers.items():
+        folder = run / "eval" / f"checkpoint-{step}" / "oric_bench"
+        folder.mkdir(parents=True)
+        (folder / "predictions.jsonl").write_text(
+            "".join(json.dumps({"id": k, "prediction": v}) + "\n" for k, v in predictions.items())
+        )
+        result = score_benchmark("oric_bench", items, predictions)
+        result["data"] = {"path": str(data), "image_root": str(images), "limit": None}
+        (folder / "metrics.json").write_text(json.dumps(result))
+    page = write_report(run).read_text()
+    assert f"{DEFAULT_RESAMPLES} resamples of the questions (seed 0)" in page and DEFAULT_RESAMPLES == 1000
+    (row,) = results_table({"grpo": run}, [("oric_bench", "macro/f1")])
+    assert row["resamples"] == DEFAULT_RESAMPLES and row["low"] < row["difference"] < row["high"]
+    assert f"<td>[{row['low']:.4g}, {row['high']:.4g}]</td>" in page

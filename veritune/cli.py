@@ -91,7 +91,10 @@ COMMANDS: list[Command] = [
     Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),
     Command("eval", "score", "eval_hooks.cli:register", "score a predictions file (no model is loaded)"),
     Command(
-        None, "report", "veritune.report_cli:register", "write a static HTML report of a training run (opens offline)"
+        None,
+        "report",
+        "veritune.report_cli:register",
+        "write a static HTML report of a training run or an eval run (opens offline)",
     ),
 ]
 

@@ -325,7 +325,7 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
 
     announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     report = _start(_report_command(paths["run"]))  # the DPO run's report was written beside GRPO
-    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]}, seed=seed)
+    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]})
     _wait([report])
     lap("reports and table")
     _summarise(paths, rows, timings, out)
@@ -666,14 +666,12 @@ def _report_command(run: Path) -> list[str]:
     return [sys.executable, "-m", "veritune.cli", "report", str(run)]
 
 
-def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, str]] = TABLE) -> list[dict[str, Any]]:
+def results_table(runs: dict[str, Path], table: list[tuple[str, str]] = TABLE) -> list[dict[str, Any]]:
     """The before/after rows from the eval hooks of the GRPO run (ORIC-Bench, POPE) and the DPO run (FINER):
     step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
-    (questions resampled), on exactly the items the hooks evaluated."""
-    from eval_hooks.bootstrap import metric_difference_intervals
-    from eval_hooks.evaluate import prepare_benchmark
-    from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
-    from veritune.core.run_layout import checkpoint_eval_dir
+    (questions resampled), on exactly the items the hooks evaluated: the run report's own computation
+    (:func:`eval_hooks.bootstrap.hook_difference_intervals`, same resamples and seed)."""
+    from eval_hooks.bootstrap import hook_difference_intervals
     from veritune.report import collect_eval
 
     by_benchmark: dict[str, dict[str, dict[str, Any]]] = {}
@@ -686,16 +684,9 @@ def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, s
                 f"{run_dir}: no step-0 and final {benchmark} results from the eval hook (see the training log)"
             )
         last = max(by_step)
-        data = by_step[last]["data"]
-        prepared = prepare_benchmark(
-            benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
-        )
-        base, after = (
-            read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE) for step in (0, last)
-        )
         metrics = [metric for name, metric in table if name == benchmark]
         by_benchmark[benchmark] = {}
-        for row in metric_difference_intervals(benchmark, prepared.items, base, after, metrics, seed=seed):
+        for row in hook_difference_intervals(run_dir, benchmark, metrics, (0, last))[2]:
             by_benchmark[benchmark][row["metric"]] = {
                 "benchmark": benchmark,
                 "trained_by": trained_by,

@@ -96,9 +96,7 @@ def select_replay_ratio(
             run = seed_out / f"grpo-replay{_ratio_name(ratio)}"
             extra = ("--replay_ratio", f"{ratio:g}", "--report_to", "none", *extra_keys)
             train_grpo(paths, steps, seed, split="dev", run=run, extra=extra)
-            rows = {
-                row["benchmark"] + " " + row["metric"]: row for row in results_table({"grpo": run}, seed, DEV_TABLE)
-            }
+            rows = {row["benchmark"] + " " + row["metric"]: row for row in results_table({"grpo": run}, DEV_TABLE)}
             runs.append(
                 {
                     "seed": seed,

@@ -9,6 +9,10 @@ plotting library), with each point's value as a hover title. It shows
   the headline metrics per checkpoint, every metric against the training step (grouped: headline,
   yes-proportion, per class, per paraphrase or subset), the confusion matrices of the first and the last
   checkpoint, the last checkpoint's per-category tables and sample predictions.
+
+For an ``eval run --out`` folder (no training run: its ``results.json``), an eval-only report: the run's settings,
+one row per benchmark with its coverage (answered of expected items, missing images, unresolved share; a
+``partial`` mark) and headline metrics, then each benchmark's tables and sample predictions.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Any
 
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_text
-from veritune.core.run_layout import EVAL_DIR, checkpoint_eval_dir, checkpoints
+from veritune.core.run_layout import EVAL_DIR, checkpoints
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 YES_PROPORTION_KEYS = ("yes_proportion", "yes_ratio")
@@ -446,6 +450,7 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
             **{f"{k} (lower is better)" if k in lower else k: result["metrics"].get(k, "") for k in headline},
         }
         row.update({f"n {k}": counts[k] for k in ("items", "unresolved", "missing_images") if k in counts})
+        row.update(coverage_cells(result))
         table.append(row)
     parts.append("<h3>Headline metrics by checkpoint</h3>" + html_table(table))
     parts += curve_section(name, by_step)
@@ -485,6 +490,16 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
             + html_table(samples, text_columns=("prompt", "prediction", "id"))
         )
     return parts
+
+
+def coverage_cells(result: dict[str, Any]) -> dict[str, Any]:
+    """A result's coverage for a table row: answered of expected items, marked partial when the benchmark was
+    scored on the answered items only (``eval_allow_partial``); empty for a result written before coverage."""
+    coverage = result.get("coverage")
+    if not isinstance(coverage, dict):
+        return {}
+    answered = f"{coverage.get('answered')}/{coverage.get('expected')}"
+    return {"answered": answered + (" (partial)" if result.get("partial") else "")}
 
 
 CURVE_CHECKPOINTS = 6  # a curve shows every checkpoint up to this many, else the first and the last
@@ -562,32 +577,18 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     """The step-0 baseline against the newest checkpoint: headline metrics with their difference and 95% paired
     bootstrap interval (questions resampled), and sample rows with the image thumbnail, the reference and the
     prediction at each checkpoint. Empty without a step-0 result (``eval_at_start``) and a later one."""
-    from eval_hooks.bootstrap import metric_difference_intervals
-    from eval_hooks.evaluate import prepare_benchmark
-    from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
+    from eval_hooks.bootstrap import DEFAULT_RESAMPLES, DEFAULT_SEED, hook_difference_intervals
 
     steps = list(by_step)
     if 0 not in by_step or len(steps) < 2:
         return []
     last = steps[-1]
-    data = by_step[last].get("data", {})
+    metrics = [m for m in BEFORE_AFTER_METRICS if m in by_step[last]["metrics"]] or list(by_step[last]["metrics"])[:3]
     try:
-        prepared = prepare_benchmark(
-            name,
-            data={name: Path(data["path"])},
-            image_root=Path(data["image_root"]) if data.get("image_root") else None,
-            limit=data.get("limit"),
-        )
-        predictions = {
-            step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps
-        }
+        items, predictions, intervals = hook_difference_intervals(run_dir, name, metrics, steps)
     except (UserError, KeyError, OSError) as err:
         return [f"<h3>Before / after</h3><p class='muted'>not available: {html.escape(str(err))}</p>"]
     rows = []
-    metrics = [m for m in BEFORE_AFTER_METRICS if m in by_step[last]["metrics"]] or list(by_step[last]["metrics"])[:3]
-    intervals = metric_difference_intervals(
-        name, prepared.items, predictions[0], predictions[last], metrics, resamples=500
-    )
     for metric, row in zip(metrics, intervals):
         rows.append(
             {
@@ -599,9 +600,13 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
                 "questions": row["questions"],
             }
         )
-    parts = [f"<h3>Before / after: step 0 against step {last}</h3>" + html_table(rows)]
+    parts = [
+        f"<h3>Before / after: step 0 against step {last}</h3>"
+        f"<p class='muted'>95% paired bootstrap intervals of the difference: {DEFAULT_RESAMPLES} resamples of the "
+        f"questions (seed {DEFAULT_SEED}), as the demo's results.json</p>" + html_table(rows)
+    ]
     samples = []
-    for item in prepared.items[:THUMBNAIL_ROWS]:
+    for item in items[:THUMBNAIL_ROWS]:
         reference = next((item.meta[k] for k in ("label", "answer", "gt_answer", "gt_index") if k in item.meta), "")
         cells = [
             _image_cell(item.images[0]) if item.images else "",
@@ -620,14 +625,20 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
 
 
 def write_report(run_dir: Path, out: Path | None = None) -> Path:
-    """Write the HTML report of ``run_dir`` (default ``RUN_DIR/report.html``) and return its path."""
+    """Write the HTML report of ``run_dir`` (default ``RUN_DIR/report.html``) and return its path: a training
+    run's, or an ``eval run --out`` folder's (:func:`write_eval_report`, from its ``results.json``)."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise UserError(f"run directory not found: {run_dir}")
     history, state_file = training_history(run_dir)
     results = collect_eval(run_dir)
+    if not results and state_file is None and is_eval_run(run_dir):
+        return write_eval_report(run_dir, out)
     if not results and state_file is None:
-        raise UserError(f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report")
+        raise UserError(
+            f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report (nor "
+            "the results.json of a `veritune eval run` folder)"
+        )
     sections = [
         f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
         f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; "
@@ -644,3 +655,122 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
         f"<style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
     )
     return atomic_write_text(out or run_dir / "report.html", page)
+
+
+# ---------------------------------------------------------------------------------------------- eval-only runs
+
+EVAL_RESULTS_FILE = "results.json"  # eval_hooks.evaluate.RESULTS_FILE: what `veritune eval run` writes in OUT
+
+
+def is_eval_run(folder: Path) -> bool:
+    """``folder`` is an ``eval run --out`` folder: it holds the run's ``results.json``."""
+    return (Path(folder) / EVAL_RESULTS_FILE).is_file()
+
+
+def read_eval_run(folder: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The ``results.json`` of an ``eval run`` and each of its benchmarks' ``metrics.json`` (``{}`` when gone).
+
+    Raises:
+        UserError: results.json, or a metrics.json it names, is not readable.
+    """
+    path = Path(folder) / EVAL_RESULTS_FILE
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, OSError) as err:
+        raise UserError(f"{path}: not a readable results file ({err})") from None
+    if not isinstance(record, dict) or not isinstance(record.get("results"), dict):
+        raise UserError(f"{path}: expected a JSON object with a 'results' object (written by `veritune eval run`)")
+    details = {}
+    for name, entry in record["results"].items():
+        metrics_file = Path(folder) / str((entry or {}).get("metrics_file", f"{name}/metrics.json"))
+        try:
+            details[name] = json.loads(metrics_file.read_text(encoding="utf-8")) if metrics_file.is_file() else {}
+        except (json.JSONDecodeError, OSError) as err:
+            raise UserError(f"{metrics_file}: not a readable metrics file ({err})") from None
+    return record, details
+
+
+def eval_summary_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per benchmark of ``results.json``: coverage, the partial mark and the headline metrics."""
+    rows = []
+    for name, entry in record["results"].items():
+        coverage = entry.get("coverage") or {}
+        lower = set(entry.get("lower_is_better") or [])
+        rows.append(
+            {
+                "benchmark": name + (" (partial)" if entry.get("partial") else ""),
+                "answered": f"{coverage.get('answered', '?')}/{coverage.get('expected', '?')}",
+                "missing images": coverage.get("missing_images", ""),
+                "unresolved %": coverage.get("unresolved_share")
+                if coverage.get("unresolved_share") is not None
+                else "",
+                **{f"{k} (lower is better)" if k in lower else k: v for k, v in (entry.get("metrics") or {}).items()},
+            }
+        )
+    return rows
+
+
+def eval_run_section(record: dict[str, Any], details: dict[str, dict[str, Any]]) -> list[str]:
+    """The eval-only report's body: the run's settings, the summary table, and per benchmark its per-category
+    tables and sample predictions (from its metrics.json)."""
+    config = record.get("config") or {}
+    settings = {
+        "model": config.get("model"),
+        "backend": config.get("backend"),
+        "limit": config.get("limit"),
+        "seed": config.get("seed"),
+        "strict official": config.get("strict_official"),
+        "judge": (config.get("judge") or {}).get("model") if config.get("judge") else None,
+        "veritune": record.get("veritune_version"),
+        "commit": record.get("git_commit"),
+        "date": record.get("date"),
+    }
+    shown = "; ".join(f"{key}: {value}" for key, value in settings.items() if value not in (None, ""))
+    parts = [f"<p class='muted'>{html.escape(shown)}</p>"]
+    partial = record.get("partial") or [name for name, e in record["results"].items() if e.get("partial")]
+    if partial:
+        parts.append(
+            f"<p><b>partial</b>: {html.escape(', '.join(partial))} scored on the answered items only "
+            "(--allow-partial); their numbers do not describe the whole benchmark</p>"
+        )
+    parts.append("<h2>Results</h2>" + html_table(eval_summary_rows(record)))
+    for name, result in details.items():
+        parts.append(f"<h2>{html.escape(name)}</h2>")
+        blind = (result.get("generation") or {}).get("blind")
+        if isinstance(blind, dict):
+            fill = ",".join(map(str, blind.get("fill", [])))
+            parts.append(
+                f"<p><b>blind control</b>: images replaced by a blank {html.escape(fill)} of the same size</p>"
+            )
+        confusions = [t for t in result.get("tables", {}) if "confusion" in t]
+        if confusions:
+            parts.append("<div class='grid'>")
+            parts += [svg_confusion(t, result["tables"][t]) for t in confusions]
+            parts.append("</div>")
+        for table_name, rows in result.get("tables", {}).items():
+            if "confusion" not in table_name and rows:
+                parts.append(f"<h3>{html.escape(table_name)}</h3>" + html_table(rows))
+        samples = [{**row, "prediction": str(row.get("prediction", ""))[:400]} for row in result.get("samples", [])]
+        if samples:
+            parts.append(
+                "<h3>Sample predictions</h3>" + html_table(samples, text_columns=("prompt", "prediction", "id"))
+            )
+    return parts
+
+
+def write_eval_report(folder: Path, out: Path | None = None) -> Path:
+    """The HTML report of an ``eval run --out`` folder (default ``OUT/report.html``), from its results.json."""
+    folder = Path(folder)
+    record, details = read_eval_run(folder)
+    title = f"veritune eval report: {folder.resolve().name}"
+    sections = [
+        f"<h1>{html.escape(title)}</h1>",
+        f"<p class='muted'>{html.escape(str(folder.resolve()))}; "
+        f"benchmarks: {html.escape(', '.join(record['results']) or 'none')}</p>",
+        *eval_run_section(record, details),
+    ]
+    page = (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{STYLE}</style></head><body>{''.join(sections)}</body></html>\n"
+    )
+    return atomic_write_text(out or folder / "report.html", page)

@@ -1,4 +1,4 @@
-"""``veritune report``: the HTML report of a training run (:mod:`veritune.report`)."""
+"""``veritune report``: the HTML report of a training run or of an ``eval run`` folder (:mod:`veritune.report`)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from veritune.cli import command_help
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune report``."""
     parser = subparsers.add_parser("report", help=command_help(None, "report"))
-    parser.add_argument("run_dir", type=Path, help="the training run's output_dir")
+    parser.add_argument("run_dir", type=Path, help="a training run's output_dir, or an `eval run --out` folder")
     parser.add_argument("--out", type=Path, help="output HTML file (default: RUN_DIR/report.html)")
     parser.set_defaults(handler=_report)
 
