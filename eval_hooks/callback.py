@@ -50,7 +50,8 @@ from eval_hooks.evaluate import (
 from eval_hooks.registry import expand_presets
 from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
-from veritune.core.run_layout import checkpoint_eval_dir, checkpoint_name
+from veritune.core.io import atomic_write_json
+from veritune.core.run_layout import WANDB_LOGGED_FILE, checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
 PARTIAL_KEY = "eval_allow_partial: true"  # the recipe's opt-in to partial scores, named in the hook's errors
@@ -413,6 +414,12 @@ class EvalHookCallback(TrainerCallback):
             if not via_trainer:
                 payload.update({f"eval/{name}/status/failed": 1.0 for name in failed})
             wandb.run.log(payload)
+        if results and wandb is not None and wandb.run is not None:
+            # `eval watch` reads this: the checkpoint's metrics are on the dashboard, nothing to log again
+            atomic_write_json(
+                checkpoint_eval_dir(args.output_dir, state.global_step) / WANDB_LOGGED_FILE,
+                {"run": wandb.run.id, "step": state.global_step, "by": "eval hook"},
+            )
         summary = "; ".join(
             f"{key}={value:.2f}"
             for key, value in metrics.items()

@@ -34,7 +34,13 @@ from typing import Any
 
 from eval_hooks.evaluate import METRICS_FILE, PreparedBenchmark, evaluate, headline_metrics
 from veritune.core.io import atomic_write_json
-from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_eval_dir, checkpoints, is_saved_checkpoint
+from veritune.core.run_layout import (
+    WANDB_LOGGED_FILE,
+    WANDB_RUN_FILE,
+    checkpoint_eval_dir,
+    checkpoints,
+    is_saved_checkpoint,
+)
 
 logger = logging.getLogger("veritune.eval")
 
@@ -47,9 +53,6 @@ def ready_checkpoints(run_dir: Path) -> list[tuple[int, Path]]:
 def is_evaluated(run_dir: Path, step: int, benchmarks: list[str]) -> bool:
     """Whether every benchmark's ``metrics.json`` exists for checkpoint ``step``."""
     return all((checkpoint_eval_dir(run_dir, step) / name / METRICS_FILE).is_file() for name in benchmarks)
-
-
-WANDB_LOGGED_FILE = "wandb_logged.json"  # in eval/checkpoint-N/: its metrics reached the training's W&B run
 
 
 def logs_to_wandb(run_dir: Path) -> bool:

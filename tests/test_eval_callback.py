@@ -90,6 +90,13 @@ def test_hook_logs_metrics_and_tables_to_wandb_at_the_checkpoint_step(
     assert logged == pytest.approx(on_disk)
     tables = logged_tables(rows)
     assert {"eval/oric_bench_r1/samples", "eval/oric_bench_r1/confusion", "eval/oric_bench_r1/per_paraphrase"} <= tables
+    # the hook marks each checkpoint as logged, so `eval watch` neither evaluates nor logs it again
+    for step in (1, 2):
+        marker = json.loads((run_dir / "eval" / f"checkpoint-{step}" / "wandb_logged.json").read_text())
+        assert marker["step"] == step and marker["by"] == "eval hook"
+    from eval_hooks.watch import is_done
+
+    assert all(is_done(run_dir, step, ["oric_bench_r1"], wandb_wanted=True) for step in (1, 2))
 
 
 def test_a_failing_benchmark_is_logged_and_training_goes_on(

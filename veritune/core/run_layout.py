@@ -20,6 +20,9 @@ from pathlib import Path
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 WANDB_RUN_FILE = "wandb_run.json"  # written by finetune/model_card.py's RunConfigCallback
+# In eval/checkpoint-N/: that checkpoint's metrics reached the training's W&B run (written by the eval hook and
+# by `eval watch`; `eval watch` counts a checkpoint as done only with it when the run logs to W&B).
+WANDB_LOGGED_FILE = "wandb_logged.json"
 TRAINER_STATE_FILE = "trainer_state.json"
 EVAL_DIR = "eval"
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors", "pytorch_model.bin")
