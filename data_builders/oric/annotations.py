@@ -34,7 +34,7 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
 
     Crowd boxes count as present. Every structural problem is a one-line error naming the file.
     """
-    with gc_paused():  # millions of containers, none of them garbage
+    with gc_paused(keep=True):  # millions of containers, none of them garbage, kept for the whole build
         return _load_instances(path)
 
 

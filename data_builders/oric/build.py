@@ -22,7 +22,7 @@ from typing import Any
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, size_tier
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
-from data_builders.oric.questions import paraphrases, r1_prompt
+from data_builders.oric.questions import r1_prompt, shared_paraphrases
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
 from veritune.core.progress import progress_bar
@@ -258,10 +258,10 @@ def oric_item(
     four paraphrases and a bare yes/no), followed by the provenance fields. ``other`` is the pair's other image.
     """
     if kind == "train":
-        problem: str | list[str] = r1_prompt(name)
+        problem: str | tuple[str, ...] = r1_prompt(name)
         solution = f"<SOLUTION>{label}</SOLUTION>"
     else:
-        problem, solution = paraphrases(name), label
+        problem, solution = shared_paraphrases(name), label
     roi_area = provenance.get("roi_area")
     return {
         "id": 0,

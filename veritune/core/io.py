@@ -147,16 +147,27 @@ def _json_records(data: list[Any], step: str) -> str | None:
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused(*, keep: bool = False) -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a large structure is built (a COCO-size annotation file
     and its index: millions of containers, none of them garbage), then resume it as it was. Each collection
     the growth triggers walks everything built so far, which made loading a third slower
-    (docs/PERFORMANCE.md, oric_builder)."""
+    (docs/PERFORMANCE.md, oric_builder).
+
+    ``keep``: what was built stays for the rest of the run (a builder's loaded annotations), so it is moved
+    out of the collector's sight (``gc.freeze``) instead of being walked by the next collections, which would
+    otherwise pay the paused work back, a full walk per generation. Freezing is safe for data without
+    reference cycles (such data is still freed, by reference counting, once dropped); the young generations
+    are collected first so that no cyclic garbage of the caller's is frozen with it.
+    """
     enabled = gc.isenabled()
+    if keep:
+        gc.collect(1)
     gc.disable()
     try:
         yield
     finally:
+        if keep:
+            gc.freeze()
         if enabled:
             gc.enable()
 
