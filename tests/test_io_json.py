@@ -67,3 +67,37 @@ def test_atomic_write_json_writes_the_same_bytes(tmp_path) -> None:
     atomic_write_json(tmp_path / "out.json", data, indent=4)
     expected = json.dumps(data, indent=4, ensure_ascii=False) + "\n"
     assert (tmp_path / "out.json").read_bytes() == expected.encode("utf-8")
+
+
+def test_a_file_hashed_as_it_was_read_or_written_is_not_read_again(tmp_path, monkeypatch) -> None:
+    import hashlib
+    import os
+
+    from veritune.core import io as vio
+
+    source = tmp_path / "in.json"
+    source.write_text('{"a": [1, 2]}\n')
+    assert vio.read_json(source, hashed=True) == {"a": [1, 2]}
+    out = vio.atomic_write_json(tmp_path / "out.json", [record(n) for n in range(3)], indent=4, hashed=True)
+    expected = {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in (source, out)}
+    monkeypatch.setattr(vio.Path, "open", lambda *a, **k: pytest.fail("read again"))
+    assert {path: vio.sha256_file(path) for path in expected} == expected
+    monkeypatch.undo()
+    source.write_text('{"a": [1, 2, 3]}\n')  # rewritten: another size and time, hashed afresh
+    os.utime(source, ns=(1, 1))
+    assert vio.sha256_file(source) == hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def test_data_kept_by_gc_paused_is_frozen_and_the_collector_resumes() -> None:
+    import gc
+
+    from veritune.core.io import gc_paused
+
+    frozen = gc.get_freeze_count()
+    try:
+        with gc_paused(keep=True):
+            kept = [[n] for n in range(1000)]
+            assert not gc.isenabled()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+    finally:
+        gc.unfreeze()

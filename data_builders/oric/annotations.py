@@ -41,7 +41,7 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
 def _load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
     from pycocotools.coco import COCO
 
-    data = read_json(path, what="annotation file")
+    data = read_json(path, what="annotation file", hashed=True)  # the manifest hashes it: one read
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a COCO instances object with images, annotations and categories")
     for key in ("images", "annotations", "categories"):

@@ -297,7 +297,7 @@ def write_outputs(
 ) -> Path:
     """Write the questions file and ``<out stem>.manifest.json`` beside it, both atomically; ``build`` is
     the build's identity (:func:`veritune.core.io.build_identity`), recorded so a rerun knows its own output."""
-    atomic_write_json(out, items, indent=4)
+    atomic_write_json(out, items, indent=4, hashed=True)  # its sha256 for the manifest, without reading it back
     counts = Counter(item["label"] for item in items)
     manifest = {
         "output": out.name,
