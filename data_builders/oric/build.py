@@ -12,6 +12,7 @@ questions, then its no questions, as the official files do.
 
 from __future__ import annotations
 
+import operator
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -298,7 +299,7 @@ def write_outputs(
     """Write the questions file and ``<out stem>.manifest.json`` beside it, both atomically; ``build`` is
     the build's identity (:func:`veritune.core.io.build_identity`), recorded so a rerun knows its own output."""
     atomic_write_json(out, items, indent=4, hashed=True)  # its sha256 for the manifest, without reading it back
-    counts = Counter(item["label"] for item in items)
+    counts = Counter(map(operator.itemgetter("label"), items))
     manifest = {
         "output": out.name,
         "output_sha256": sha256_file(out),
@@ -314,7 +315,7 @@ def write_outputs(
             "questions": len(items),
             "yes": counts["yes"],
             "no": counts["no"],
-            "images": len({i["image"] for i in items}),
+            "images": len(set(map(operator.itemgetter("image"), items))),
         },
         "skipped": dict(stats.skipped),
         "missing_images": stats.missing_images,

@@ -35,26 +35,31 @@ def _finish_temp(tmp: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, hashed: bool = False) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and an atomic rename.
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, hashed: bool = False, end: str = "") -> Path:
+    """Write ``text`` and then ``end`` to ``path`` through a temporary file and an atomic rename.
 
     ``hashed``: also hash the bytes written, so that a manifest's :func:`sha256_file` of the file does not read
-    it back (a builder's questions file: tens of MB).
+    it back (a builder's questions file: tens of MB). ``end`` is written after ``text`` without joining them
+    into one more copy of a large text.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if hashed:
-            data = text.encode("utf-8")
-            digest = hashlib.sha256(data).hexdigest()
+            digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as binary:
-                binary.write(data)
+                for piece in (text, end):
+                    data = piece.encode("utf-8")
+                    digest.update(data)
+                    binary.write(data)
+                    del data
                 binary.flush()
                 os.fsync(binary.fileno())
         else:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(text)
+                handle.write(end)
                 handle.flush()
                 os.fsync(handle.fileno())
         _finish_temp(tmp, path)
@@ -62,7 +67,7 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, hashed: bool =
         Path(tmp).unlink(missing_ok=True)
         raise
     if hashed:
-        _KNOWN_DIGESTS[_file_identity(path)] = digest
+        _KNOWN_DIGESTS[_file_identity(path)] = digest.hexdigest()
     return path
 
 
@@ -83,7 +88,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 2, *, hashed: bool = False) -> Path:
     """Write ``data`` as JSON to ``path`` atomically (``hashed``: as :func:`atomic_write_text`)."""
-    return atomic_write_text(path, json_text(data, indent) + "\n", hashed=hashed)
+    return atomic_write_text(path, json_text(data, indent), hashed=hashed, end="\n")
 
 
 def json_text(data: Any, indent: int | str | None = 2) -> str:
@@ -160,7 +165,11 @@ def _json_records(data: list[Any], step: str) -> str | None:
     template = template[: -len("," + inner)] + pad + "}"
     if not values:
         return None
-    return "[" + pad + ("," + pad).join(map(template.__mod__, zip(*values))) + "\n]"
+    # one join, the brackets included: each copy of a text of tens of MB costs as much as a column
+    records = list(map((template + "," + pad).__mod__, zip(*values)))
+    records[-1] = records[-1][: -len("," + pad)] + "\n]"
+    records.insert(0, "[" + pad)
+    return "".join(records)
 
 
 def _json_column(column: list[Any], kinds: set[type]) -> list[str]:
