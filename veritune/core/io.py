@@ -7,6 +7,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import math
 import operator
 import os
 import tempfile
@@ -133,8 +134,7 @@ def _json_records(data: list[Any], step: str) -> str | None:
         template += json.encoder.encode_basestring(key).replace("%", "%%") + ": "
         kinds = set(map(type, column))
         if kinds <= _JSON_SCALARS:
-            values.append(_json_column(column, kinds))
-            template += "%s," + inner
+            template += _json_column(column, kinds, values) + "," + inner
             continue
         lengths = set(map(len, column)) if kinds <= {list, tuple} else ()
         if len(lengths) != 1:
@@ -159,8 +159,7 @@ def _json_records(data: list[Any], step: str) -> str | None:
             kinds = set(map(type, elements))
             if not kinds <= _JSON_SCALARS:
                 return None
-            values.append(_json_column(elements, kinds))
-            template += ("[" if index == 0 else ",") + deeper + "%s"
+            template += ("[" if index == 0 else ",") + deeper + _json_column(elements, kinds, values)
         template += inner + "]," + inner
     template = template[: -len("," + inner)] + pad + "}"
     if not values:
@@ -172,16 +171,23 @@ def _json_records(data: list[Any], step: str) -> str | None:
     return "".join(records)
 
 
-def _json_column(column: list[Any], kinds: set[type]) -> list[str]:
-    """The JSON text of each scalar of ``column`` (of the types ``kinds``), as ``json.dumps`` writes it."""
-    if kinds == {int}:
-        return list(map(int.__repr__, column))  # the C encoder's own text for an int
+def _json_column(column: list[Any], kinds: set[type], values: list[list[Any]]) -> str:
+    """The template text of a column of scalars (of the types ``kinds``) as ``json.dumps`` writes them: a
+    ``%`` conversion that writes each value as JSON (``%d`` an int, ``%r`` a finite float), its argument
+    appended to ``values``, or ``null`` for a column of None."""
+    if kinds == {type(None)}:
+        return "null"
+    if kinds == {int} or (kinds == {float} and all(map(math.isfinite, column))):
+        values.append(column)  # the C encoder writes int.__repr__ and float.__repr__: so do %d and %r
+        return "%d" if kinds == {int} else "%r"
     if kinds == {str}:
         distinct = dict.fromkeys(column)
         if len(distinct) * 8 <= len(column):  # a few values, repeated: each encoded once
             texts = json.dumps(list(distinct), ensure_ascii=False, separators=(_CUT, ": "))[1:-1].split(_CUT)
-            return list(map(dict(zip(distinct, texts)).__getitem__, column))
-    return json.dumps(column, ensure_ascii=False, separators=(_CUT, ": "))[1:-1].split(_CUT)
+            values.append(list(map(dict(zip(distinct, texts)).__getitem__, column)))
+            return "%s"
+    values.append(json.dumps(column, ensure_ascii=False, separators=(_CUT, ": "))[1:-1].split(_CUT))
+    return "%s"
 
 
 @contextlib.contextmanager
