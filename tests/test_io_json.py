@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from veritune.core.io import atomic_write_json, json_text
+from veritune.core.io import atomic_write_json, json_chunks, json_text
 
 
 def record(number: int, **extra: object) -> dict:
@@ -51,6 +51,13 @@ SHAPES = {
 def test_json_text_is_json_dumps_to_the_byte(shape: str, indent: int | str | None) -> None:
     data = SHAPES[shape]
     assert json_text(data, indent) == json.dumps(data, indent=indent, ensure_ascii=False)
+
+
+@pytest.mark.parametrize("records_per_chunk", [1, 2, 5, 6])
+def test_json_chunks_join_to_the_same_text(records_per_chunk: int) -> None:
+    data = [record(n) for n in range(5)]
+    chunks = list(json_chunks(data, 4, records_per_chunk=records_per_chunk))
+    assert "".join(chunks) == json.dumps(data, indent=4, ensure_ascii=False)
 
 
 def test_json_text_leaves_errors_to_json_dumps() -> None:

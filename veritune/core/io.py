@@ -6,12 +6,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import hashlib
+import itertools
 import json
 import math
 import operator
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,31 +37,30 @@ def _finish_temp(tmp: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, hashed: bool = False, end: str = "") -> Path:
-    """Write ``text`` and then ``end`` to ``path`` through a temporary file and an atomic rename.
+def atomic_write_text(path: str | os.PathLike[str], text: str | Iterable[str], *, hashed: bool = False) -> Path:
+    """Write ``text`` (or its consecutive pieces) to ``path`` through a temporary file and an atomic rename.
 
     ``hashed``: also hash the bytes written, so that a manifest's :func:`sha256_file` of the file does not read
-    it back (a builder's questions file: tens of MB). ``end`` is written after ``text`` without joining them
-    into one more copy of a large text.
+    it back (a builder's questions file: tens of MB).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    pieces = (text,) if isinstance(text, str) else text
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         if hashed:
             digest = hashlib.sha256()
             with os.fdopen(fd, "wb") as binary:
-                for piece in (text, end):
+                for piece in pieces:
                     data = piece.encode("utf-8")
                     digest.update(data)
                     binary.write(data)
-                    del data
                 binary.flush()
                 os.fsync(binary.fileno())
         else:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-                handle.write(end)
+                for piece in pieces:
+                    handle.write(piece)
                 handle.flush()
                 os.fsync(handle.fileno())
         _finish_temp(tmp, path)
@@ -89,7 +89,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
 
 def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 2, *, hashed: bool = False) -> Path:
     """Write ``data`` as JSON to ``path`` atomically (``hashed``: as :func:`atomic_write_text`)."""
-    return atomic_write_text(path, json_text(data, indent), hashed=hashed, end="\n")
+    return atomic_write_text(path, itertools.chain(json_chunks(data, indent), ("\n",)), hashed=hashed)
 
 
 def json_text(data: Any, indent: int | str | None = 2) -> str:
@@ -101,20 +101,38 @@ def json_text(data: Any, indent: int | str | None = 2) -> str:
     list of those) is encoded here column by column by the C encoder and laid out with one string template per
     record; any other value is left to ``json.dumps`` itself, so its output and its errors are unchanged.
     """
+    return "".join(json_chunks(data, indent))
+
+
+def json_chunks(data: Any, indent: int | str | None = 2, records_per_chunk: int = 2048) -> Iterator[str]:
+    """:func:`json_text`'s text in consecutive pieces (a few MB each for a large list of records), for a writer
+    that hashes and writes them as they come instead of holding the whole text and its bytes at once."""
     if indent is not None and type(data) is list and data:
-        text = _json_records(data, indent if isinstance(indent, str) else " " * indent)
-        if text is not None:
-            return text
-    return json.dumps(data, indent=indent, ensure_ascii=False)
+        step = indent if isinstance(indent, str) else " " * indent
+        layout = _json_records(data, step)
+        if layout is not None:
+            return _record_chunks(*layout, "\n" + step, records_per_chunk)
+    return iter((json.dumps(data, indent=indent, ensure_ascii=False),))
+
+
+def _record_chunks(template: str, values: list[list[Any]], pad: str, size: int) -> Iterator[str]:
+    texts = map(template.__mod__, zip(*values))
+    separator, before = "," + pad, "[" + pad
+    while chunk := list(itertools.islice(texts, size)):
+        yield before
+        yield separator.join(chunk)
+        before = separator
+    yield "\n]"
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _CUT = "\x00"  # never in the C encoder's output: it escapes every control character inside strings
 
 
-def _json_records(data: list[Any], step: str) -> str | None:
-    """``data`` as ``json.dumps(data, indent=step)`` writes it, when it is a list of records with the same keys
-    in the same order whose values are scalars or lists of one length per key of scalars; else None.
+def _json_records(data: list[Any], step: str) -> tuple[str, list[list[Any]]] | None:
+    """How ``json.dumps(data, indent=step)`` writes ``data``, when it is a list of records with the same keys
+    in the same order whose values are scalars or lists of one length per key of scalars: a record's text as a
+    ``%`` template and the arguments of each record, by column; else None.
 
     The values of each key ("column") are encoded together by the C encoder, or once per distinct value where a
     column repeats a few (a class name, the question texts shared by every record about a class); the text
@@ -164,11 +182,7 @@ def _json_records(data: list[Any], step: str) -> str | None:
     template = template[: -len("," + inner)] + pad + "}"
     if not values:
         return None
-    # one join, the brackets included: each copy of a text of tens of MB costs as much as a column
-    records = list(map((template + "," + pad).__mod__, zip(*values)))
-    records[-1] = records[-1][: -len("," + pad)] + "\n]"
-    records.insert(0, "[" + pad)
-    return "".join(records)
+    return template, values
 
 
 def _json_column(column: list[Any], kinds: set[type], values: list[list[Any]]) -> str:
