@@ -12,6 +12,7 @@ questions, then its no questions, as the official files do.
 
 from __future__ import annotations
 
+import gc
 import operator
 import random
 from collections import Counter
@@ -348,27 +349,32 @@ def build_oric_file(
     Raises:
         UserError: nothing usable was built (no question of a label that was asked for), with the reason.
     """
-    images, class_names = instances or load_instances(annotations)
-    stats = BuildStats()
-    if exclude_images:
-        kept = [record for record in images if record.file_name not in exclude_images]
-        stats.skipped["excluded_image"] = len(images) - len(kept)
-        images = kept
-    judge = judge_factory(images)
-    clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
-    items = build_items(images, image_root, class_names, judge, clip, settings, stats)
-    check_usable(items, settings, stats)
-    return write_outputs(
-        items,
-        out,
-        annotations=annotations,
-        image_root=image_root,
-        settings=settings,
-        stats=stats,
-        judge=judge,
-        clip_model=clip_model,
-        build=build,
-    ), stats
+    try:
+        images, class_names = instances or load_instances(annotations)
+        stats = BuildStats()
+        if exclude_images:
+            kept = [record for record in images if record.file_name not in exclude_images]
+            stats.skipped["excluded_image"] = len(images) - len(kept)
+            images = kept
+        judge = judge_factory(images)
+        clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
+        items = build_items(images, image_root, class_names, judge, clip, settings, stats)
+        check_usable(items, settings, stats)
+        return write_outputs(
+            items,
+            out,
+            annotations=annotations,
+            image_root=image_root,
+            settings=settings,
+            stats=stats,
+            judge=judge,
+            clip_model=clip_model,
+            build=build,
+        ), stats
+    finally:
+        # load_instances froze the annotations (and whatever else was alive) out of the collector's walks for
+        # the build; after it, the collector sees everything again, so nothing frozen outlives the build
+        gc.unfreeze()
 
 
 def check_usable(items: list[dict[str, Any]], settings: BuildSettings, stats: BuildStats) -> None:

@@ -216,7 +216,8 @@ def gc_paused(*, keep: bool = False) -> Iterator[None]:
     otherwise pay the paused work back, a full walk per generation. Freezing is safe for data without
     reference cycles (such data is still freed, by reference counting, once dropped); everything is collected
     first (a walk of what exists before the load, not of what it builds) so that no cyclic garbage of the
-    caller's is frozen with it.
+    caller's is frozen with it, and whoever owns the run ends it with ``gc.unfreeze()`` (``build_oric_file``
+    does), so that nothing frozen outlives it.
     """
     enabled = gc.isenabled()
     if keep:
