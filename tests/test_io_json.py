@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from veritune.core.io import atomic_write_json, json_text
+from veritune.core.io import atomic_write_json, json_chunks, json_text
 
 
 def record(number: int, **extra: object) -> dict:
@@ -53,6 +53,13 @@ def test_json_text_is_json_dumps_to_the_byte(shape: str, indent: int | str | Non
     assert json_text(data, indent) == json.dumps(data, indent=indent, ensure_ascii=False)
 
 
+@pytest.mark.parametrize("records_per_chunk", [1, 2, 5, 6])
+def test_json_chunks_join_to_the_same_text(records_per_chunk: int) -> None:
+    data = [record(n) for n in range(5)]
+    chunks = list(json_chunks(data, 4, records_per_chunk=records_per_chunk))
+    assert "".join(chunks) == json.dumps(data, indent=4, ensure_ascii=False)
+
+
 def test_json_text_leaves_errors_to_json_dumps() -> None:
     with pytest.raises(TypeError, match="not JSON serializable"):
         json_text([{"a": {1, 2}}], 4)
@@ -67,3 +74,37 @@ def test_atomic_write_json_writes_the_same_bytes(tmp_path) -> None:
     atomic_write_json(tmp_path / "out.json", data, indent=4)
     expected = json.dumps(data, indent=4, ensure_ascii=False) + "\n"
     assert (tmp_path / "out.json").read_bytes() == expected.encode("utf-8")
+
+
+def test_a_file_hashed_as_it_was_read_or_written_is_not_read_again(tmp_path, monkeypatch) -> None:
+    import hashlib
+    import os
+
+    from veritune.core import io as vio
+
+    source = tmp_path / "in.json"
+    source.write_text('{"a": [1, 2]}\n')
+    assert vio.read_json(source, hashed=True) == {"a": [1, 2]}
+    out = vio.atomic_write_json(tmp_path / "out.json", [record(n) for n in range(3)], indent=4, hashed=True)
+    expected = {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in (source, out)}
+    monkeypatch.setattr(vio.Path, "open", lambda *a, **k: pytest.fail("read again"))
+    assert {path: vio.sha256_file(path) for path in expected} == expected
+    monkeypatch.undo()
+    source.write_text('{"a": [1, 2, 3]}\n')  # rewritten: another size and time, hashed afresh
+    os.utime(source, ns=(1, 1))
+    assert vio.sha256_file(source) == hashlib.sha256(source.read_bytes()).hexdigest()
+
+
+def test_data_kept_by_gc_paused_is_frozen_and_the_collector_resumes() -> None:
+    import gc
+
+    from veritune.core.io import gc_paused
+
+    frozen = gc.get_freeze_count()
+    try:
+        with gc_paused(keep=True):
+            kept = [[n] for n in range(1000)]
+            assert not gc.isenabled()
+        assert gc.isenabled() and gc.get_freeze_count() >= frozen + len(kept)
+    finally:
+        gc.unfreeze()

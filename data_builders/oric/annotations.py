@@ -34,14 +34,14 @@ def load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
 
     Crowd boxes count as present. Every structural problem is a one-line error naming the file.
     """
-    with gc_paused():  # millions of containers, none of them garbage
+    with gc_paused(keep=True):  # millions of containers, none of them garbage, kept for the whole build
         return _load_instances(path)
 
 
 def _load_instances(path: str | Path) -> tuple[list[ImageRecord], list[str]]:
     from pycocotools.coco import COCO
 
-    data = read_json(path, what="annotation file")
+    data = read_json(path, what="annotation file", hashed=True)  # the manifest hashes it: one read
     if not isinstance(data, dict):
         raise UserError(f"{path}: expected a COCO instances object with images, annotations and categories")
     for key in ("images", "annotations", "categories"):

@@ -12,6 +12,8 @@ questions, then its no questions, as the official files do.
 
 from __future__ import annotations
 
+import gc
+import operator
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from typing import Any
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, size_tier
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
-from data_builders.oric.questions import paraphrases, r1_prompt
+from data_builders.oric.questions import r1_prompt, shared_paraphrases
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
 from veritune.core.progress import progress_bar
@@ -258,10 +260,10 @@ def oric_item(
     four paraphrases and a bare yes/no), followed by the provenance fields. ``other`` is the pair's other image.
     """
     if kind == "train":
-        problem: str | list[str] = r1_prompt(name)
+        problem: str | tuple[str, ...] = r1_prompt(name)
         solution = f"<SOLUTION>{label}</SOLUTION>"
     else:
-        problem, solution = paraphrases(name), label
+        problem, solution = shared_paraphrases(name), label
     roi_area = provenance.get("roi_area")
     return {
         "id": 0,
@@ -297,8 +299,8 @@ def write_outputs(
 ) -> Path:
     """Write the questions file and ``<out stem>.manifest.json`` beside it, both atomically; ``build`` is
     the build's identity (:func:`veritune.core.io.build_identity`), recorded so a rerun knows its own output."""
-    atomic_write_json(out, items, indent=4)
-    counts = Counter(item["label"] for item in items)
+    atomic_write_json(out, items, indent=4, hashed=True)  # its sha256 for the manifest, without reading it back
+    counts = Counter(map(operator.itemgetter("label"), items))
     manifest = {
         "output": out.name,
         "output_sha256": sha256_file(out),
@@ -314,7 +316,7 @@ def write_outputs(
             "questions": len(items),
             "yes": counts["yes"],
             "no": counts["no"],
-            "images": len({i["image"] for i in items}),
+            "images": len(set(map(operator.itemgetter("image"), items))),
         },
         "skipped": dict(stats.skipped),
         "missing_images": stats.missing_images,
@@ -347,27 +349,32 @@ def build_oric_file(
     Raises:
         UserError: nothing usable was built (no question of a label that was asked for), with the reason.
     """
-    images, class_names = instances or load_instances(annotations)
-    stats = BuildStats()
-    if exclude_images:
-        kept = [record for record in images if record.file_name not in exclude_images]
-        stats.skipped["excluded_image"] = len(images) - len(kept)
-        images = kept
-    judge = judge_factory(images)
-    clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
-    items = build_items(images, image_root, class_names, judge, clip, settings, stats)
-    check_usable(items, settings, stats)
-    return write_outputs(
-        items,
-        out,
-        annotations=annotations,
-        image_root=image_root,
-        settings=settings,
-        stats=stats,
-        judge=judge,
-        clip_model=clip_model,
-        build=build,
-    ), stats
+    try:
+        images, class_names = instances or load_instances(annotations)
+        stats = BuildStats()
+        if exclude_images:
+            kept = [record for record in images if record.file_name not in exclude_images]
+            stats.skipped["excluded_image"] = len(images) - len(kept)
+            images = kept
+        judge = judge_factory(images)
+        clip = ClipScorer(clip_model, cache_dir=clip_cache, batch_size=batch_size)
+        items = build_items(images, image_root, class_names, judge, clip, settings, stats)
+        check_usable(items, settings, stats)
+        return write_outputs(
+            items,
+            out,
+            annotations=annotations,
+            image_root=image_root,
+            settings=settings,
+            stats=stats,
+            judge=judge,
+            clip_model=clip_model,
+            build=build,
+        ), stats
+    finally:
+        # load_instances froze the annotations (and whatever else was alive) out of the collector's walks for
+        # the build; after it, the collector sees everything again, so nothing frozen outlives the build
+        gc.unfreeze()
 
 
 def check_usable(items: list[dict[str, Any]], settings: BuildSettings, stats: BuildStats) -> None:

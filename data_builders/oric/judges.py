@@ -12,9 +12,11 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from itertools import chain, combinations
+from itertools import chain
 from pathlib import Path
 from typing import Any, Protocol
+
+import numpy as np
 
 from data_builders.oric.annotations import ImageRecord
 from rewards.graders import extract_yes_no
@@ -58,23 +60,29 @@ class CooccurrenceJudge:
 
     def __init__(self, images: list[ImageRecord], threshold: float = 0.25) -> None:
         self.threshold = threshold
-        self.class_counts: Counter[str] = Counter()
-        self.pair_counts: Counter[tuple[str, str]] = Counter()
-        self.classes_of: dict[int, set[str]] = {}
-        every = [set(record.boxes) for record in images]  # counted in one pass each below
-        for record, classes in zip(images, every):
-            self.classes_of[record.image_id] = classes
-        self.class_counts.update(chain.from_iterable(every))
-        self.pair_counts.update(chain.from_iterable(combinations(sorted(classes), 2) for classes in every))
+        # the classes of each image: its boxes by class (membership is all a query needs; no copy)
+        self.classes_of: dict[int, Any] = {record.image_id: record.boxes for record in images}
+        self.class_counts, self.pair_counts = _cooccurrence_counts([record.boxes for record in images])
+        # P(target | c) = (n(target, c) - 1) / (n(c) - 1), the usual query: both classes in the image, which is
+        # left out (so they co-occur at least once); by target, then context class, as probability() divides
+        self._left_out: dict[str, dict[str, float]] = {}
+        for (a, b), both in self.pair_counts.items():
+            for c, target in ((a, b), (b, a)):
+                count = self.class_counts[c] - 1
+                self._left_out.setdefault(target, {})[c] = (both - 1) / count if count > 0 else 0.0
 
     def probability(self, context: Sequence[str], target: str, image_id: int | None = None) -> float:
         """Mean P(target | c) over the context classes, leaving ``image_id`` out of the counts."""
         own = self.classes_of.get(image_id, ()) if image_id is not None else ()
         target_own = target in own
+        left_out = self._left_out.get(target, {}) if target_own else {}
         pair_counts, class_counts = self.pair_counts, self.class_counts
         total = 0.0
         for c in context:
             c_own = c in own
+            if c_own and c in left_out:  # both classes in the image: the table's value, the same arithmetic
+                total += left_out[c]
+                continue
             pair = pair_counts[(c, target) if c < target else (target, c)] - (1 if c_own and target_own else 0)
             count = class_counts[c] - (1 if c_own else 0)
             total += pair / count if count > 0 else 0.0
@@ -86,6 +94,33 @@ class CooccurrenceJudge:
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "threshold": self.threshold}
+
+
+def _cooccurrence_counts(classes: list[Any]) -> tuple[Counter[str], Counter[tuple[str, str]]]:
+    """n(c), the images with class c, and n(a, b) for a < b, the images with both, over images given by their
+    collections of distinct class names: a 0/1 image-by-class matrix and its Gram matrix, in blocks of rows
+    small enough for float32 products to be exact integers."""
+    names = sorted(set(chain.from_iterable(classes)))
+    index = {name: position for position, name in enumerate(names)}
+    lengths = np.fromiter(map(len, classes), dtype=np.intp, count=len(classes))
+    columns = np.fromiter(map(index.__getitem__, chain.from_iterable(classes)), dtype=np.intp, count=lengths.sum())
+    rows = np.repeat(np.arange(len(classes)), lengths)
+    pairs = np.zeros((len(names), len(names)), dtype=np.int64)
+    block = max(1, min(1 << 23, (1 << 22) // max(1, len(names))))  # < 2**24 rows: exact in float32; ~16 MiB
+    bounds = np.searchsorted(rows, np.arange(0, len(classes) + block, block))
+    for begin, end in zip(bounds[:-1], bounds[1:]):
+        if begin == end:
+            continue
+        first = rows[begin]
+        present = np.zeros((rows[end - 1] - first + 1, len(names)), dtype=np.float32)
+        present[rows[begin:end] - first, columns[begin:end]] = 1.0
+        pairs += (present.T @ present).astype(np.int64)
+    counts = pairs.diagonal().tolist()
+    upper = np.argwhere(np.triu(pairs, 1))
+    values = pairs[upper[:, 0], upper[:, 1]].tolist()
+    class_counts = Counter(dict(zip(names, counts)))
+    pair_counts = Counter({(names[a], names[b]): n for (a, b), n in zip(upper.tolist(), values)})
+    return class_counts, pair_counts
 
 
 class OpenAIJudge:

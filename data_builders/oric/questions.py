@@ -26,11 +26,13 @@ def with_article(name: str) -> str:
 
 def paraphrases(name: str) -> list[str]:
     """The four ORIC-Bench questions about ``name``."""
-    return list(_paraphrases(name))
+    return list(shared_paraphrases(name))
 
 
 @functools.lru_cache(maxsize=4096)  # a build asks about the same few classes over and over
-def _paraphrases(name: str) -> tuple[str, ...]:
+def shared_paraphrases(name: str) -> tuple[str, ...]:
+    """:func:`paraphrases` as one tuple shared by every record about ``name`` (JSON writes it as a list): no new
+    container per record for the garbage collector to walk."""
     return tuple(template.format(object=with_article(name)) for template in PARAPHRASES)
 
 

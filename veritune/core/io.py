@@ -8,10 +8,11 @@ import gc
 import hashlib
 import itertools
 import json
+import math
 import operator
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +37,38 @@ def _finish_temp(tmp: str, path: Path) -> None:
     os.replace(tmp, path)
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and an atomic rename."""
+def atomic_write_text(path: str | os.PathLike[str], text: str | Iterable[str], *, hashed: bool = False) -> Path:
+    """Write ``text`` (or its consecutive pieces) to ``path`` through a temporary file and an atomic rename.
+
+    ``hashed``: also hash the bytes written, so that a manifest's :func:`sha256_file` of the file does not read
+    it back (a builder's questions file: tens of MB).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    pieces = (text,) if isinstance(text, str) else text
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
+        if hashed:
+            digest = hashlib.sha256()
+            with os.fdopen(fd, "wb") as binary:
+                for piece in pieces:
+                    data = piece.encode("utf-8")
+                    digest.update(data)
+                    binary.write(data)
+                binary.flush()
+                os.fsync(binary.fileno())
+        else:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                for piece in pieces:
+                    handle.write(piece)
+                handle.flush()
+                os.fsync(handle.fileno())
         _finish_temp(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    if hashed:
+        _KNOWN_DIGESTS[_file_identity(path)] = digest.hexdigest()
     return path
 
 
@@ -68,9 +87,9 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     return path
 
 
-def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 2) -> Path:
-    """Write ``data`` as JSON to ``path`` atomically."""
-    return atomic_write_text(path, json_text(data, indent) + "\n")
+def atomic_write_json(path: str | os.PathLike[str], data: Any, indent: int | None = 2, *, hashed: bool = False) -> Path:
+    """Write ``data`` as JSON to ``path`` atomically (``hashed``: as :func:`atomic_write_text`)."""
+    return atomic_write_text(path, itertools.chain(json_chunks(data, indent), ("\n",)), hashed=hashed)
 
 
 def json_text(data: Any, indent: int | str | None = 2) -> str:
@@ -82,23 +101,42 @@ def json_text(data: Any, indent: int | str | None = 2) -> str:
     list of those) is encoded here column by column by the C encoder and laid out with one string template per
     record; any other value is left to ``json.dumps`` itself, so its output and its errors are unchanged.
     """
+    return "".join(json_chunks(data, indent))
+
+
+def json_chunks(data: Any, indent: int | str | None = 2, records_per_chunk: int = 2048) -> Iterator[str]:
+    """:func:`json_text`'s text in consecutive pieces (a few MB each for a large list of records), for a writer
+    that hashes and writes them as they come instead of holding the whole text and its bytes at once."""
     if indent is not None and type(data) is list and data:
-        text = _json_records(data, indent if isinstance(indent, str) else " " * indent)
-        if text is not None:
-            return text
-    return json.dumps(data, indent=indent, ensure_ascii=False)
+        step = indent if isinstance(indent, str) else " " * indent
+        layout = _json_records(data, step)
+        if layout is not None:
+            return _record_chunks(*layout, "\n" + step, records_per_chunk)
+    return iter((json.dumps(data, indent=indent, ensure_ascii=False),))
+
+
+def _record_chunks(template: str, values: list[list[Any]], pad: str, size: int) -> Iterator[str]:
+    texts = map(template.__mod__, zip(*values))
+    separator, before = "," + pad, "[" + pad
+    while chunk := list(itertools.islice(texts, size)):
+        yield before
+        yield separator.join(chunk)
+        before = separator
+    yield "\n]"
 
 
 _JSON_SCALARS = frozenset({str, int, float, bool, type(None)})
 _CUT = "\x00"  # never in the C encoder's output: it escapes every control character inside strings
 
 
-def _json_records(data: list[Any], step: str) -> str | None:
-    """``data`` as ``json.dumps(data, indent=step)`` writes it, when it is a list of records with the same keys
-    in the same order whose values are scalars or lists of one length per key of scalars; else None.
+def _json_records(data: list[Any], step: str) -> tuple[str, list[list[Any]]] | None:
+    """How ``json.dumps(data, indent=step)`` writes ``data``, when it is a list of records with the same keys
+    in the same order whose values are scalars or lists of one length per key of scalars: a record's text as a
+    ``%`` template and the arguments of each record, by column; else None.
 
-    Every scalar ("leaf") of every record is encoded in one call of the C encoder, in record order; the text
-    between two leaves depends only on the leaf's place in its record, so it is one cycle of constant pieces.
+    The values of each key ("column") are encoded together by the C encoder, or once per distinct value where a
+    column repeats a few (a class name, the question texts shared by every record about a class); the text
+    around them is the same in every record, so each record is one ``%`` of one template.
     """
     if set(map(type, data)) != {dict}:
         return None
@@ -106,73 +144,127 @@ def _json_records(data: list[Any], step: str) -> str | None:
     if not keys or set(map(type, keys)) != {str} or not all(map(keys.__eq__, map(tuple, data))):
         return None
     pad, inner, deeper = "\n" + step, "\n" + 2 * step, "\n" + 3 * step
-    pieces: list[str] = []  # pieces[k]: the text before leaf k of a record
-    leaves: list[list[Any]] = []  # leaves[k]: leaf k of every record
-    text = "{" + inner
-    for key in keys:
-        column = list(map(operator.itemgetter(key), data))
-        text += json.encoder.encode_basestring(key) + ": "
+    template = "{" + inner  # the text of a record, "%s" where an encoded value goes
+    values: list[list[str]] = []  # values[k]: the k-th encoded value of every record
+    rows = list(map(tuple, map(dict.values, data)))  # one pass over the records (same keys, same order)
+    for position, key in enumerate(keys):
+        column = list(map(operator.itemgetter(position), rows))
+        template += json.encoder.encode_basestring(key).replace("%", "%%") + ": "
         kinds = set(map(type, column))
         if kinds <= _JSON_SCALARS:
-            pieces.append(text)
-            leaves.append(column)
-            text = "," + inner
+            template += _json_column(column, kinds, values) + "," + inner
             continue
         lengths = set(map(len, column)) if kinds <= {list, tuple} else ()
         if len(lengths) != 1:
             return None
         length = lengths.pop()
         if not length:
-            text += "[]," + inner
+            template += "[]," + inner
+            continue
+        shared = dict(zip(map(id, column), column))  # the same list object in many records: encoded once
+        if len(shared) * 8 <= len(column):
+            encoded = {}
+            for ident, elements in shared.items():
+                if not set(map(type, elements)) <= _JSON_SCALARS:
+                    return None
+                text = json.dumps(list(elements), ensure_ascii=False, separators=(_CUT, ": "))[1:-1]
+                encoded[ident] = "[" + deeper + ("," + deeper).join(text.split(_CUT)) + inner + "]"
+            values.append(list(map(encoded.__getitem__, map(id, column))))
+            template += "%s," + inner
             continue
         for index in range(length):
             elements = list(map(operator.itemgetter(index), column))
-            if not set(map(type, elements)) <= _JSON_SCALARS:
+            kinds = set(map(type, elements))
+            if not kinds <= _JSON_SCALARS:
                 return None
-            pieces.append(text + ("[" if index == 0 else ",") + deeper)
-            leaves.append(elements)
-            text = ""
-        text = inner + "]," + inner
-    if not leaves:
+            template += ("[" if index == 0 else ",") + deeper + _json_column(elements, kinds, values)
+        template += inner + "]," + inner
+    template = template[: -len("," + inner)] + pad + "}"
+    if not values:
         return None
-    tail = text[: -len("," + inner)] + pad + "}"
-    flat: list[Any] = [None] * (len(data) * len(leaves))
-    for position, column in enumerate(leaves):
-        flat[position :: len(leaves)] = column
-    encoded = json.dumps(flat, ensure_ascii=False, separators=(_CUT, ": "))[1:-1].split(_CUT)
-    between = itertools.chain(
-        ["[" + pad + pieces[0]], pieces[1:], itertools.cycle([tail + "," + pad + pieces[0], *pieces[1:]])
-    )
-    return "".join(map(operator.add, between, encoded)) + tail + "\n]"
+    return template, values
+
+
+def _json_column(column: list[Any], kinds: set[type], values: list[list[Any]]) -> str:
+    """The template text of a column of scalars (of the types ``kinds``) as ``json.dumps`` writes them: a
+    ``%`` conversion that writes each value as JSON (``%d`` an int, ``%r`` a finite float), its argument
+    appended to ``values``, or ``null`` for a column of None."""
+    if kinds == {type(None)}:
+        return "null"
+    if kinds == {int} or (kinds == {float} and all(map(math.isfinite, column))):
+        values.append(column)  # the C encoder writes int.__repr__ and float.__repr__: so do %d and %r
+        return "%d" if kinds == {int} else "%r"
+    if kinds == {str}:
+        distinct = dict.fromkeys(column)
+        if len(distinct) * 8 <= len(column):  # a few values, repeated: each encoded once
+            texts = json.dumps(list(distinct), ensure_ascii=False, separators=(_CUT, ": "))[1:-1].split(_CUT)
+            values.append(list(map(dict(zip(distinct, texts)).__getitem__, column)))
+            return "%s"
+    values.append(json.dumps(column, ensure_ascii=False, separators=(_CUT, ": "))[1:-1].split(_CUT))
+    return "%s"
 
 
 @contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused(*, keep: bool = False) -> Iterator[None]:
     """Pause Python's cyclic garbage collector while a large structure is built (a COCO-size annotation file
     and its index: millions of containers, none of them garbage), then resume it as it was. Each collection
     the growth triggers walks everything built so far, which made loading a third slower
-    (docs/PERFORMANCE.md, oric_builder)."""
+    (docs/PERFORMANCE.md, oric_builder).
+
+    ``keep``: what was built stays for the rest of the run (a builder's loaded annotations), so it is moved
+    out of the collector's sight (``gc.freeze``) instead of being walked by the next collections, which would
+    otherwise pay the paused work back, a full walk per generation. Freezing is safe for data without
+    reference cycles (such data is still freed, by reference counting, once dropped); everything is collected
+    first (a walk of what exists before the load, not of what it builds) so that no cyclic garbage of the
+    caller's is frozen with it, and whoever owns the run ends it with ``gc.unfreeze()`` (``build_oric_file``
+    does), so that nothing frozen outlives it.
+    """
     enabled = gc.isenabled()
+    if keep:
+        gc.collect()
     gc.disable()
     try:
         yield
     finally:
+        if keep:
+            gc.freeze()
         if enabled:
             gc.enable()
 
 
-def read_json(path: str | os.PathLike[str], what: str = "file") -> Any:
-    """Load a JSON file, raising :class:`UserError` naming the file when it is missing or malformed."""
+def read_json(path: str | os.PathLike[str], what: str = "file", *, hashed: bool = False) -> Any:
+    """Load a JSON file, raising :class:`UserError` naming the file when it is missing or malformed.
+
+    ``hashed``: also hash the bytes read, so that a manifest's :func:`sha256_file` of the same, unchanged file
+    does not read and hash it again (a COCO annotation file: 0.1-0.2 s).
+    """
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{what} not found: {path}")
     try:
-        with path.open(encoding="utf-8") as handle:
-            return json.load(handle)
+        if not hashed:
+            with path.open(encoding="utf-8") as handle:
+                return json.load(handle)
+        identity = _file_identity(path)
+        raw = path.read_bytes()
+        _KNOWN_DIGESTS[identity] = hashlib.sha256(raw).hexdigest()
+        text = raw.decode("utf-8")
+        del raw  # before the parse, the peak of a large file's load
+        return json.loads(text)
     except json.JSONDecodeError as err:
         raise UserError(f"{path}: not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})") from None
     except UnicodeDecodeError as err:
         raise UserError(decode_error_message(err, str(path))) from None
+
+
+# sha256 of files hashed as they were read (read_json(..., hashed=True)), by the file's identity: a file
+# rewritten since has another size, modification time or inode, and is hashed afresh.
+_KNOWN_DIGESTS: dict[tuple[str, int, int, int, int], str] = {}
+
+
+def _file_identity(path: Path) -> tuple[str, int, int, int, int]:
+    stat = path.stat()
+    return (os.path.realpath(path), stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns)
 
 
 def iter_jsonl(
@@ -234,7 +326,11 @@ def read_yaml(path: str | os.PathLike[str], what: str = "file") -> dict[str, Any
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
-    """Hex SHA-256 of a file, streamed (for manifests)."""
+    """Hex SHA-256 of a file, streamed (for manifests); a file hashed as it was read and unchanged since
+    (:func:`read_json` with ``hashed``) is not read again."""
+    known = _KNOWN_DIGESTS.get(_file_identity(Path(path)))
+    if known is not None:
+        return known
     digest = hashlib.sha256()
     with Path(path).open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
