@@ -13,12 +13,14 @@ from data_builders.cli import add_llm_arguments, llm_client_options
 from eval_hooks.evaluate import (
     evaluate,
     headline_metrics,
+    parse_benchmark_limits,
     parse_benchmark_names,
     parse_data_overrides,
-    prepare_benchmarks,
+    prepare_benchmark,
     rescore,
 )
 from eval_hooks.registry import BENCHMARKS
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES, check_limit
 from veritune.cli import command_help
 from veritune.core.errors import UserError
 from veritune.core.images import BLIND_FILL
@@ -121,7 +123,10 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--benchmarks", required=True, help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark"
+        "--benchmarks",
+        required=True,
+        help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark; NAME:N evaluates N "
+        "questions of that benchmark (as --limit, for it alone)",
     )
     parser.add_argument(
         "--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)"
@@ -134,7 +139,21 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
         help="a benchmark's file or folder, instead of its --data-root layout (repeatable)",
     )
     parser.add_argument("--image-root", type=Path, help="images of the --data files")
-    parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="at most N questions per benchmark: a seeded sample stratified over the benchmark's subsets, "
+        "paraphrases and pairs kept whole (recorded as `selection` in metrics.json)",
+    )
+    parser.add_argument(
+        "--limit-seed", type=int, default=DEFAULT_LIMIT_SEED, help="seed of the limit's sample (same seed: same items)"
+    )
+    parser.add_argument(
+        "--limit-mode",
+        choices=LIMIT_MODES,
+        default=DEFAULT_LIMIT_MODE,
+        help="stratified: the seeded sample; first: the first N questions in file order (quick debugging)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -200,18 +219,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.set_defaults(handler=_score)
 
 
+def _benchmarks_and_limits(args: argparse.Namespace) -> tuple[list[str], dict[str, int | None]]:
+    """``--benchmarks`` (``NAME`` or ``NAME:N``) -> the names and each one's limit (``N``, else ``--limit``)."""
+    check_limit(args.limit, args.limit_mode)
+    names, limits = parse_benchmark_limits(parse_benchmark_names(args.benchmarks))
+    return names, {name: limits.get(name, args.limit) for name in names}
+
+
 def _prepare(args: argparse.Namespace) -> list:
-    names = parse_benchmark_names(args.benchmarks)
+    names, limits = _benchmarks_and_limits(args)
     data = parse_data_overrides(args.data, benchmarks=names)
-    return prepare_benchmarks(
-        names,
-        data_root=args.data_root,
-        data=data,
-        image_root=args.image_root,
-        limit=args.limit,
-        max_new_tokens=args.max_new_tokens,
-        strict_official=args.strict_official,
-    )
+    return [
+        prepare_benchmark(
+            name,
+            data_root=args.data_root,
+            data=data,
+            image_root=args.image_root,
+            limit=limits[name],
+            max_new_tokens=args.max_new_tokens,
+            strict_official=args.strict_official,
+            limit_seed=args.limit_seed,
+            limit_mode=args.limit_mode,
+        )
+        for name in names
+    ]
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -301,7 +332,7 @@ def _score(args: argparse.Namespace) -> int:
     from eval_hooks.evaluate import resolve_paths
     from eval_hooks.runner import PREDICTIONS_FILE, blind_label
 
-    names = parse_benchmark_names(args.benchmarks)
+    names, limits = _benchmarks_and_limits(args)
     data = parse_data_overrides(args.data, benchmarks=names)
     if args.predictions.is_file() and len(names) > 1:
         raise UserError(
@@ -315,7 +346,15 @@ def _score(args: argparse.Namespace) -> int:
         predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE
         data_path, image_root = resolve_paths(name, args.data_root, data, args.image_root)
         result = rescore(
-            name, data_path, predictions, image_root, args.limit, judge=judge, strict_official=args.strict_official
+            name,
+            data_path,
+            predictions,
+            image_root,
+            limits[name],
+            judge=judge,
+            strict_official=args.strict_official,
+            limit_seed=args.limit_seed,
+            limit_mode=args.limit_mode,
         )
         # Beside the predictions by default, never over `eval run`'s own metrics.json (it records the generation).
         metrics_path = (

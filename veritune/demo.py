@@ -533,7 +533,7 @@ def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, s
     step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
     (questions resampled), on exactly the items the hooks evaluated."""
     from eval_hooks.bootstrap import metric_difference_intervals
-    from eval_hooks.evaluate import prepare_benchmark
+    from eval_hooks.evaluate import prepare_as_evaluated
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
     from veritune.core.run_layout import checkpoint_eval_dir
     from veritune.report import collect_eval
@@ -548,10 +548,7 @@ def results_table(runs: dict[str, Path], seed: int = 0, table: list[tuple[str, s
                 f"{run_dir}: no step-0 and final {benchmark} results from the eval hook (see the training log)"
             )
         last = max(by_step)
-        data = by_step[last]["data"]
-        prepared = prepare_benchmark(
-            benchmark, data={benchmark: Path(data["path"])}, image_root=Path(data["image_root"]), limit=data["limit"]
-        )
+        prepared = prepare_as_evaluated(benchmark, by_step[last])
         base, after = (
             read_predictions(checkpoint_eval_dir(run_dir, step) / benchmark / PREDICTIONS_FILE) for step in (0, last)
         )

@@ -395,21 +395,15 @@ def before_after_section(name: str, by_step: dict[int, dict[str, Any]], run_dir:
     bootstrap interval (questions resampled), and sample rows with the image thumbnail, the reference and the
     prediction at each checkpoint. Empty without a step-0 result (``eval_at_start``) and a later one."""
     from eval_hooks.bootstrap import metric_difference_intervals
-    from eval_hooks.evaluate import prepare_benchmark
+    from eval_hooks.evaluate import prepare_as_evaluated
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
 
     steps = list(by_step)
     if 0 not in by_step or len(steps) < 2:
         return []
     last = steps[-1]
-    data = by_step[last].get("data", {})
     try:
-        prepared = prepare_benchmark(
-            name,
-            data={name: Path(data["path"])},
-            image_root=Path(data["image_root"]) if data.get("image_root") else None,
-            limit=data.get("limit"),
-        )
+        prepared = prepare_as_evaluated(name, by_step[last])
         predictions = {
             step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps
         }

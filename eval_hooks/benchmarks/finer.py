@@ -63,6 +63,7 @@ def _index_base(path: Path, rows: list[dict[str, Any]]) -> int:
 
 class Finer(Benchmark):
     name = "finer"
+    limit_strata = ("setting",)  # multi_obj, multi_attr, multi_rel, wh; a q+/q- pair kept whole
     answer_format = "option"
     default_max_new_tokens = 3  # App. D: "a maximum of 3 output tokens"
     data_layout = (
