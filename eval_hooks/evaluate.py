@@ -7,6 +7,7 @@ prepared (located, loaded, limited) before any model is loaded, so a wrong path 
 from __future__ import annotations
 
 import difflib
+import json
 import logging
 from collections import Counter
 from dataclasses import dataclass, field
@@ -26,7 +27,7 @@ from eval_hooks.runner import (
 )
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items
 from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json
+from veritune.core.io import atomic_write_json, dataset_manifest
 
 logger = logging.getLogger("veritune.eval")
 
@@ -138,17 +139,43 @@ def parse_data_overrides(
     return overrides
 
 
+def recorded_image_root(data_path: Path) -> Path | None:
+    """The image folder a veritune builder recorded for ``data_path`` (``image_root`` in the manifest beside
+    the file, or beside the files of a folder: ``veritune build finer-bench`` and ``oric-bench`` write it),
+    when it names one existing folder; else None. A benchmark built with ``--image-root`` is thus evaluated
+    on the images it was built from, with no copy under ``--data-root``."""
+    data_path = Path(data_path)
+    files = sorted(p for p in data_path.iterdir() if p.is_file()) if data_path.is_dir() else [data_path]
+    roots = set()
+    for file in files:
+        manifest = dataset_manifest(file)
+        if manifest is None or file == manifest:
+            continue
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8")).get("image_root")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(recorded, str) and recorded:
+            roots.add(Path(recorded))
+    if len(roots) == 1 and next(iter(roots)).is_dir():
+        return next(iter(roots))
+    return None
+
+
 def resolve_paths(
     name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | None
 ) -> tuple[Path, Path | None]:
-    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``."""
+    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``; its
+    images: ``--image-root``, else the folder its builder recorded (:func:`recorded_image_root`), else the
+    layout's (the loader's own default for ``--data``)."""
     benchmark = get_benchmark(name)
     if name in data:
-        return Path(data[name]), image_root
+        data_path = Path(data[name])
+        return data_path, image_root or (recorded_image_root(data_path) if data_path.exists() else None)
     if data_root is None:
         raise UserError(f"{name}: give --data-root DIR (expects {benchmark.data_layout}) or --data {name}=PATH")
     data_path, default_images = benchmark.default_paths(Path(data_root))
-    return data_path, image_root or default_images
+    return data_path, image_root or (recorded_image_root(data_path) if data_path.exists() else None) or default_images
 
 
 def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Path | None) -> list[EvalItem]:

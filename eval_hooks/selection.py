@@ -5,10 +5,12 @@ random/popular/adversarial, FINER's settings, AMBER's question types, HallusionB
 subcategories, ...) in proportion to their sizes. Each stratum's share is ``N * size / total`` rounded by
 the largest-remainder method; within a stratum the benchmark's groups (the paraphrases of a question, a
 q+/q- pair, a HallusionBench figure set) are visited in an order drawn from ``random.Random`` seeded with
-the seed and the stratum's name, and each group is taken whole while it fits in the stratum's share. So
-the selection depends only on the items' ids and meta, the limit and the seed: the same items at every
-checkpoint and in every run with the same seed, a larger limit keeps what a smaller one kept in most
-strata, and a stratum may get up to one group fewer than its share when its groups do not add up to it.
+the seed and the stratum's name, and each group is taken whole while it fits in the stratum's share; what
+whole groups leave of ``N`` (a share of 5 questions holds two pairs) is then filled one group at a time from
+the stratum furthest below its share, while a group fits. So the selection depends only on the items' ids
+and meta, the limit and the seed: the same items at every checkpoint and in every run with the same seed;
+exactly ``N`` units whenever whole groups can make ``N`` (a stratum may then get a group more or fewer than
+its share), never more.
 
 ``first``: the items of the first ``N`` units in file order (the old behaviour, for quick debugging).
 
@@ -133,15 +135,32 @@ def _stratified(group_keys: list[str], units: list[str], strata: list[str], limi
     }
     shares = largest_remainder(limit, sizes)
     kept: list[int] = []
+    rest: list[tuple[str, str]] = []  # groups a share could not hold
+    deficit: dict[str, int] = {}  # what whole groups left of each share
     for stratum, by_group in groups.items():
         order = list(by_group)
         random.Random(f"{seed}/{stratum}").shuffle(order)
         room = shares[stratum]
         for group in order:
-            if room == 0:
-                break
             size = len({units[i] for i in by_group[group]})
             if size <= room:
                 kept.extend(by_group[group])
                 room -= size
+            else:
+                rest.append((stratum, group))
+        deficit[stratum] = room
+    # What is left of the limit: one group at a time from the stratum furthest below its share (ties: a
+    # seeded order), while a group fits.
+    room = sum(deficit.values())
+    random.Random(f"{seed}/rest").shuffle(rest)
+    while room > 0:
+        fitting = [(s, g) for s, g in rest if len({units[i] for i in groups[s][g]}) <= room]
+        if not fitting:
+            break
+        stratum, group = max(fitting, key=lambda pair: deficit[pair[0]])  # max keeps the first of equals
+        rest.remove((stratum, group))
+        size = len({units[i] for i in groups[stratum][group]})
+        kept.extend(groups[stratum][group])
+        deficit[stratum] -= size
+        room -= size
     return sorted(kept)
