@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from veritune.core.errors import UserError
+
+PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")  # "17/p2": question 17 asked with its third paraphrase
 
 
 @dataclass
@@ -67,8 +70,13 @@ class Benchmark(ABC):
     # What an answer is ("yes_no", "option", "count"): lets the optional LLM judge resolve the answers the
     # rule-based grader cannot (eval_hooks/judge.py). Empty: the official parser decides every answer.
     answer_format: str = ""
-    # A limit (``--limit``, ``name:N``) counts the q+/q- pairs of ``meta["pair"]`` and keeps each pair whole.
+    # A limit (``--limit``, ``name:N``; eval_hooks/selection.py) counts questions (a question's paraphrases
+    # once), or with ``limit_by_pair`` the q+/q- pairs of ``meta["pair"]``. Its stratified sample spreads the
+    # limit over the strata (the values of these meta keys, e.g. POPE's ``subset``) and takes whole groups
+    # (items sharing these meta keys' values; none: ``meta["pair"]`` when there is one, else the question).
     limit_by_pair: bool = False
+    limit_strata: tuple[str, ...] = ()
+    limit_groups: tuple[str, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         """A ``score`` written without the ``strict_official`` parameter (a benchmark with no veritune step
@@ -91,6 +99,25 @@ class Benchmark(ABC):
     def default_paths(self, data_root: Path) -> tuple[Path, Path]:
         """``(data_path, image_root)`` of the benchmark's files under a data root."""
         return data_root / self.name, data_root / self.name / "images"
+
+    def limit_unit(self, item: EvalItem) -> str:
+        """What a limit counts once: the item's question (its paraphrases together), or its pair."""
+        if self.limit_by_pair and "pair" in item.meta:
+            return f"pair:{item.meta['pair']}"
+        match = PARAPHRASE_ID.match(item.id)
+        return match.group(1) if match else item.id
+
+    def limit_stratum(self, item: EvalItem) -> str:
+        """The item's stratum for a limit's stratified sample ("" for a benchmark without strata)."""
+        return "/".join(str(item.meta.get(key)) for key in self.limit_strata)
+
+    def limit_group(self, item: EvalItem) -> str:
+        """The items a limit keeps or drops together (a question pair, a figure set, a question's paraphrases)."""
+        if self.limit_groups:
+            return "/".join(str(item.meta.get(key)) for key in self.limit_groups)
+        if "pair" in item.meta:
+            return f"pair:{item.meta['pair']}"
+        return self.limit_unit(item)
 
     def image_item(self, item_id: str, prompt: str, image: Path, meta: dict[str, Any]) -> EvalItem:
         """One item asking ``prompt`` about ``image`` with the benchmark's budget (a missing image is marked)."""

@@ -173,8 +173,9 @@ def hook_difference_intervals(
 ) -> tuple[list[EvalItem], dict[int, dict[str, str]], list[dict[str, Any]]]:
     """What the eval hook of a training run shows for benchmark ``name`` between the first and the last of
     ``steps`` (checkpoint steps, 0 the base model): the items it evaluated (as the last step's metrics.json
-    records them: file, image root, limit), its predictions at every step, and the paired intervals of
-    ``metrics`` (:func:`metric_difference_intervals` with :data:`DEFAULT_RESAMPLES` and :data:`DEFAULT_SEED`).
+    records them: file, image root, limit and the limit's sample), its predictions at every step, and the
+    paired intervals of ``metrics`` (:func:`metric_difference_intervals` with :data:`DEFAULT_RESAMPLES` and
+    :data:`DEFAULT_SEED`).
     The one computation behind the report's before/after table and the demo's results.
 
     Raises:
@@ -182,23 +183,18 @@ def hook_difference_intervals(
     """
     import json
 
-    from eval_hooks.evaluate import METRICS_FILE, prepare_benchmark
+    from eval_hooks.evaluate import METRICS_FILE, prepare_as_evaluated
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
     from veritune.core.run_layout import checkpoint_eval_dir
 
     first, last = steps[0], steps[-1]
     metrics_file = checkpoint_eval_dir(run_dir, last) / name / METRICS_FILE
     try:
-        data = json.loads(metrics_file.read_text(encoding="utf-8"))["data"]
-        data_path = Path(data["path"])
+        result = json.loads(metrics_file.read_text(encoding="utf-8"))
+        result["data"]["path"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{metrics_file}: no readable data record ({err})") from None
-    prepared = prepare_benchmark(
-        name,
-        data={name: data_path},
-        image_root=Path(data["image_root"]) if data.get("image_root") else None,
-        limit=data.get("limit"),
-    )
+    prepared = prepare_as_evaluated(name, result)  # the same files, limit, seed and mode: the same items
     predictions = {
         step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps
     }

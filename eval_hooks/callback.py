@@ -1,9 +1,11 @@
 """The eval hook: after each checkpoint save, evaluate that checkpoint and log the metrics.
 
 Recipes enable it by name (``eval_on_save: true``, ``eval_benchmarks: [oric_bench_r1]``, ``eval_limit``
-for quick hooks). ``eval_final_benchmarks`` are run once, after the final checkpoint (or, when the last
-step is not saved, on the final model at the end of training): the place for long suites such as the
-``general`` preset (FINER's six general-ability benchmarks, Table 3), so that an alignment tax shows up
+for quick hooks: a seeded sample stratified over the benchmark's subsets, drawn once with ``eval_limit_seed``
+so that every checkpoint answers the same items; ``eval_limit_mode: first`` keeps the first N instead).
+``eval_final_benchmarks`` are run once, after the final checkpoint (or, when the last step is not saved, on
+the final model at the end of training): the place for long suites such as the ``general`` preset (FINER's
+six general-ability benchmarks, Table 3), so that an alignment tax shows up
 in the same run. A preset name (:data:`PRESETS`) stands for its benchmarks in either list.
 
 After each save, the live model is evaluated in-process (in eval mode, train mode
@@ -44,10 +46,12 @@ from eval_hooks.evaluate import (
     PreparedBenchmark,
     check_images,
     evaluate_prepared,
+    parse_benchmark_limits,
     prepare_benchmark,
     require_judges,
 )
 from eval_hooks.registry import expand_presets
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, check_limit
 from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
 from veritune.core.io import atomic_write_json
@@ -122,30 +126,16 @@ def _cell(value: Any) -> Any:
     return value if value is None or isinstance(value, (int, float, str, bool)) else str(value)
 
 
-def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:
-    """``["pope:200", "oric_bench_r1"]`` -> names and per-benchmark limits (``name:N`` overrides
-    ``eval_limit`` for that benchmark: a quick POPE subset beside a full ORIC-Bench, say)."""
-    names, limits = [], {}
-    for entry in entries:
-        name, sep, count = str(entry).rpartition(":")
-        if sep and count.strip().isdigit() and name:
-            names.append(name.strip())
-            limits[name.strip()] = int(count)
-        elif sep and not count.strip().isdigit() and name and "." not in entry:
-            raise UserError(f"eval_benchmarks: {entry!r}: expected NAME or NAME:LIMIT (a whole number)")
-        else:
-            names.append(str(entry).strip())
-    return names, limits
-
-
 class EvalHookCallback(TrainerCallback):
     """Evaluate every saved checkpoint on ``benchmarks`` (see the module docstring).
 
     Args:
         benchmarks: registry names or dotted paths (``eval_benchmarks`` in a recipe), each optionally
-            ``name:N`` to evaluate only its first N questions (overrides ``limit`` for it).
+            ``name:N`` to evaluate only N of its questions (overrides ``limit`` for it).
         data_root: the folder holding every benchmark's files in the layout of docs/EVALUATION.md.
         limit: at most this many questions per benchmark (quick hooks).
+        limit_seed, limit_mode: how a limit picks its questions (:func:`eval_hooks.selection.select_items`):
+            a stratified sample drawn with this seed, or the first ones (``"first"``).
         batch_size: items per ``generate`` call, per process.
         data: explicit ``{benchmark: file or folder}``, instead of ``data_root``'s layout.
         image_root: images of the ``data`` files.
@@ -173,7 +163,10 @@ class EvalHookCallback(TrainerCallback):
         at_start: bool = False,
         backend: str = "auto",
         allow_partial: bool = False,
+        limit_seed: int = DEFAULT_LIMIT_SEED,
+        limit_mode: str = DEFAULT_LIMIT_MODE,
     ) -> None:
+        check_limit(limit, limit_mode, "eval_limit")
         self.benchmarks, self.limits = parse_benchmark_limits(expand_presets(benchmarks))
         self.final_benchmarks, self.final_limits = parse_benchmark_limits(expand_presets(final_benchmarks or []))
         # the hook has no LLM judge: judged suites are scored with `eval score`
@@ -184,6 +177,8 @@ class EvalHookCallback(TrainerCallback):
         self.data = {name: Path(path) for name, path in (data or {}).items()}
         self.image_root = Path(image_root) if image_root else None
         self.limit = limit
+        self.limit_seed = limit_seed
+        self.limit_mode = limit_mode
         self.batch_size = batch_size
         self.max_new_tokens = max_new_tokens
         self.processor: Any = None
@@ -286,6 +281,8 @@ class EvalHookCallback(TrainerCallback):
                 limit=limit,
                 max_new_tokens=self.max_new_tokens,
                 allow_partial=self.allow_partial,
+                limit_seed=self.limit_seed,
+                limit_mode=self.limit_mode,
             )
         return self._prepared[key]
 

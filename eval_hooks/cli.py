@@ -16,14 +16,16 @@ from eval_hooks.evaluate import (
     check_images,
     evaluate,
     headline_metrics,
+    parse_benchmark_limits,
     parse_benchmark_names,
     parse_data_overrides,
     parse_image_roots,
-    prepare_benchmarks,
+    prepare_benchmark,
     rescore,
     results_record,
 )
 from eval_hooks.registry import BENCHMARKS
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES, check_limit
 from veritune.cli import command_help
 from veritune.core.errors import UserError
 from veritune.core.images import BLIND_FILL
@@ -139,7 +141,10 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--benchmarks", required=True, help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark"
+        "--benchmarks",
+        required=True,
+        help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark; NAME:N evaluates N "
+        "questions of that benchmark (as --limit, for it alone)",
     )
     parser.add_argument(
         "--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)"
@@ -157,7 +162,21 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH or BENCHMARK=PATH",
         help="images of the --data files: a PATH for every benchmark, or BENCHMARK=PATH for one (repeatable)",
     )
-    parser.add_argument("--limit", type=int, help="at most N questions per benchmark (quick checks)")
+    parser.add_argument(
+        "--limit",
+        type=int,
+        help="at most N questions per benchmark: a seeded sample stratified over the benchmark's subsets, "
+        "paraphrases and pairs kept whole (recorded as `selection` in metrics.json)",
+    )
+    parser.add_argument(
+        "--limit-seed", type=int, default=DEFAULT_LIMIT_SEED, help="seed of the limit's sample (same seed: same items)"
+    )
+    parser.add_argument(
+        "--limit-mode",
+        choices=LIMIT_MODES,
+        default=DEFAULT_LIMIT_MODE,
+        help="stratified: the seeded sample; first: the first N questions in file order (quick debugging)",
+    )
     parser.add_argument(
         "--allow-partial",
         action="store_true",
@@ -230,21 +249,35 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.set_defaults(handler=_score)
 
 
+def _benchmarks_and_limits(args: argparse.Namespace) -> tuple[list[str], dict[str, int | None]]:
+    """``--benchmarks`` (``NAME`` or ``NAME:N``) -> the names and each one's limit (``N``, else ``--limit``)."""
+    check_limit(args.limit, args.limit_mode)
+    names, limits = parse_benchmark_limits(parse_benchmark_names(args.benchmarks))
+    return names, {name: limits.get(name, args.limit) for name in names}
+
+
 def _prepare(args: argparse.Namespace) -> list:
-    """The benchmarks of ``eval run`` / ``eval watch``, loaded, their images checked (:func:`check_images`):
-    every wrong path or missing image is refused before a model loads."""
-    names = parse_benchmark_names(args.benchmarks)
+    """The benchmarks of ``eval run`` / ``eval watch``, loaded (``NAME:N`` or ``--limit``: the limit's sample),
+    their images checked (:func:`check_images`): every wrong path or missing image is refused before a model
+    loads."""
+    names, limits = _benchmarks_and_limits(args)
     data = parse_data_overrides(args.data, benchmarks=names)
-    prepared = prepare_benchmarks(
-        names,
-        data_root=args.data_root,
-        data=data,
-        image_root=parse_image_roots(args.image_root, benchmarks=names),
-        limit=args.limit,
-        max_new_tokens=args.max_new_tokens,
-        strict_official=args.strict_official,
-        allow_partial=args.allow_partial,
-    )
+    image_roots = parse_image_roots(args.image_root, benchmarks=names)
+    prepared = [
+        prepare_benchmark(
+            name,
+            data_root=args.data_root,
+            data=data,
+            image_root=image_roots,
+            limit=limits[name],
+            max_new_tokens=args.max_new_tokens,
+            strict_official=args.strict_official,
+            allow_partial=args.allow_partial,
+            limit_seed=args.limit_seed,
+            limit_mode=args.limit_mode,
+        )
+        for name in names
+    ]
     check_images(prepared)
     return prepared
 
@@ -282,7 +315,8 @@ def write_results_file(args: argparse.Namespace, results: dict[str, dict[str, An
         "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens,
         "limit": getattr(args, "limit", None),
-        "seed": getattr(args, "seed", None),
+        "limit_seed": args.limit_seed,
+        "limit_mode": args.limit_mode,
         "strict_official": args.strict_official,
         "allow_partial": args.allow_partial,
         "judge": {"model": args.llm_model, "base_url": args.llm_base_url} if judge is not None else None,
@@ -358,7 +392,7 @@ def _score(args: argparse.Namespace) -> int:
     from eval_hooks.evaluate import resolve_paths
     from eval_hooks.runner import PREDICTIONS_FILE, blind_label
 
-    names = parse_benchmark_names(args.benchmarks)
+    names, limits = _benchmarks_and_limits(args)
     data = parse_data_overrides(args.data, benchmarks=names)
     if args.predictions.is_file() and len(names) > 1:
         raise UserError(
@@ -377,10 +411,12 @@ def _score(args: argparse.Namespace) -> int:
             data_path,
             predictions,
             image_root,
-            args.limit,
+            limits[name],
             judge=judge,
             strict_official=args.strict_official,
             allow_partial=args.allow_partial,
+            limit_seed=args.limit_seed,
+            limit_mode=args.limit_mode,
         )
         # Beside the predictions by default, never over `eval run`'s own metrics.json (it records the generation).
         metrics_path = (

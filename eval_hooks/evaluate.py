@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
 import logging
-import re
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +26,15 @@ from eval_hooks.runner import (
     read_predictions_file,
     run_items,
 )
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items
 from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json
+from veritune.core.io import atomic_write_json, dataset_manifest
 
 logger = logging.getLogger("veritune.eval")
 
 METRICS_FILE = "metrics.json"
 RESULTS_FILE = "results.json"  # one per `eval run`: every benchmark's headline metrics, coverage and the settings
 SAMPLE_PREDICTIONS = 20  # rows of the sample-predictions table kept in metrics.json and logged to W&B
-_PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")  # "17/p2": question 17 asked with its third paraphrase
 
 
 @dataclass
@@ -49,6 +50,7 @@ class PreparedBenchmark:
     max_new_tokens: int | None = None
     strict_official: bool = False
     allow_partial: bool = False  # score the answered items only, labelled partial (see :func:`score_benchmark`)
+    selection: dict[str, Any] = field(default_factory=dict)  # what the limit kept (eval_hooks.selection)
 
 
 def check_benchmark_name(name: str, source: str) -> None:
@@ -63,12 +65,13 @@ def check_benchmark_name(name: str, source: str) -> None:
 
 
 def parse_benchmark_names(
-    text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = False
+    text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = True
 ) -> list[str]:
     """Benchmark names from ``"a,b"`` or a list of such strings (the recipe's ``eval_benchmarks``), in order,
-    without repeats. The one parser of benchmark lists, for the CLI and the recipes alike: an empty entry
-    (``a,,b``), an unknown name or an empty list is a one-line error, never silently dropped. With
-    ``allow_limits``, an entry may be ``NAME:N`` (the eval hooks' per-benchmark limit)."""
+    without repeats. The one parser of benchmark lists, for ``eval run``, ``eval score``, ``eval watch`` and the
+    recipes alike: an empty entry (``a,,b``), an unknown name, a benchmark given twice or an empty list is a
+    one-line error, never silently dropped. With ``allow_limits``, an entry may be ``NAME:N`` (at most N
+    questions of that benchmark, instead of ``--limit``; :func:`parse_benchmark_limits` splits them off)."""
     entries = [text] if isinstance(text, str) else [str(entry) for entry in text]
     names = []
     for entry in entries:
@@ -79,7 +82,13 @@ def parse_benchmark_names(
                     f"{source}: empty entry in {entry!r} (give comma-separated names, e.g. pope,oric_bench_r1)"
                 )
             base, sep, limit = name.rpartition(":")
-            base = base.strip() if allow_limits and sep else name
+            if allow_limits and sep:
+                base, limit = base.strip(), limit.strip()
+                if not (limit.isascii() and limit.isdigit() and int(limit) >= 1):
+                    raise UserError(f"{source}: {name!r}: expected NAME or NAME:N (N a whole number, at least 1)")
+                name = f"{base}:{int(limit)}"
+            else:
+                base = name
             if base in PRESETS:  # a preset ("general") stands for its benchmarks, each with the same limit
                 names.extend(f"{member}:{limit}" if allow_limits and sep else member for member in PRESETS[base])
                 continue
@@ -87,7 +96,30 @@ def parse_benchmark_names(
             names.append(name)
     if not names:
         raise UserError(f"{source}: give at least one benchmark name")
-    return list(dict.fromkeys(names))
+    names = list(dict.fromkeys(names))
+    bases = [name.rpartition(":")[0] or name for name in names]
+    twice = [base for base, count in Counter(bases).items() if count > 1]
+    if twice:
+        given = ", ".join(name for name in names if (name.rpartition(":")[0] or name) == twice[0])
+        raise UserError(f"{source}: {twice[0]} is given twice ({given}); give each benchmark once")
+    return names
+
+
+def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:
+    """``["pope:200", "oric_bench_r1"]`` (from :func:`parse_benchmark_names`) -> the names and the per-benchmark
+    limits (``NAME:N`` overrides ``--limit`` / ``eval_limit`` for that benchmark: a quick POPE sample beside
+    a full ORIC-Bench, say)."""
+    names, limits = [], {}
+    for entry in entries:
+        name, sep, count = str(entry).rpartition(":")
+        if sep and name and count.strip().isdigit():
+            names.append(name.strip())
+            limits[name.strip()] = int(count)
+        elif sep and name:
+            raise UserError(f"eval_benchmarks: {entry!r}: expected NAME or NAME:N (N a whole number, at least 1)")
+        else:
+            names.append(str(entry).strip())
+    return names, limits
 
 
 def parse_data_overrides(
@@ -147,19 +179,44 @@ def image_root_of(name: str, image_root: Path | ImageRoots | None) -> Path | Non
     return image_root.get(name) or image_root.get(base) or image_root.get(None)
 
 
+def recorded_image_root(data_path: Path) -> Path | None:
+    """The image folder a veritune builder recorded for ``data_path`` (``image_root`` in the manifest beside
+    the file, or beside the files of a folder: ``veritune build finer-bench`` and ``oric-bench`` write it),
+    when it names one existing folder; else None. A benchmark built with ``--image-root`` is thus evaluated
+    on the images it was built from, with no copy under ``--data-root``."""
+    data_path = Path(data_path)
+    files = sorted(p for p in data_path.iterdir() if p.is_file()) if data_path.is_dir() else [data_path]
+    roots = set()
+    for file in files:
+        manifest = dataset_manifest(file)
+        if manifest is None or file == manifest:
+            continue
+        try:
+            recorded = json.loads(manifest.read_text(encoding="utf-8")).get("image_root")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(recorded, str) and recorded:
+            roots.add(Path(recorded))
+    if len(roots) == 1 and next(iter(roots)).is_dir():
+        return next(iter(roots))
+    return None
+
+
 def resolve_paths(
     name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | ImageRoots | None
 ) -> tuple[Path, Path | None]:
-    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``;
-    its images under its ``--image-root`` (:func:`image_root_of`), else the layout's own folder."""
+    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``; its
+    images: its ``--image-root`` (:func:`image_root_of`), else the folder its builder recorded
+    (:func:`recorded_image_root`), else the layout's (the loader's own default for ``--data``)."""
     benchmark = get_benchmark(name)
     image_root = image_root_of(name, image_root)
     if name in data:
-        return Path(data[name]), image_root
+        data_path = Path(data[name])
+        return data_path, image_root or (recorded_image_root(data_path) if data_path.exists() else None)
     if data_root is None:
         raise UserError(f"{name}: give --data-root DIR (expects {benchmark.data_layout}) or --data {name}=PATH")
     data_path, default_images = benchmark.default_paths(Path(data_root))
-    return data_path, image_root or default_images
+    return data_path, image_root or (recorded_image_root(data_path) if data_path.exists() else None) or default_images
 
 
 def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Path | None) -> list[EvalItem]:
@@ -177,28 +234,6 @@ def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Pat
     return items
 
 
-def limit_items(items: list[EvalItem], limit: int | None, *, by_pair: bool = False) -> list[EvalItem]:
-    """The items of the first ``limit`` questions; the paraphrases of a question (ids ``Q/p0``, ``Q/p1``,
-    ...) count as one question and stay together, and so do the items of one ``meta["pair"]`` with
-    ``by_pair`` (a benchmark's ``limit_by_pair``: FINER's yes/no twins)."""
-    if limit is None:
-        return items
-    if limit < 1:
-        raise UserError(f"--limit: must be at least 1, got {limit}")
-    keep, questions = [], set()
-    for item in items:
-        match = _PARAPHRASE_ID.match(item.id)
-        question = match.group(1) if match else item.id
-        if by_pair and "pair" in item.meta:
-            question = f"pair:{item.meta['pair']}"
-        if question not in questions:
-            if len(questions) == limit:
-                continue
-            questions.add(question)
-        keep.append(item)
-    return keep
-
-
 def prepare_benchmark(
     name: str,
     *,
@@ -209,22 +244,51 @@ def prepare_benchmark(
     max_new_tokens: int | None = None,
     strict_official: bool = False,
     allow_partial: bool = False,
+    limit_seed: int = DEFAULT_LIMIT_SEED,
+    limit_mode: str = DEFAULT_LIMIT_MODE,
 ) -> PreparedBenchmark:
-    """Locate and load one benchmark, keep its first ``limit`` questions, set the generation budget;
-    ``strict_official``: score exactly as the official script; ``allow_partial``: score the answered items
-    only, labelled partial (see :func:`score_benchmark`)."""
+    """Locate and load one benchmark, keep the items of ``limit`` questions (a stratified sample drawn with
+    ``limit_seed``, or with ``limit_mode="first"`` the first ones: :func:`eval_hooks.selection.select_items`),
+    set the generation budget; ``strict_official``: score exactly as the official script (see
+    :func:`score_benchmark`); ``allow_partial``: score the answered items only, labelled partial."""
     benchmark = get_benchmark(name)
     data_path, images = resolve_paths(name, data_root, data or {}, image_root)
     if not data_path.exists():
         raise UserError(f"{name}: {data_path} not found (expected {benchmark.data_layout or 'the benchmark file'})")
-    items = limit_items(load_items(name, benchmark, data_path, images), limit, by_pair=benchmark.limit_by_pair)
+    items, selection = select_items(
+        benchmark, load_items(name, benchmark, data_path, images), limit, seed=limit_seed, mode=limit_mode
+    )
     if max_new_tokens is not None:
         if max_new_tokens < 1:
             raise UserError(f"--max-new-tokens: must be at least 1, got {max_new_tokens}")
         for item in items:
             item.max_new_tokens = max_new_tokens
     return PreparedBenchmark(
-        name, benchmark, items, data_path, images, limit, max_new_tokens, strict_official, allow_partial
+        name,
+        benchmark,
+        items,
+        data_path,
+        images,
+        limit,
+        max_new_tokens,
+        strict_official,
+        allow_partial=allow_partial,
+        selection=selection,
+    )
+
+
+def prepare_as_evaluated(name: str, result: dict[str, Any]) -> PreparedBenchmark:
+    """The items a ``metrics.json`` was scored on, prepared again from its ``data`` and ``selection`` (the same
+    files, limit, seed and mode draw the same items): what a report or the demo's intervals resample."""
+    data, selection = result.get("data") or {}, result.get("selection") or {}
+    return prepare_benchmark(
+        name,
+        data={name: Path(data["path"])},
+        image_root=Path(data["image_root"]) if data.get("image_root") else None,
+        limit=data.get("limit"),
+        limit_seed=selection.get("seed") if selection.get("seed") is not None else DEFAULT_LIMIT_SEED,
+        # a result written before limits were sampled kept the first N
+        limit_mode=selection.get("mode", "first") if selection.get("mode") != "all" else DEFAULT_LIMIT_MODE,
     )
 
 
@@ -504,6 +568,7 @@ def evaluate_prepared(
         "image_root": str(prepared.image_root) if prepared.image_root else None,
         "limit": prepared.limit,
     }
+    result["selection"] = prepared.selection
     result["generation"] = {
         "backend": backend.name,
         "model": backend.model_name,
@@ -547,19 +612,26 @@ def rescore(
     judge: AnswerJudge | None = None,
     strict_official: bool = False,
     allow_partial: bool = False,
+    *,
+    limit_seed: int = DEFAULT_LIMIT_SEED,
+    limit_mode: str = DEFAULT_LIMIT_MODE,
 ) -> dict[str, Any]:
-    """Score an existing predictions file without loading any model (``veritune eval score``): the items must
-    all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image is read, so
-    the numbers never depend on the images being on disk. When the file's header says a blind control made
-    it, the result keeps that mark as ``generation.blind``."""
+    """Score an existing predictions file without loading any model (``veritune eval score``), on the items
+    ``limit`` keeps (drawn as ``eval run`` draws them): the items must all be answered (``allow_partial``: the
+    answered ones are scored, labelled partial); no image is read, so the numbers never depend on the images
+    being on disk. When the file's header says a blind control made it, the result keeps that mark as
+    ``generation.blind``."""
     benchmark = get_benchmark(name)
-    items = limit_items(load_items(name, benchmark, data_path, image_root), limit, by_pair=benchmark.limit_by_pair)
+    items, selection = select_items(
+        benchmark, load_items(name, benchmark, data_path, image_root), limit, seed=limit_seed, mode=limit_mode
+    )
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
     header, predictions = read_predictions_file(predictions_path)
     for item in items:  # scoring reads no image: an item is answered or not, whatever is on disk now
         item.missing_images = []
     result = score_benchmark(name, items, predictions, judge, strict_official, allow_partial=allow_partial)
+    result["selection"] = selection
     blind = ((header or {}).get("generation") or {}).get("blind")
     if isinstance(blind, dict):
         result["generation"] = {"blind": blind}

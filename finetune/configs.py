@@ -14,6 +14,7 @@ from pathlib import Path
 
 from trl import DPOConfig, GRPOConfig, ModelConfig
 
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
 from veritune.core.errors import UserError
 
 # What the eval hooks may generate with (ScriptArguments.eval_backend; eval_hooks/callback.py).
@@ -96,7 +97,19 @@ class ScriptArguments:
     )
     eval_image_root: str | None = field(default=None, metadata={"help": "Images of the eval_data files."})
     eval_limit: int | None = field(
-        default=None, metadata={"help": "Evaluate at most N items per benchmark (quick hooks)."}
+        default=None,
+        metadata={
+            "help": "Evaluate at most N questions per benchmark (quick hooks; `name:N` in eval_benchmarks sets one "
+            "benchmark's): a seeded sample stratified over the benchmark's subsets, paraphrases and pairs kept "
+            "whole, the same items at every checkpoint."
+        },
+    )
+    eval_limit_seed: int = field(
+        default=DEFAULT_LIMIT_SEED, metadata={"help": "Seed of the eval limit's sample (same seed: same items)."}
+    )
+    eval_limit_mode: str = field(
+        default=DEFAULT_LIMIT_MODE,
+        metadata={"help": "`stratified` (the seeded sample) or `first` (the first N questions, for quick debugging)."},
     )
     eval_batch_size: int = field(default=8, metadata={"help": "Batch size of the eval hooks' generation."})
     eval_allow_partial: bool = field(
@@ -122,6 +135,8 @@ class ScriptArguments:
             raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
         if self.max_train_samples is not None and self.max_train_samples <= 0:
             raise UserError(f"max_train_samples: must be positive, got {self.max_train_samples}")
+        if self.eval_limit_mode not in LIMIT_MODES:
+            raise UserError(f"eval_limit_mode: expected one of {', '.join(LIMIT_MODES)}, got {self.eval_limit_mode!r}")
         if self.eval_backend not in EVAL_BACKENDS:
             raise UserError(f"eval_backend: expected one of {', '.join(EVAL_BACKENDS)}, got {self.eval_backend!r}")
 

@@ -77,7 +77,7 @@ def get_callbacks(
         from eval_hooks.callback import EvalHookCallback
         from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
 
-        # The one parser of the CLI: comma-separated or listed names, NAME:LIMIT allowed; bad entries are refused.
+        # The one parser of the CLI: comma-separated or listed names, NAME:N allowed; bad entries are refused.
         benchmarks = parse_benchmark_names(script_args.eval_benchmarks, "eval_benchmarks", allow_limits=True)
         data = {
             name: str(path)
@@ -95,6 +95,8 @@ def get_callbacks(
                 at_start=script_args.eval_at_start,
                 backend=script_args.eval_backend,
                 allow_partial=script_args.eval_allow_partial,
+                limit_seed=script_args.eval_limit_seed,
+                limit_mode=script_args.eval_limit_mode,
             )
         )
     return callbacks

@@ -224,7 +224,8 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
 
 
 def test_per_benchmark_limits_in_eval_benchmarks() -> None:
-    from eval_hooks.callback import EvalHookCallback, parse_benchmark_limits
+    from eval_hooks.callback import EvalHookCallback
+    from eval_hooks.evaluate import parse_benchmark_limits
     from veritune.core.errors import UserError
 
     assert parse_benchmark_limits(["pope:200", "oric_bench_r1", "my_pkg.bench.Mine:5"]) == (
@@ -237,5 +238,5 @@ def test_per_benchmark_limits_in_eval_benchmarks() -> None:
         3,
         10,
     )
-    with pytest.raises(UserError, match="expected NAME or NAME:LIMIT"):
+    with pytest.raises(UserError, match="expected NAME or NAME:N"):
         parse_benchmark_limits(["pope:all"])

@@ -662,7 +662,11 @@ def test_naturalbench_json_layout_and_partial_groups(tmp_path: Path) -> None:
         i.missing_images for i in items
     )
     result = rescore(
-        "naturalbench", path, write_predictions(tmp_path / "p.jsonl", {"7/q0_i0": "yes", "7/q0_i1": "no"}), limit=2
+        "naturalbench",
+        path,
+        write_predictions(tmp_path / "p.jsonl", {"7/q0_i0": "yes", "7/q0_i1": "no"}),
+        limit=2,
+        limit_mode="first",  # the stratified limit never cuts a group; the first two items do
     )
     assert result["counts"]["incomplete_groups"] == 1 and result["metrics"]["G_Acc"] == 0.0  # a cut group is left out
 
@@ -670,7 +674,11 @@ def test_naturalbench_json_layout_and_partial_groups(tmp_path: Path) -> None:
 def test_mmvp_limit_leaves_a_cut_pair_out(tmp_path: Path) -> None:
     data = write_mmvp(tmp_path)
     result = rescore(
-        "mmvp", data, write_predictions(tmp_path / "p.jsonl", {"1": "(a)", "2": "(b)", "3": "(a)"}), limit=3
+        "mmvp",
+        data,
+        write_predictions(tmp_path / "p.jsonl", {"1": "(a)", "2": "(b)", "3": "(a)"}),
+        limit=3,
+        limit_mode="first",  # the stratified limit never cuts a pair; the first three questions do
     )
     assert (result["counts"]["pairs"], result["counts"]["incomplete_pairs"], result["metrics"]["pair_accuracy"]) == (
         1,

@@ -390,8 +390,10 @@ def test_always_yes_and_always_no_both_score_zero_paired(tmp_path: Path) -> None
 
 def test_a_limit_counts_pairs_and_keeps_twins_together(tmp_path: Path) -> None:
     path = write_probe(tmp_path / "p.csv", HAND)
-    items = prepare_benchmark("finer_yn", data={"finer_yn": path}, limit=3).items
+    items = prepare_benchmark("finer_yn", data={"finer_yn": path}, limit=3, limit_mode="first").items
     assert [i.id for i in items] == [f"p/{s}/L{lv}/{p}" for s, lv in HAND[:3] for p in ("pos", "neg")]
+    sampled = prepare_benchmark("finer_yn", data={"finer_yn": path}, limit=3).items  # stratified: twins whole too
+    assert len(sampled) == 6 and all(sampled[i].meta["pair"] == sampled[i + 1].meta["pair"] for i in (0, 2, 4))
 
 
 def test_paired_bootstrap_resamples_pairs(tmp_path: Path) -> None:

@@ -57,7 +57,8 @@ ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
 CACHE = cache_root()
 STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output was built with
 # The before/after table: (benchmark, metric) in the units the scorers report.
-FINER_QUESTIONS, DPO_STEPS = 240, 16  # the FINER hook's limit (120 q+/q- pairs) and DPO steps
+# the FINER hook's limit (120 q+/q- pairs, a seeded sample stratified over FINER's settings) and DPO steps
+FINER_QUESTIONS, DPO_STEPS = 240, 16
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
 DEV_IMAGES = 240  # a third split, held out from training and benchmarks: hyperparameters are selected on it
 ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 60  # the paper's 600 training questions (300 yes, 300 no)

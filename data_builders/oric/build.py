@@ -307,7 +307,7 @@ def write_outputs(
         "kind": settings.kind,
         "annotations": str(annotations),
         "annotations_sha256": sha256_file(annotations),
-        "image_root": str(image_root),
+        "image_root": str(Path(image_root).resolve()),  # where `eval run` finds the images (eval_hooks.evaluate)
         "judge": judge.describe(),
         "clip_model": clip_model,
         "clip_text_template": TEXT_TEMPLATE,

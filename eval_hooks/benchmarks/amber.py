@@ -93,6 +93,7 @@ def _find_annotations(query_file: Path) -> Path:
 
 class AmberDiscriminative(Benchmark):
     name = "amber_discriminative"
+    limit_strata = ("type",)  # existence, attribute (state, number, action), relation
     default_max_new_tokens = 16
     answer_format = "yes_no"  # the normalisation step's grader; lets a judge read what it leaves unresolved
     data_layout = "amber/query/query_discriminative.json + amber/annotations.json (official), images in amber/image/"

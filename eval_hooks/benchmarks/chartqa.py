@@ -26,6 +26,7 @@ SPLITS = ("human", "augmented")
 
 class ChartQA(VqaTsv):
     name = "chartqa"
+    limit_strata = ("split",)
     data_layout = (
         "ChartQA_TEST.tsv (VLMEvalKit layout) under the data root, "
         "or --data chartqa='ChartQA Dataset/test' (official JSON + png/)"

@@ -37,6 +37,8 @@ STEP = 4  # circular variants per question
 
 class CrpeRelation(Benchmark):
     name = "crpe_relation"
+    limit_strata = ("category",)
+    limit_groups = ("circle",)  # the four rotations of a question, scored as one group
     default_max_new_tokens = 128
     data_layout = (
         "crpe/crpe_relation.jsonl (official) with images under crpe/ (the jsonl's image paths are relative to it)"
@@ -47,7 +49,7 @@ class CrpeRelation(Benchmark):
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
         data_path, root = release_file_paths(data_path, image_root, "crpe_relation.jsonl", images="")
-        items, seen = [], set()
+        items, seen, per_category = [], set(), Counter()
         for row, record in enumerate(read_json_or_jsonl(data_path, what="CRPE file")):
             if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
                 raise UserError(f"{data_path}: line {row + 1}: expected CRPE fields {', '.join(FIELDS)}")
@@ -56,12 +58,15 @@ class CrpeRelation(Benchmark):
                 raise UserError(f"{data_path}: line {row + 1}: question_id {qid} appears twice")
             seen.add(qid)
             image = root / record["image"]
+            category = str(record["category"])
+            circle = f"{category}/{per_category[category] // STEP}"  # the scorer's group of four, in file order
+            per_category[category] += 1
             items.append(
                 self.image_item(
                     qid,
                     str(record["text"]),
                     image,
-                    {"category": str(record["category"]), "answer": str(record["correct_option"])},
+                    {"category": category, "answer": str(record["correct_option"]), "circle": circle},
                 )
             )
         return items

@@ -44,6 +44,7 @@ def rates(truth: list[str], correct: list[bool]) -> dict[str, float]:
 
 class DashB(Benchmark):
     name = "dash_b"
+    limit_strata = ("label",)  # the negative and positive images
     default_max_new_tokens = 16
     data_layout = (
         "dash_b/images/dash_benchmark_{neg,pos}.json (official) "

@@ -39,12 +39,13 @@ def finer_prompt(question: str, options: dict[str, str]) -> str:
 
 def finer_files(data_path: Path, what: str = "FINER MCQ") -> list[Path]:
     """The question files of a FINER benchmark: ``data_path`` itself, or every table in that directory
-    (manifests left out). Shared by FINER-bench and the yes/no probe, which use the same file layout."""
+    (a build's manifest and filter log left out). Shared by FINER-bench and the yes/no probe, which use the
+    same file layout."""
     if data_path.is_dir():
         files = sorted(
             p
             for p in data_path.iterdir()
-            if p.suffix.lower() in FILE_SUFFIXES and not p.name.endswith(".manifest.json")
+            if p.suffix.lower() in FILE_SUFFIXES and not p.name.endswith((".manifest.json", ".filter_log.jsonl"))
         )
         if not files:
             raise UserError(f"{data_path}: no {what} file (.csv, .tsv, .json, .jsonl) in this directory")
@@ -63,6 +64,7 @@ def _index_base(path: Path, rows: list[dict[str, Any]]) -> int:
 
 class Finer(Benchmark):
     name = "finer"
+    limit_strata = ("setting",)  # multi_obj, multi_attr, multi_rel, wh; a q+/q- pair kept whole
     answer_format = "option"
     default_max_new_tokens = 3  # App. D: "a maximum of 3 output tokens"
     data_layout = (

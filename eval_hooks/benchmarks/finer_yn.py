@@ -53,6 +53,7 @@ def _level(path: Path, line: int, value: Any) -> int:
 
 class FinerYn(Benchmark):
     name = "finer_yn"
+    limit_strata = ("level",)
     answer_format = "yes_no"
     default_max_new_tokens = 3  # a yes or a no; App. D gives the MCQ protocol 3 new tokens
     limit_by_pair = True  # `finer_yn:100`: the first 100 pairs, each with both twins

@@ -35,6 +35,9 @@ def _key(meta: dict[str, Any], *parts: str) -> str:
 
 class HallusionBench(Benchmark):
     name = "hallusionbench"
+    # VD/VS and their subcategories; a figure set whole (its question pairs and figure groups are scored together)
+    limit_strata = ("category", "subcategory")
+    limit_groups = ("category", "subcategory", "set_id")
     default_max_new_tokens = 64
     answer_format = "yes_no"
     judge_mode = "gt_answer_details"  # with a judge: every answer judged against the reference explanation

@@ -65,6 +65,7 @@ SCHEMA_REQUEST = (
 
 class HaloQuest(RubricJudged):
     name = "haloquest"
+    limit_strata = ("hallucination_type",)
     title = "HaloQuest"
     default_max_new_tokens = 256
     requires_judge = True

@@ -134,6 +134,7 @@ class McqTsv(VlmevalTsv):
     """Any suite in VLMEvalKit's MCQ TSV layout; pass the file with ``--data mcq_tsv=FILE.tsv``."""
 
     name = "mcq_tsv"
+    limit_strata = ("category",)
     default_max_new_tokens = 16
     answer_format = "option"
     data_layout = "a VLMEvalKit MCQ .tsv (index, image (base64), question, A, B, ..., answer, category)"

@@ -50,6 +50,7 @@ def _mean(values: list[float]) -> float:
 
 class Mioh(Benchmark):
     name = "mioh"
+    limit_strata = ("task",)
     answer_format = "option"
     default_max_new_tokens = 8
     data_layout = (

@@ -148,6 +148,7 @@ TEMPLATE = (
 
 class MmhalBench(RubricJudged):
     name = "mmhal"
+    limit_strata = ("question_type",)
     title = "MMHal-Bench"
     default_max_new_tokens = 1024
     requires_judge = True

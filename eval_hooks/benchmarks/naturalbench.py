@@ -97,6 +97,8 @@ def _image_file(value: Any, index: str, side: int, folder: Path, image_dir: Path
 
 class NaturalBench(Benchmark):
     name = "naturalbench"
+    limit_strata = ("type",)
+    limit_groups = ("group",)  # two images x two questions, scored together
     default_max_new_tokens = 64
     data_layout = "naturalbench/data/*.parquet (official; images embedded, written once to naturalbench/images/)"
 

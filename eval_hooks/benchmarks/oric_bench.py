@@ -44,6 +44,7 @@ SIZES = ("small", "medium", "large")
 
 class OricBench(Benchmark):
     name = "oric_bench"
+    limit_strata = ("label",)  # the yes and the no questions; a question's paraphrases kept whole
     answer_format = "yes_no"
     default_max_new_tokens = PAPER_MAX_NEW_TOKENS
     template = PROMPT_FIG7  # the user turn's text around each question

@@ -41,6 +41,7 @@ def read_pope_file(file: Path, what: str = "POPE file") -> list[dict[str, Any]]:
 
 class Pope(Benchmark):
     name = "pope"
+    limit_strata = ("subset",)  # random, popular, adversarial
     default_max_new_tokens = 16
     data_layout = "pope/coco_pope_{random,popular,adversarial}.json (official), images in coco/val2014/"
 

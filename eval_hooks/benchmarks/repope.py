@@ -56,6 +56,7 @@ def confusion_metrics(labels: list[str], answers: list[str | None]) -> dict[str,
 
 class RePope(Benchmark):
     name = "repope"
+    limit_strata = ("subset",)
     default_max_new_tokens = 16
     answer_format = ""  # the official substring parse decides every answer
     data_layout = (

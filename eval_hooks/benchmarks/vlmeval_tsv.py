@@ -91,6 +91,8 @@ class YnTsv(VlmevalTsv):
     """Any suite in VLMEvalKit's Y/N TSV layout (see the module docstring); ``--data tsv_yn=FILE.tsv``."""
 
     name = "tsv_yn"
+    limit_strata = ("category",)
+    limit_groups = ("image_key",)  # the questions about one image (MME's acc+ pairs them)
     default_max_new_tokens = 16
     answer_format = "yes_no"
     data_layout = "a VLMEvalKit Y/N .tsv (index, image (base64) or image_path, question, answer Yes/No, category)"
