@@ -221,7 +221,15 @@ class VerituneGRPOConfig(GRPOConfig):
         default=3,
         metadata={
             "help": "With dynamic_sampling: at most this many extra sampling rounds per generation batch; then the "
-            "step fills its batch with the dropped groups of largest spread and says so in the log."
+            "step fills its batch with the dropped groups of largest spread (the step line's `filled`)."
+        },
+    )
+    no_spread_warning_steps: int = field(
+        default=5,
+        metadata={
+            "help": "Warn once when this many consecutive steps had no reward spread at all (every group's "
+            "completions earned the same reward: zero advantage, no gradient; TRL's frac_reward_zero_std = 1). "
+            "0: never warn."
         },
     )
 
@@ -231,6 +239,8 @@ class VerituneGRPOConfig(GRPOConfig):
             raise UserError(f"dynamic_sampling_min_std: must be at least 0, got {self.dynamic_sampling_min_std}")
         if self.dynamic_sampling_max_rounds < 0:
             raise UserError(f"dynamic_sampling_max_rounds: must be at least 0, got {self.dynamic_sampling_max_rounds}")
+        if self.no_spread_warning_steps < 0:
+            raise UserError(f"no_spread_warning_steps: must be at least 0, got {self.no_spread_warning_steps}")
         explicit_steps_per_generation = self.steps_per_generation
         written_accumulation = self.gradient_accumulation_steps
         if self.global_batch_prompts is not None:
