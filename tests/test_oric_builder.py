@@ -715,3 +715,20 @@ def test_no_half_written_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(KeyboardInterrupt):
         vio.atomic_write_json(target, [1, 2, 3])
     assert target.read_text() == "[]" and list(tmp_path.iterdir()) == [target]
+
+
+def test_judge_whose_answers_cannot_be_read_says_so_with_an_example(
+    world: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    def unreadable(request: dict) -> str:
+        if request["messages"][0]["content"] == PROBE_PROMPT:
+            return "Yes."
+        return "I would rather not say."
+
+    with FakeChatServer(unreadable) as server:
+        args = openai_judge_args(world, tmp_path, tmp_path / "o.json", "--llm-base-url", server.base_url)
+        code, err = run_cli(args, capsys)
+    assert code == 2, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "no judge answer could be read" in line and "e.g. 'I would rather not say.'" in line, line
+    assert "predictable from its context" not in line
