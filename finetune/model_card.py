@@ -44,7 +44,7 @@ def model_card_text(
     lines = [
         *_card_header(trainer, model_args, model_name),
         *_card_quick_start(trainer.args.hub_model_id or str(Path(trainer.args.output_dir).resolve())),
-        *_card_training_data(script_args.dataset_path),
+        *_card_training_data(script_args.dataset_path or script_args.dataset_name),
         *_card_evaluation(trainer.state.log_history),
         *_card_recipe(script_args.recipe),
         *_card_wandb_run(),
