@@ -42,16 +42,40 @@ def is_saved_dataset(path: Path) -> bool:
     )
 
 
-def parquet_files(path: Path) -> list[Path]:
-    """The parquet file ``path``, or the parquet files directly in the folder ``path``."""
+def parquet_files(path: Path, split: str = "train") -> list[Path]:
+    """The parquet file ``path``, or the parquet files of a folder (directly in it or in its ``data/``, as a
+    Hub repository holds them): those of ``split`` when files are named by split (``train.parquet``,
+    ``train-00000-of-00001.parquet``), else all of them."""
     if path.is_file() and path.suffix == ".parquet":
         return [path]
-    return sorted(path.glob("*.parquet")) if path.is_dir() else []
+    if not path.is_dir():
+        return []
+    files = sorted([*path.glob("*.parquet"), *path.glob("data/*.parquet")])
+    of_split = [f for f in files if f.stem == split or f.stem.startswith(f"{split}-")]
+    return of_split or ([] if any(_split_named(f) for f in files) else files)
+
+
+def parquet_has_split(path: Path, split: str) -> bool:
+    """Whether a parquet folder holds files named for ``split``."""
+    return any(f.stem == split or f.stem.startswith(f"{split}-") for f in _folder_parquet(path))
+
+
+def _split_named(file: Path) -> bool:
+    return file.stem.split("-")[0] in ("train", "validation", "test")
 
 
 def uses_datasets(path: str | os.PathLike[str] | None, name: str | None = None) -> bool:
     """Whether this source is read by ``datasets`` (Hub id, parquet, ``save_to_disk``), not a JSON reader."""
-    return bool(name) or (path is not None and (is_saved_dataset(Path(path)) or bool(parquet_files(Path(path)))))
+    if name:
+        return True
+    if path is None:
+        return False
+    path = Path(path)
+    return is_saved_dataset(path) or (path.suffix == ".parquet" and path.is_file()) or bool(_folder_parquet(path))
+
+
+def _folder_parquet(path: Path) -> list[Path]:
+    return sorted([*path.glob("*.parquet"), *path.glob("data/*.parquet")]) if path.is_dir() else []
 
 
 def source_label(path: str | os.PathLike[str] | None, name: str | None, config: str | None, split: str) -> str:
@@ -136,11 +160,15 @@ def iter_records(
         for row, record in enumerate(raw_rows(_load_saved(path, split))):
             yield f"{path}: row {row}", record
         return
-    files = parquet_files(path)
+    files = parquet_files(path, split)
     if files:
         for row, record in enumerate(raw_rows(_load_parquet(files))):
             yield f"{path}: row {row}", record
         return
+    if _folder_parquet(path):
+        raise UserError(
+            f"{path}: no parquet file of split '{split}' (files: {', '.join(f.name for f in _folder_parquet(path))})"
+        )
     if path.is_dir():
         raise UserError(f"{path}: a folder, but neither a save_to_disk dataset nor a folder of parquet files")
     if not path.is_file():

@@ -12,7 +12,7 @@ from typing import Any
 from datasets import Dataset
 
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
-from finetune.data_sources import is_saved_dataset, parquet_files, saved_splits
+from finetune.data_sources import is_saved_dataset, parquet_has_split, saved_splits, uses_datasets
 from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
 from veritune.core.errors import UserError
 from veritune.core.sampling import sample_indices
@@ -63,7 +63,9 @@ def held_out_split(script_args: DPOScriptArguments) -> str | None:
     if is_saved_dataset(path):
         splits = saved_splits(path) or []
         return next((s for s in ("validation", script_args.dataset_test_split) if s in splits), None)
-    return None if parquet_files(path) else "validation"
+    if uses_datasets(path):  # parquet: a validation split only when its files are named so
+        return next((s for s in ("validation", script_args.dataset_test_split) if parquet_has_split(path, s)), None)
+    return "validation"
 
 
 def report_counts(report: PreferenceReport) -> dict[str, Any]:
