@@ -65,7 +65,7 @@ def test_missing_script_is_one_error_line_before_any_submission(
 @pytest.mark.parametrize(
     ("extra", "run_dir"),
     [
-        ([], "outputs/demo/grpo"),  # the recipe's output_dir, where the README's `eval run --model` points
+        ([], "outputs/tiny-oric-grpo"),  # the recipe's output_dir, where the README's `eval run --model` points
         (["--override", "--output_dir outputs/mine"], "outputs/mine"),
         (["--run-dir", "outputs/r"], "outputs/r"),
     ],

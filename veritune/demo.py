@@ -323,8 +323,9 @@ def _note(message: str) -> None:
             stream.write(message + "\n")
 
 
-def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
-    """The base model: the SFT warm-start, reused from the cache when its inputs are unchanged."""
+def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, overrides: tuple[str, ...] = ()) -> None:
+    """The base model: the SFT warm-start, reused from the cache when its inputs are unchanged (``overrides``:
+    further recipe keys, e.g. ``--max_steps 2`` for a smoke test; part of the cache key)."""
     world = paths["world"]
     key = warmstart_key(
         REPO_ROOT / SFT_RECIPE,  # names its accelerate config
@@ -333,6 +334,8 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
     )
+    if overrides:
+        key = hashlib.sha256(f"{key} {' '.join(overrides)}".encode()).hexdigest()[:16]
     cached = CACHE / "warmstart" / key
     if not (paths["base"] / "model.safetensors").is_file():
         if use_cache and (cached / "model.safetensors").is_file():
@@ -352,6 +355,7 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
                     str(out / "sft"),
                     "--seed",
                     str(seed),
+                    *overrides,
                 ],
             )
             if use_cache:
