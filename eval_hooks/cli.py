@@ -310,6 +310,10 @@ def _score(args: argparse.Namespace) -> int:
             "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)"
         )
     judge = _judge(args)
+    if judge is not None:
+        from eval_hooks.evaluate import refuse_unused_judge
+
+        refuse_unused_judge(names, judge)
     results = {}
     for name in names:
         predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE

@@ -473,3 +473,30 @@ def test_launch_without_config_file_runs_the_recipes_and_a_user_error_prints_onc
     assert "accelerate config recipes/accelerate/zero3.yaml (the recipe's accelerate_config)" in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "use_cpu" in errors[0], result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["build", "oric", "--annotations", "{a}", "--image-root", "{d}", "--out", "{d}/o.json"],
+            "error: --llm-base-url/--llm-model: the cooccurrence context judge asks no LLM; use --context-judge "
+            "openai, or drop the --llm-* options",
+        ),
+        (
+            ["build", "finer", "--scene-graphs", "{a}", "--image-root", "{d}", "--out", "{d}/f"],
+            "error: --llm-base-url/--llm-model: with --scene-graphs the LLM only regenerates the negatives that "
+            "--filter-model drops; add --filter-model, or drop the --llm-* options",
+        ),
+    ],
+)
+def test_builders_refuse_llm_flags_they_would_not_use(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    annotations = tmp_path / "a.json"
+    annotations.write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    argv = [a.replace("{a}", str(annotations)).replace("{d}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == message

@@ -203,6 +203,11 @@ def _build_finer(args: argparse.Namespace) -> int:
             pass
         _check_llm(args, client)
     else:
+        if (args.llm_base_url or args.llm_model) and not args.filter_model:
+            raise UserError(
+                "--llm-base-url/--llm-model: with --scene-graphs the LLM only regenerates the negatives that "
+                "--filter-model drops; add --filter-model, or drop the --llm-* options"
+            )
         client = _client(args)
         load_scene_graphs(args.scene_graphs)
         _check_llm(args, client if args.filter_model else None)

@@ -107,6 +107,11 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     instances = load_instances(args.annotations)
     exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
     judge_factory(args.context_judge)
+    if args.context_judge == "cooccurrence" and (args.llm_base_url or args.llm_model):
+        raise UserError(
+            "--llm-base-url/--llm-model: the cooccurrence context judge asks no LLM; use --context-judge openai, "
+            "or drop the --llm-* options"
+        )
     client: ChatClient | None = None
     if args.context_judge == "openai":
         if not args.llm_base_url or not args.llm_model:
