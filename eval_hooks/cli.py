@@ -402,6 +402,10 @@ def _score(args: argparse.Namespace) -> int:
         )
     image_roots = parse_image_roots(args.image_root, benchmarks=names)
     judge = _judge(args)
+    if judge is not None:
+        from eval_hooks.evaluate import refuse_unused_judge
+
+        refuse_unused_judge(names, judge)
     results = {}
     for name in names:
         predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE

@@ -10,6 +10,7 @@ import dataclasses
 import difflib
 import json
 import logging
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,6 +425,22 @@ def require_judges(names: list[str], judge: AnswerJudge | None) -> None:
         needing = [name for name in names if name in BENCHMARKS and getattr(BENCHMARKS[name], "requires_judge", False)]
         if needing:
             raise UserError(f"{', '.join(needing)}: scored by an LLM judge: give --llm-base-url and --llm-model")
+    else:
+        refuse_unused_judge(names, judge)
+
+
+def refuse_unused_judge(names: list[str], judge: AnswerJudge) -> None:
+    """A judge that no benchmark of ``names`` uses is refused (the --llm-* options would be silently
+    ignored); the benchmarks among others that do not use it are named on stderr."""
+    unused = [name for name in names if name in BENCHMARKS and not judge.applies_to(BENCHMARKS[name])]
+    if not unused:
+        return
+    if len(unused) == len(names):
+        raise UserError(
+            f"--llm-base-url/--llm-model: no LLM judge is used by {', '.join(unused)} (each is scored by its own "
+            "rules alone); drop the --llm-* options"
+        )
+    print(f"note: the LLM judge is not used by {', '.join(unused)} (scored by their own rules)", file=sys.stderr)
 
 
 def score_benchmark(

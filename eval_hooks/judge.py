@@ -108,6 +108,13 @@ class AnswerJudge:
             max_tokens=max_tokens,
         )
 
+    @staticmethod
+    def applies_to(benchmark: Benchmark) -> bool:
+        """Whether :meth:`resolve` uses the judge on ``benchmark`` at all (a rubric, HallusionBench's
+        comparison, or answers of a format it can be asked about)."""
+        mode = getattr(benchmark, "judge_mode", "")
+        return mode in ("gt_answer_details", "rubric") or getattr(benchmark, "answer_format", "") in ASK
+
     def resolve(
         self, benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]
     ) -> tuple[dict[str, str], dict[str, Any]]:

@@ -42,7 +42,24 @@ class ScriptArguments:
         default=None,
         metadata={"help": "The recipe file this run was parsed from (set by the parser; attached to W&B)."},
     )
-    dataset_path: str | None = field(default=None, metadata={"help": "Training data file or directory."})
+    dataset_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Training data: a JSON list, JSON lines, a parquet file or folder, or a save_to_disk folder "
+            "(finetune/data_sources.py)."
+        },
+    )
+    # TRL's ScriptArguments spelling (as open-r1's recipes write it): a Hub dataset instead of dataset_path.
+    dataset_name: str | None = field(
+        default=None, metadata={"help": "A Hub dataset id, loaded by datasets.load_dataset (instead of dataset_path)."}
+    )
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "The Hub dataset's configuration name (load_dataset's `name`)."}
+    )
+    dataset_train_split: str = field(default="train", metadata={"help": "The split to train on."})
+    dataset_test_split: str = field(
+        default="test", metadata={"help": "The split to evaluate on (DPO with eval_strategy, a Hub dataset)."}
+    )
     image_root: str | None = field(
         default=None, metadata={"help": "Directory the dataset's relative image paths are resolved against."}
     )
@@ -129,6 +146,11 @@ class ScriptArguments:
     )
 
     def __post_init__(self) -> None:
+        if self.dataset_path and self.dataset_name:
+            raise UserError(
+                f"dataset_path ({self.dataset_path}) and dataset_name ({self.dataset_name}): give one of them "
+                "(on the command line, --dataset_path '' drops a recipe's dataset_path)"
+            )
         if self.accelerate_config and not Path(self.accelerate_config).is_file():
             raise UserError(f"accelerate_config: {self.accelerate_config} does not exist (see recipes/accelerate/)")
         if self.max_pixels <= 0:
@@ -250,7 +272,15 @@ class VerituneGRPOConfig(GRPOConfig):
         default=3,
         metadata={
             "help": "With dynamic_sampling: at most this many extra sampling rounds per generation batch; then the "
-            "step fills its batch with the dropped groups of largest spread and says so in the log."
+            "step fills its batch with the dropped groups of largest spread (the step line's `filled`)."
+        },
+    )
+    no_spread_warning_steps: int = field(
+        default=5,
+        metadata={
+            "help": "Warn once when this many consecutive steps had no reward spread at all (every group's "
+            "completions earned the same reward: zero advantage, no gradient; TRL's frac_reward_zero_std = 1). "
+            "0: never warn."
         },
     )
 
@@ -260,6 +290,8 @@ class VerituneGRPOConfig(GRPOConfig):
             raise UserError(f"dynamic_sampling_min_std: must be at least 0, got {self.dynamic_sampling_min_std}")
         if self.dynamic_sampling_max_rounds < 0:
             raise UserError(f"dynamic_sampling_max_rounds: must be at least 0, got {self.dynamic_sampling_max_rounds}")
+        if self.no_spread_warning_steps < 0:
+            raise UserError(f"no_spread_warning_steps: must be at least 0, got {self.no_spread_warning_steps}")
         explicit_steps_per_generation = self.steps_per_generation
         written_accumulation = self.gradient_accumulation_steps
         if self.global_batch_prompts is not None:

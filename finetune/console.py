@@ -55,6 +55,7 @@ CONSOLE_KEYS = [
     ("dynamic_sampling/kept_share", "kept"),
     ("dynamic_sampling/rounds", "rounds"),
     ("dynamic_sampling/prompts_drawn", "drawn"),
+    ("dynamic_sampling/filled_groups", "filled"),
     ("completions/mean_length", "len"),
     ("grad_norm", "grad"),
     ("learning_rate", "lr"),

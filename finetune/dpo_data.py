@@ -12,6 +12,7 @@ from typing import Any
 from datasets import Dataset
 
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
+from finetune.data_sources import is_saved_dataset, parquet_has_split, saved_splits, uses_datasets
 from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
 from veritune.core.errors import UserError
 from veritune.core.sampling import sample_indices
@@ -30,16 +31,41 @@ def split_indices(total: int, ratio: float, seed: int) -> tuple[list[int], list[
     return [i for i in range(total) if i not in held_out], sorted(held_out)
 
 
-def read_split(path: str, script_args: DPOScriptArguments, split: str) -> tuple[Dataset, PreferenceReport]:
-    """One split of any supported preference layout, with the reader's count of what it dropped and why."""
+def read_split(
+    path: str | None, script_args: DPOScriptArguments, split: str, *, hub: bool = False
+) -> tuple[Dataset, PreferenceReport]:
+    """One split of any supported preference layout (``hub``: of the recipe's ``dataset_name``), with the
+    reader's count of what it dropped and why."""
     report = PreferenceReport()
     image_root = Path(script_args.image_root) if script_args.image_root else None
-    dataset = load_preference_dataset(Path(path), image_root, script_args.data_format, split=split, report=report)
+    dataset = load_preference_dataset(
+        Path(path) if path else None,
+        image_root,
+        script_args.data_format,
+        split=split,
+        report=report,
+        dataset_name=script_args.dataset_name if hub else None,
+        dataset_config=script_args.dataset_config if hub else None,
+    )
     if len(report.missing_images) > 10:  # the reader logs the first ten
         logger.warning(
             "%s: %d more missing images, all listed in %s", path, len(report.missing_images) - 10, DATA_REPORT_FILE
         )
     return dataset, report
+
+
+def held_out_split(script_args: DPOScriptArguments) -> str | None:
+    """The validation split that ``dataset_path`` itself holds: ``validation`` of a ``veritune build finer``
+    folder, ``validation`` (else ``dataset_test_split``) of a saved ``DatasetDict``; None for one file."""
+    path = Path(script_args.dataset_path or "")
+    if not script_args.dataset_path or not path.is_dir():
+        return None
+    if is_saved_dataset(path):
+        splits = saved_splits(path) or []
+        return next((s for s in ("validation", script_args.dataset_test_split) if s in splits), None)
+    if uses_datasets(path):  # parquet: a validation split only when its files are named so
+        return next((s for s in ("validation", script_args.dataset_test_split) if parquet_has_split(path, s)), None)
+    return "validation"
 
 
 def report_counts(report: PreferenceReport) -> dict[str, Any]:
@@ -57,14 +83,21 @@ def get_preference_datasets(
 ) -> tuple[Dataset, Dataset | None, dict[str, Any]]:
     """Train and (when evaluating) validation datasets, images opened on access, and a report of what was
     kept and dropped (chosen equal to rejected and missing images are dropped once, by the reader)."""
-    if not script_args.dataset_path:
-        raise UserError("dataset_path: required (a `veritune build finer` directory or a preference JSONL)")
-    train, train_report = read_split(script_args.dataset_path, script_args, "train")
+    if not script_args.dataset_path and not script_args.dataset_name:
+        raise UserError(
+            "dataset_path: required (a `veritune build finer` directory, a preference JSON / JSON lines / parquet "
+            "file, a save_to_disk folder), or dataset_name (a Hub dataset)"
+        )
+    hub = bool(script_args.dataset_name)
+    train, train_report = read_split(script_args.dataset_path, script_args, script_args.dataset_train_split, hub=hub)
     evaluation, eval_report = None, None
+    eval_split = held_out_split(script_args)
     if training_args.eval_strategy != "no":
-        if script_args.eval_dataset_path or Path(script_args.dataset_path).is_dir():
+        if hub and not script_args.eval_dataset_path:  # TRL's scripts: the test split of the same dataset
+            evaluation, eval_report = read_split(None, script_args, script_args.dataset_test_split, hub=True)
+        elif script_args.eval_dataset_path or eval_split:
             evaluation, eval_report = read_split(
-                script_args.eval_dataset_path or script_args.dataset_path, script_args, "validation"
+                script_args.eval_dataset_path or script_args.dataset_path, script_args, eval_split or "validation"
             )
         else:  # one file: hold out Table 10's validation ratio before subsampling, so no eval row is trained on
             kept, held_out = split_indices(len(train), script_args.validation_ratio, training_args.seed)

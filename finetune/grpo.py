@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+from finetune.data_sources import source_label
 from finetune.grpo_trainer import VerituneGRPOTrainer
 from finetune.oric_data import get_oric_dataset
 from finetune.recipe import run_entry_script
@@ -42,11 +43,17 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
     model, processor, peft_config = get_model_and_processor(model_args)
 
     # ---- Data
-    if not script_args.dataset_path:
-        raise UserError("dataset_path: required (an ORIC-format JSON file)")
+    if not script_args.dataset_path and not script_args.dataset_name:
+        raise UserError(
+            "dataset_path: required (ORIC-format records: a JSON list, JSON lines, parquet or a save_to_disk "
+            "folder), or dataset_name (a Hub dataset)"
+        )
     train_dataset, report = get_oric_dataset(
         script_args.dataset_path,
         script_args.image_root,
+        dataset_name=script_args.dataset_name,
+        dataset_config=script_args.dataset_config,
+        split=script_args.dataset_train_split,
         processor=processor,
         template=script_args.prompt_template,
         max_pixels=script_args.max_pixels,
@@ -57,7 +64,10 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         replay_path=script_args.replay_path,
         replay_ratio=script_args.replay_ratio,
     )
-    logger.info("data: %s", report.summary())
+    source = source_label(
+        script_args.dataset_path, script_args.dataset_name, script_args.dataset_config, script_args.dataset_train_split
+    )
+    logger.info("data from %s: %s", source, report.summary())
     for line in report.dropped_bad_image[:10]:
         logger.warning("dropped %s", line)
 

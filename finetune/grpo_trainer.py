@@ -114,7 +114,7 @@ class DynamicSamplingMixin:
     10 of 15 steps of perf/bench_dynamic_sampling.py, with half the groups informative.) When the rounds run
     out, the step trains on what it has: the informative groups, filled up with the dropped groups of largest
     spread (earliest drawn first), so the batch keeps its configured size in prompts and completions; the log
-    says so.
+    counts it (the step line's ``filled``, a summary at the end).
 
     The batch is then handed to TRL's ``_generate_and_score_completions`` as if it had been generated in one
     go (the completions and rewards are replayed, not generated again), so padding, log-probs, advantages
@@ -293,24 +293,39 @@ class DynamicSamplingMixin:
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["dynamic_sampling/prompts_drawn"].append(float(drawn_groups))
         metrics["dynamic_sampling/filled_groups"].append(float(filled))
-        if filled and self.accelerator.is_main_process:
-            reason = (
-                "the dataset has no more prompts for this step"
-                if exhausted
-                else (f"{self.args.dynamic_sampling_max_rounds} extra round(s) reached (dynamic_sampling_max_rounds)")
-            )
-            ds_logger.warning(
-                "dynamic sampling, step %d: %s; training on %d informative group(s) and %d with reward spread <= %g "
-                "(%d prompts drawn in %d round(s))",
-                self.state.global_step + 1,
-                reason,
-                wanted * processes - filled,
-                filled,
-                self.args.dynamic_sampling_min_std,
-                drawn_groups,
-                len(rounds),
-            )
+        self._ds_note_step(filled, exhausted)
         return rows_out, generated, rewards, extra_logs
+
+    def _ds_note_step(self, filled: int, exhausted: bool) -> None:
+        """Count a step's filled groups for the end-of-run summary (the step line shows ``filled``)."""
+        summary = self.__dict__.setdefault("_ds_summary", {"steps": 0, "filled_steps": 0, "filled_groups": 0})
+        summary["steps"] += 1
+        if filled:
+            summary["filled_steps"] += 1
+            summary["filled_groups"] += filled
+            summary["exhausted_steps"] = summary.get("exhausted_steps", 0) + int(exhausted)
+
+    def ds_summary(self) -> str | None:
+        """One line on what dynamic sampling did over the run (None when it was off or ran no step)."""
+        summary = getattr(self, "_ds_summary", None)
+        if not self.args.dynamic_sampling or not summary or not summary["steps"]:
+            return None
+        line = f"dynamic sampling: {summary['steps']} generation batch(es)"
+        if not summary["filled_steps"]:
+            return line + "; every one filled with informative groups"
+        exhausted = summary.get("exhausted_steps", 0)
+        reasons = []
+        if summary["filled_steps"] - exhausted:
+            reasons.append(
+                f"{summary['filled_steps'] - exhausted} reached dynamic_sampling_max_rounds "
+                f"({self.args.dynamic_sampling_max_rounds})"
+            )
+        if exhausted:
+            reasons.append(f"{exhausted} ran out of prompts")
+        return (
+            f"{line}; {summary['filled_steps']} were filled with {summary['filled_groups']} group(s) of reward "
+            f"spread <= {self.args.dynamic_sampling_min_std:g} ({', '.join(reasons)}; the step lines' `filled`)"
+        )
 
     @staticmethod
     def _ds_join(rounds: list[_Round], local: list[list[int]]) -> tuple[Any, ...]:
@@ -357,3 +372,39 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                     column.clear()
                     column.extend(texts)
         super().log(logs, start_time)
+        if self.state.log_history:  # TRL adds its metrics (frac_reward_zero_std) to the logs in its own log()
+            self._note_reward_spread(self.state.log_history[-1])
+
+    def _note_reward_spread(self, logs: dict[str, float]) -> None:
+        """Warn once when ``no_spread_warning_steps`` consecutive steps had no reward spread at all."""
+        share = logs.get("frac_reward_zero_std")
+        if share is None:
+            return
+        last = getattr(self, "_spread_last_step", 0)
+        self._spread_last_step = self.state.global_step
+        if share < 1.0:
+            self._no_spread_steps = 0
+            return
+        self._no_spread_steps = getattr(self, "_no_spread_steps", 0) + self.state.global_step - last
+        limit = self.args.no_spread_warning_steps
+        if limit and self._no_spread_steps >= limit and not getattr(self, "_no_spread_warned", False):
+            self._no_spread_warned = True
+            if self.accelerator.is_main_process:
+                ds_logger.warning(
+                    "no learning signal: in the last %d steps every group's %d completions earned the same reward "
+                    "(reward %s, frac_reward_zero_std 1): zero advantage, no gradient. Check that the model's "
+                    "answers can earn the rewards (reward_funcs, prompt_template; a random-initialised model earns "
+                    "none), or raise temperature or num_generations, or set dynamic_sampling: true "
+                    "(no_spread_warning_steps: %d; 0 turns this off)",
+                    self._no_spread_steps,
+                    self.num_generations,
+                    f"{logs['reward']:.3g}" if isinstance(logs.get("reward"), (int, float)) else "?",
+                    limit,
+                )
+
+    def train(self, *args: Any, **kwargs: Any) -> Any:
+        result = super().train(*args, **kwargs)
+        summary = self.ds_summary()
+        if summary and self.accelerator.is_main_process:
+            ds_logger.info(summary)
+        return result

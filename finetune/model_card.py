@@ -42,8 +42,8 @@ def model_card_text(
     recipe, the latest eval-hook metrics and an image + text quick start."""
     lines = [
         *_card_header(trainer, model_args, model_name),
-        *_card_quick_start(trainer.args.hub_model_id or model_name),
-        *_card_training_data(script_args.dataset_path),
+        *_card_quick_start(trainer.args.hub_model_id or str(Path(trainer.args.output_dir).resolve())),
+        *_card_training_data(script_args.dataset_path or script_args.dataset_name),
         *_card_evaluation(trainer.state.log_history),
         *_card_recipe(script_args.recipe),
         *_card_wandb_run(),
@@ -61,7 +61,8 @@ def _card_header(trainer: Any, model_args: VerituneModelConfig, model_name: str)
 
     base = str(model_args.model_name_or_path)
     hub_base = base if base and not Path(base).exists() else None  # a local directory is no Hub reference
-    method = type(trainer).__name__.replace("Trainer", "")
+    trl_class = trl_trainer_class(type(trainer))
+    method = trl_class.__name__.replace("Trainer", "")
     metadata = {
         "base_model": hub_base,
         "library_name": "transformers",
@@ -78,13 +79,26 @@ def _card_header(trainer: Any, model_args: VerituneModelConfig, model_name: str)
         "",
         "A fine-tuned version of "
         f"{f'[{hub_base}](https://huggingface.co/{hub_base})' if hub_base else f'`{base}`'}, trained with "
-        f"veritune ({method} through TRL's `{type(trainer).__name__}`) to reduce hallucination.",
+        f"veritune ({method}: {_trainer_phrase(type(trainer), trl_class)}) to reduce hallucination.",
         "",
     ]
 
 
+def trl_trainer_class(cls: type) -> type:
+    """The TRL trainer class that ``cls`` is or subclasses (``GRPOTrainer``, ``DPOTrainer``, ...); ``cls``
+    itself when none is."""
+    return next((base for base in cls.__mro__ if base.__module__.split(".")[0] == "trl"), cls)
+
+
+def _trainer_phrase(cls: type, trl_class: type) -> str:
+    if cls is trl_class:
+        return f"TRL's `{cls.__name__}`"
+    return f"veritune's `{cls.__name__}`, a subclass of TRL's `{trl_class.__name__}`"
+
+
 def _card_quick_start(repo: str) -> list[str]:
-    """The card's image + text quick start, loading the model from ``repo``."""
+    """The card's image + text quick start, loading the model from ``repo`` (a Hub id once pushed, else the
+    run's folder as an absolute path, which transformers reads as a local folder)."""
     return [
         "## Quick start",
         "",

@@ -18,10 +18,10 @@ from PIL import Image
 from tqdm import tqdm
 from trl.data_utils import prepare_multimodal_messages
 
+from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from rewards.oric import ORIC_FIELDS, check_oric_record
 from veritune.core.errors import UserError
 from veritune.core.images import load_image
-from veritune.core.io import read_json
 from veritune.core.prompts import with_r1_instruction
 from veritune.core.sampling import sample_indices
 
@@ -75,20 +75,22 @@ def question_from_problem(problem: str | list[str]) -> str:
     return (head + mark).strip() if mark else text.strip()
 
 
-def load_oric_records(path: str | Path) -> list[dict[str, Any]]:
-    """Load and validate an ORIC-format file; every error names the file and the row."""
-    data = read_json(path, what="dataset file")
-    if not isinstance(data, list):
-        raise UserError(f"{path}: expected a JSON list of {{{', '.join(REQUIRED_FIELDS)}}} records")
+def load_oric_records(
+    path: str | Path | None, *, dataset_name: str | None = None, dataset_config: str | None = None, split: str = "train"
+) -> list[dict[str, Any]]:
+    """Load and validate ORIC-format records from any source of :mod:`finetune.data_sources` (a JSON list,
+    JSON lines, parquet, a ``save_to_disk`` folder, a Hub dataset); every error names the source and the row."""
     records = []
-    for row, item in enumerate(data):
-        where = f"{path}: row {row}"
+    for where, item in iter_records(path, name=dataset_name, config=dataset_config, split=split):
         label = check_oric_record(item, where)
         problem = item["problem"]
         if not (isinstance(problem, str) or (isinstance(problem, list) and problem and isinstance(problem[0], str))):
             raise UserError(f"{where} (id {item['id']}): problem must be a string or a list of strings")
-        if not isinstance(item["image"], str) or not item["image"]:
-            raise UserError(f"{where} (id {item['id']}): image must be a relative path string")
+        image = item["image"]
+        if not (isinstance(image, str) and image) and not (
+            isinstance(image, dict) and (image.get("bytes") or image.get("path"))
+        ):
+            raise UserError(f"{where} (id {item['id']}): image must be a relative path string or an image feature")
         records.append({**item, "solution": label, "question": question_from_problem(problem)})
     return records
 
@@ -157,9 +159,12 @@ def prompt_lengths(processor: Any, prompts: list[list[dict[str, Any]]], images: 
 
 
 def get_oric_dataset(
-    path: str | Path,
+    path: str | Path | None,
     image_root: str | Path | None,
     *,
+    dataset_name: str | None = None,
+    dataset_config: str | None = None,
+    split: str = "train",
     processor: Any | None = None,
     template: str = "oric_r1",
     max_pixels: int = 1280 * 28 * 28,
@@ -185,9 +190,9 @@ def get_oric_dataset(
         ``target_object``, ``image_path``, whose rows also carry the resized PIL ``image`` (added on access,
         so images are decoded lazily), and a :class:`DataReport`.
     """
-    path = Path(path)
-    root = Path(image_root) if image_root else path.parent
-    records = load_oric_records(path)
+    label = source_label(path, dataset_name, dataset_config, split)
+    root = Path(image_root) if image_root else (Path(path).parent if path and not dataset_name else Path.cwd())
+    records = load_oric_records(path, dataset_name=dataset_name, dataset_config=dataset_config, split=split)
     records = [records[i] for i in sample_indices(len(records), max_samples, seed)]
     if replay_path:
         replay = load_replay_records(replay_path, root)
@@ -196,12 +201,13 @@ def get_oric_dataset(
             raise UserError(f"{replay_path}: {len(replay)} questions, fewer than the {wanted} replay_ratio asks for")
         records += [replay[i] for i in sample_indices(len(replay), wanted, seed + 1)]
     report = DataReport(total=len(records), replayed=sum(str(r["id"]).startswith("replay/") for r in records))
-    rows = rows_with_images(records, root, resolve_template(template), path, skip_bad_examples, report)
+    extract = embedded_image_dir(path, dataset_name)
+    rows = rows_with_images(records, root, resolve_template(template), label, skip_bad_examples, report, extract)
     if max_prompt_length is not None and processor is not None:
         rows = drop_long_prompts(rows, processor, max_pixels, max_prompt_length, report)
     report.kept = len(rows)
     if not rows:
-        raise UserError(f"{path}: no usable training examples ({report.summary()})")
+        raise UserError(f"{label}: no usable training examples ({report.summary()})")
     return lazy_image_dataset(rows, max_pixels), report
 
 
@@ -209,15 +215,18 @@ def rows_with_images(
     records: list[dict[str, Any]],
     root: Path,
     template_text: str,
-    path: Path,
+    path: str | Path,
     skip_bad_examples: bool,
     report: DataReport,
+    extract_dir: Path | None = None,
 ) -> list[dict[str, Any]]:
-    """The training rows of the records whose image opens; a bad image stops, unless ``skip_bad_examples``."""
+    """The training rows of the records whose image opens (a path under ``root``, or an embedded image written
+    to ``extract_dir``); a bad image stops, unless ``skip_bad_examples``."""
     bad: list[str] = []
     rows = []
     for row, record in enumerate(tqdm(records, desc="checking images", unit="img", disable=len(records) < 200)):
-        image_path = root / record["image"]
+        found, looked_for = resolve_image(record["image"], root, extract_dir or root)
+        image_path = Path(found or looked_for)
         problem = _image_problem(image_path)
         if problem:
             bad.append(f"row {row} (id {record['id']}): {image_path} {problem}")

@@ -10,6 +10,10 @@ Formats (``fmt="auto"`` picks one from the layout):
   image_path}``, as JSON/JSON lines or the released parquet shards (a file or a directory of them), where
   ``image`` is ``{"bytes", "path"}``.
 
+Any of these layouts may also come as a ``save_to_disk`` folder or a Hub dataset (``dataset_name``), read
+by ``datasets`` like parquet (:mod:`finetune.data_sources`); images are paths under ``image_root`` or
+embedded ``datasets.Image`` features.
+
 Every reader returns rows with ``images`` (absolute paths), ``prompt`` (one user turn whose content starts
 with one ``{"type": "image"}`` placeholder per image, then the text, as TRL's vision DPO expects),
 ``chosen`` and ``rejected`` (assistant turns), ``subset`` and ``polarity`` (``""`` when unknown).
@@ -24,17 +28,22 @@ are listed, skipped and counted (:class:`PreferenceReport`).
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import re
-import tempfile
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from finetune.data_sources import (
+    embedded_image_dir,
+    is_saved_dataset,
+    iter_records,
+    resolve_image,
+    source_label,
+    uses_datasets,
+)
 from veritune.core.errors import UserError
 from veritune.core.io import iter_jsonl, read_json
 
@@ -64,15 +73,15 @@ def _is_veritune_dir(path: Path) -> bool:
     return path.is_dir() and (path / "manifest.json").is_file() and (path / "train.jsonl").is_file()
 
 
-def _parquet_files(path: Path) -> list[Path]:
-    if path.is_file() and path.suffix == ".parquet":
-        return [path]
-    return sorted(path.glob("*.parquet")) if path.is_dir() else []
-
-
-def _iter_records(path: Path, split: str) -> Iterator[tuple[str, Any]]:
-    """``(where, record)`` for every record; ``where`` names the file and line or row for error messages."""
-    if path.is_dir() and not _parquet_files(path):
+def _iter_records(
+    path: Path, split: str, name: str | None = None, config: str | None = None
+) -> Iterator[tuple[str, Any]]:
+    """``(where, record)`` for every record; ``where`` names the file and line or row for error messages.
+    Hub datasets, ``save_to_disk`` folders and parquet are read by ``datasets`` (finetune.data_sources)."""
+    if uses_datasets(path if not name else None, name):
+        yield from iter_records(path, name=name, config=config, split=split, what="preference file")
+        return
+    if path.is_dir():
         if not _is_veritune_dir(path):
             raise UserError(
                 f"{path}: not a `veritune build finer` directory (no manifest.json and train.jsonl) "
@@ -82,17 +91,6 @@ def _iter_records(path: Path, split: str) -> Iterator[tuple[str, Any]]:
             raise UserError(f"split {split!r}: a veritune dataset directory has 'train' and 'validation'")
         for number, record in iter_jsonl(path / f"{split}.jsonl", what=f"{split} split"):
             yield f"{path / f'{split}.jsonl'}, line {number}", record
-        return
-    parquet = _parquet_files(path)
-    if parquet:
-        import pyarrow.parquet as pq
-
-        for file in parquet:
-            row = 0
-            for batch in pq.ParquetFile(file).iter_batches(batch_size=256):
-                for record in batch.to_pylist():
-                    row += 1
-                    yield f"{file}, row {row}", record
         return
     if not path.is_file():
         raise UserError(f"preference data not found: {path}")
@@ -200,33 +198,6 @@ READERS = {"veritune": _from_veritune, "finer": _from_finer, "rlaif-v": _from_rl
 # ---- images
 
 
-def _resolve(reference: Any, root: Path, extract_dir: Path) -> tuple[str | None, str]:
-    """An existing absolute image path for a reference, or (None, what was looked for)."""
-    if isinstance(reference, str):
-        path = Path(reference) if Path(reference).is_absolute() else root / reference
-        return (str(path), str(path)) if path.is_file() else (None, str(path))
-    tried = []
-    for key in ("path", "alternative"):
-        value = reference.get(key)
-        if value:
-            path = Path(value) if Path(value).is_absolute() else root / value
-            if path.is_file():
-                return str(path), str(path)
-            tried.append(str(path))
-    data = reference.get("bytes")
-    if data:
-        suffix = Path(reference.get("path") or "").suffix or ".jpg"
-        target = extract_dir / f"{hashlib.sha1(data).hexdigest()[:20]}{suffix}"
-        if not target.is_file():
-            extract_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=extract_dir, suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, target)
-        return str(target), str(target)
-    return None, tried[0] if tried else "(no image path)"
-
-
 def load_images(paths: list[str], max_pixels: int | None = None) -> list[Any]:
     """Open one row's images as RGB, scaled down (aspect kept) to at most ``max_pixels`` pixels each."""
     from veritune.core.images import load_image
@@ -275,10 +246,13 @@ def iter_preference_rows(
     split: str = "train",
     report: PreferenceReport | None = None,
     extract_dir: str | Path | None = None,
+    dataset_name: str | None = None,
+    dataset_config: str | None = None,
 ) -> Iterator[dict[str, Any]]:
     """Rows ``{images, prompt, chosen, rejected, subset, polarity}`` from any supported layout (see the module
-    doc); ``report`` (if given) counts what was kept and dropped."""
-    path = Path(path)
+    doc; ``dataset_name`` reads a Hub dataset instead of ``path``); ``report`` (if given) counts what was kept
+    and dropped."""
+    path = Path(path or ".")
     if fmt != "auto" and fmt not in READERS:
         raise UserError(f"unknown preference format {fmt!r}; choose auto, {', '.join(READERS)}")
     report = report if report is not None else PreferenceReport()
@@ -288,8 +262,13 @@ def iter_preference_rows(
         else:
             image_root = path if path.is_dir() else path.parent
     root = Path(image_root)
-    extract = Path(extract_dir) if extract_dir else (path if path.is_dir() else path.parent) / f"{path.stem}-images"
-    for where, record in _iter_records(path, split):
+    if extract_dir:
+        extract = Path(extract_dir)
+    elif dataset_name or is_saved_dataset(path):
+        extract = embedded_image_dir(path, dataset_name)
+    else:
+        extract = (path if path.is_dir() else path.parent) / f"{path.stem}-images"
+    for where, record in _iter_records(path, split, dataset_name, dataset_config):
         kind = detect_format(record, where) if fmt == "auto" else fmt
         try:
             images, turns, chosen, rejected, subset, polarity = READERS[kind](record)
@@ -301,7 +280,7 @@ def iter_preference_rows(
         if chosen.strip() == rejected.strip():
             report.dropped["chosen_equals_rejected"] += 1
             continue
-        resolved = [_resolve(reference, root, extract) for reference in images]
+        resolved = [resolve_image(reference, root, extract) for reference in images]
         absent = [looked_for for found, looked_for in resolved if found is None]
         if absent:
             report.dropped["missing_image"] += 1
@@ -326,16 +305,30 @@ def load_preference_dataset(
     split: str = "train",
     report: PreferenceReport | None = None,
     extract_dir: Path | None = None,
+    dataset_name: str | None = None,
+    dataset_config: str | None = None,
 ) -> Any:
     """A ``datasets.Dataset`` in TRL's conversational preference format (``images`` as absolute paths; call
     :func:`with_images` to open them on access). Raises :class:`UserError` when no row is usable."""
     from datasets import Dataset
 
     report = report if report is not None else PreferenceReport()
-    rows = list(iter_preference_rows(path, image_root, fmt, split=split, report=report, extract_dir=extract_dir))
+    rows = list(
+        iter_preference_rows(
+            path,
+            image_root,
+            fmt,
+            split=split,
+            report=report,
+            extract_dir=extract_dir,
+            dataset_name=dataset_name,
+            dataset_config=dataset_config,
+        )
+    )
     for missing in report.missing_images[:10]:
         logger.warning("missing image, row skipped: %s", missing)
+    label = source_label(path, dataset_name, dataset_config, split)
     if not rows:
-        raise UserError(f"{path}: no usable preference rows ({report.summary()})")
-    logger.info("%s: %s", path, report.summary())
+        raise UserError(f"{label}: no usable preference rows ({report.summary()})")
+    logger.info("%s: %s", label, report.summary())
     return Dataset.from_list(rows)

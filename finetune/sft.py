@@ -12,6 +12,11 @@ drawn absent classes are mostly out of context, so "is this class typical of the
 questions right and is learned long before the fine object evidence that the rest need.
 
 Training is TRL's ``SFTTrainer`` on prompt-completion conversations (loss on the completion only).
+
+Ready-made examples can be given instead of the annotation file: rows in TRL's conversational
+prompt-completion layout (``prompt``, ``completion``: lists of ``{"role", "content"}`` messages; ``images``: a
+list of paths under ``image_root`` or embedded ``datasets.Image`` features) as JSON lines, a JSON list,
+parquet, a ``save_to_disk`` folder or a Hub dataset (``dataset_name``; :mod:`finetune.data_sources`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from data_builders.oric.questions import PARAPHRASES, with_article
 from eval_hooks.answers import OPTION_LETTERS
 from eval_hooks.mcq import letter_list, lettered, option_block
 from finetune.configs import ScriptArguments, VerituneModelConfig
+from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label, uses_datasets
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from veritune.core.errors import UserError
@@ -177,18 +183,75 @@ def conventional_examples(
     return examples
 
 
-def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[str, Any]]:
-    """The run's examples: :func:`conventional_examples` of the recipe's data, then, with
-    ``max_train_samples``, the seeded uniform subsample every trainer draws (``sample_indices``)."""
-    examples = conventional_examples(
+def is_example_table(script_args: ScriptArguments) -> bool:
+    """Whether the data are ready-made examples (a table: module doc), not a COCO-format annotation file."""
+    path = script_args.dataset_path
+    if script_args.dataset_name or uses_datasets(path) or Path(path or "").suffix in (".jsonl", ".parquet"):
+        return True
+    with Path(path or "").open("rb") as handle:
+        return handle.read(1 << 12).lstrip().startswith(b"[")
+
+
+def _messages(value: Any, where: str, key: str) -> list[dict[str, str]]:
+    if not isinstance(value, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+    ):
+        raise UserError(f"{where}: '{key}' must be a list of {{role, content}} messages with text content")
+    return [{"role": m["role"], "content": m["content"]} for m in value]
+
+
+def table_examples(script_args: ScriptArguments) -> list[dict[str, Any]]:
+    """Prompt-completion examples read from a table (module doc); every error names the row and the key."""
+    root = Path(script_args.image_root or ".")
+    extract = embedded_image_dir(script_args.dataset_path, script_args.dataset_name)
+    examples = []
+    records = iter_records(
         script_args.dataset_path,
-        script_args.image_root,
-        questions_per_image=script_args.questions_per_image,
-        captions=script_args.captions,
-        styles=script_args.answer_styles,
-        seed=seed,
-        mcq_per_image=script_args.mcq_per_image,
+        name=script_args.dataset_name,
+        config=script_args.dataset_config,
+        split=script_args.dataset_train_split,
     )
+    for where, record in records:
+        if not isinstance(record, dict):
+            raise UserError(f"{where}: expected an object with prompt, completion and images")
+        missing = [key for key in ("prompt", "completion", "images") if key not in record]
+        if missing:
+            raise UserError(f"{where}: missing key '{missing[0]}' (SFT rows hold prompt, completion and images)")
+        images = record["images"] if isinstance(record["images"], list) else [record["images"]]
+        paths = []
+        for reference in images:
+            found, looked_for = resolve_image(reference, root, extract)
+            if found is None:
+                raise UserError(f"{where}: image not found: {looked_for} (check image_root)")
+            paths.append(found)
+        examples.append(
+            {
+                "prompt": _messages(record["prompt"], where, "prompt"),
+                "completion": _messages(record["completion"], where, "completion"),
+                "images": paths,
+            }
+        )
+    if not examples:
+        raise UserError(f"{source_label(script_args.dataset_path, script_args.dataset_name, None, 'train')}: no rows")
+    return examples
+
+
+def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[str, Any]]:
+    """The run's examples: :func:`conventional_examples` of the recipe's annotation file (or the ready-made
+    :func:`table_examples`), then, with ``max_train_samples``, the seeded uniform subsample every trainer
+    draws (``sample_indices``)."""
+    if is_example_table(script_args):
+        examples = table_examples(script_args)
+    else:
+        examples = conventional_examples(
+            script_args.dataset_path,
+            script_args.image_root,
+            questions_per_image=script_args.questions_per_image,
+            captions=script_args.captions,
+            styles=script_args.answer_styles,
+            seed=seed,
+            mcq_per_image=script_args.mcq_per_image,
+        )
     if script_args.max_train_samples:
         examples = [examples[i] for i in sample_indices(len(examples), script_args.max_train_samples, seed)]
     return examples
@@ -241,9 +304,14 @@ def with_position_ids(collator: Any, model: Any) -> Any:
 def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
     if start_run(training_args, script_args, model_args):
         return
-    if not script_args.dataset_path:
-        raise UserError("dataset_path: required (a COCO-format instances.json of the train split)")
-    if not script_args.image_root:
+    if not script_args.dataset_path and not script_args.dataset_name:
+        raise UserError(
+            "dataset_path: required (a COCO-format instances.json of the train split, or prompt-completion rows), "
+            "or dataset_name (a Hub dataset of prompt-completion rows)"
+        )
+    if not script_args.dataset_name and not Path(script_args.dataset_path).exists():
+        raise UserError(f"dataset file not found: {script_args.dataset_path}")
+    if not script_args.image_root and not is_example_table(script_args):
         raise UserError("image_root: required (the folder holding the annotation file's images)")
     model, processor, peft_config = get_model_and_processor(model_args)
     examples = training_examples(script_args, training_args.seed)
@@ -256,10 +324,11 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
         callbacks=get_callbacks(script_args, training_args, model_args),
     )
     trainer.data_collator = with_position_ids(trainer.data_collator, trainer.model)
-    summary = (
-        f"{len(examples)} conventional examples (captions and POPE-random-style questions) "
-        f"from {script_args.dataset_path}"
+    source = source_label(
+        script_args.dataset_path, script_args.dataset_name, script_args.dataset_config, script_args.dataset_train_split
     )
+    kind = "examples" if is_example_table(script_args) else "conventional examples (captions and yes/no questions)"
+    summary = f"{len(examples)} {kind} from {source}"
     train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 
 

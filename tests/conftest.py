@@ -85,3 +85,22 @@ def _restore_environment() -> Iterator[None]:
     yield
     os.environ.clear()
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True)
+def _restore_root_logging() -> Iterator[None]:
+    """Undo the root logger's handlers a test leaves behind: an entry script run in-process configures logging
+    (``logging.basicConfig(force=True)``) onto the stream pytest captured for that test, which is closed
+    afterwards, so a later test's warning would print a logging traceback into its own captured stderr."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    for handler in root.handlers:
+        if handler not in handlers:
+            root.removeHandler(handler)
+    for handler in handlers:
+        if handler not in root.handlers:
+            root.addHandler(handler)
+    root.setLevel(level)

@@ -417,3 +417,86 @@ def test_progress_bars_redraw_rarely_into_a_log_file(tmp_path: Path) -> None:
         for _ in range(1000):
             bar.update(1)
     assert log.getvalue().count("\r") <= 3  # opening, (at most one redraw), closing: not one per update
+
+
+# ---- veritune launch
+
+
+def test_launch_help_is_accelerates_whole_help_and_what_veritune_adds() -> None:
+    ours = run_veritune("launch", "--help")
+    assert ours.returncode == 0, ours.stderr
+    theirs = subprocess.run(
+        [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--help"],
+        env={**os.environ, "COLUMNS": "80"},
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert ours.stdout.startswith("usage: veritune launch ") and "Accelerate launch command" not in ours.stdout
+    sections = [line for line in theirs.splitlines() if line.endswith("Arguments:")]
+    assert {"DeepSpeed Arguments:", "FSDP Arguments:", "Training Paradigm Arguments:"} <= set(sections)
+    for line in sections:
+        assert line in ours.stdout.splitlines(), line
+
+    def options(text: str) -> set[str]:
+        return {line.split()[0] for line in text.splitlines() if line.startswith("  --")}
+
+    assert len(options(theirs)) > 100 and options(theirs) == options(ours.stdout)
+    assert "what veritune launch adds" in ours.stdout and "accelerate_config" in ours.stdout
+
+
+@pytest.mark.parametrize(
+    ("script_args", "expected"),
+    [
+        (["recipes/qwen3vl_oric.yaml"], "recipes/accelerate/zero3.yaml"),
+        (["--config", "recipes/qwen3vl_oric_lora.yaml", "--learning_rate", "1e-6"], "recipes/accelerate/zero2.yaml"),
+        (["recipes/qwen3vl_oric.yaml", "--accelerate_config", "recipes/accelerate/single.yaml"], None),
+        (["--learning_rate", "1e-6"], None),
+    ],
+)
+def test_launch_uses_the_recipes_accelerate_config(script_args: list[str], expected: str | None) -> None:
+    from veritune.launch import recipe_accelerate_config
+
+    found = recipe_accelerate_config(script_args)
+    if "--accelerate_config" in script_args:
+        assert found == "recipes/accelerate/single.yaml"
+    else:
+        assert found == expected
+
+
+def test_launch_without_config_file_runs_the_recipes_and_a_user_error_prints_once(tmp_path: Path) -> None:
+    """Without --config_file, the recipe's zero3 config (4 processes) runs, and the error every rank meets on
+    a CPU is printed once (by rank 0), not once per rank."""
+    result = run_veritune(
+        "launch", "finetune/grpo.py", "recipes/qwen3vl_oric.yaml", "--output_dir", str(tmp_path / "out")
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "accelerate config recipes/accelerate/zero3.yaml (the recipe's accelerate_config)" in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "use_cpu" in errors[0], result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["build", "oric", "--annotations", "{a}", "--image-root", "{d}", "--out", "{d}/o.json"],
+            "error: --llm-base-url/--llm-model: the cooccurrence context judge asks no LLM; use --context-judge "
+            "openai, or drop the --llm-* options",
+        ),
+        (
+            ["build", "finer", "--scene-graphs", "{a}", "--image-root", "{d}", "--out", "{d}/f"],
+            "error: --llm-base-url/--llm-model: with --scene-graphs the LLM only regenerates the negatives that "
+            "--filter-model drops; add --filter-model, or drop the --llm-* options",
+        ),
+    ],
+)
+def test_builders_refuse_llm_flags_they_would_not_use(
+    tmp_path: Path, argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    annotations = tmp_path / "a.json"
+    annotations.write_text(json.dumps({"images": [], "annotations": [], "categories": []}))
+    argv = [a.replace("{a}", str(annotations)).replace("{d}", str(tmp_path)) for a in argv]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == message

@@ -126,8 +126,14 @@ def test_round_limit_is_honoured_and_said(tiny_qwen3vl: Path, tmp_path: Path) ->
     assert row["dynamic_sampling/filled_groups"] == 2
     (table,) = tables(tmp_path / "run")
     assert len(table) == 2 * 4
-    assert "1 extra round(s) reached (dynamic_sampling_max_rounds)" in result.stderr
-    assert "2 with reward spread <= 10" in result.stderr
+    # The step line holds the step's facts; one summary line at the end, no WARNING per step.
+    assert "| filled 2 |" in result.stdout
+    assert "WARNING" not in result.stderr
+    summary = [line for line in result.stderr.splitlines() if "dynamic sampling:" in line]
+    assert len(summary) == 1 and summary[0].endswith(
+        "dynamic sampling: 1 generation batch(es); 1 were filled with 2 group(s) of reward spread <= 10 "
+        "(1 reached dynamic_sampling_max_rounds (1); the step lines' `filled`)"
+    ), result.stderr[-2000:]
 
 
 def test_with_lora_and_the_eval_hook(tiny_qwen3vl: Path, tmp_path: Path) -> None:

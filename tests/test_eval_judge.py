@@ -14,6 +14,7 @@ from test_eval_mcq import finer_rows, write_csv
 from eval_hooks.evaluate import rescore
 from eval_hooks.judge import AnswerJudge
 from veritune.cli import main
+from veritune.core.errors import UserError
 
 
 def user_text(request: dict[str, Any]) -> str:
@@ -178,3 +179,26 @@ def test_judge_needs_both_url_and_model(tmp_path: Path, capsys: pytest.CaptureFi
             ]
         )
     assert exit_info.value.code == 2 and "give both" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("names", "outcome"),
+    [
+        (["oric_bench_r1"], "error"),  # graded as in training: a judge would be silently ignored
+        (["oric_bench_r1", "oric_bench"], "note"),
+        (["oric_bench", "mmhal"], None),
+    ],
+)
+def test_a_judge_no_benchmark_uses_is_refused_or_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], names: list[str], outcome: str | None
+) -> None:
+    from eval_hooks.evaluate import require_judges
+
+    judge = AnswerJudge("http://127.0.0.1:9/v1", "judge-1", cache_path=tmp_path / "judge.sqlite")
+    if outcome == "error":
+        with pytest.raises(UserError, match="no LLM judge is used by oric_bench_r1 .*drop the --llm-\\* options"):
+            require_judges(names, judge)
+        return
+    require_judges(names, judge)
+    err = capsys.readouterr().err
+    assert ("note: the LLM judge is not used by oric_bench_r1" in err) == (outcome == "note")

@@ -187,3 +187,29 @@ def test_no_usable_row_is_an_error_with_the_summary(image_dir: Path) -> None:
 def test_explicit_format_must_be_known(image_dir: Path) -> None:
     with pytest.raises(UserError, match="unknown preference format 'sharegpt'; choose auto, veritune, finer, rlaif-v"):
         load_preference_dataset(image_dir, fmt="sharegpt")
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "disk"])
+def test_build_finer_also_save_copy_reads_as_the_build_does(tmp_path: Path, fmt: str) -> None:
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig
+    from finetune.dpo_data import get_preference_datasets
+    from veritune.cli import main
+
+    images = tmp_path / "images"
+    images.mkdir()
+    for index in range(8):
+        Image.new("RGB", (48, 48), (index * 30, 60, 90)).save(images / f"{index}.jpg")
+    graphs = tmp_path / "graphs.json"
+    graphs.write_text(json.dumps([{**GRAPH, "image": f"{i}.jpg"} for i in range(8)]))
+    out = tmp_path / "finer"
+    args = ["build", "finer", "--scene-graphs", str(graphs), "--image-root", str(images), "--out", str(out)]
+    assert main([*args, "--also-save", fmt]) == 0
+    assert "veritune build finer" in (tmp_path / "finer-hf" / "README.md").read_text()
+    training_args = VerituneDPOConfig(output_dir=str(tmp_path / "run"), eval_strategy="steps", use_cpu=True, bf16=False)
+    _, _, built = get_preference_datasets(DPOScriptArguments(dataset_path=str(out)), training_args)
+    train, evaluation, copied = get_preference_datasets(
+        DPOScriptArguments(dataset_path=str(tmp_path / "finer-hf")), training_args
+    )
+    assert copied["train"]["rows"] == built["train"]["rows"] and copied["eval"]["rows"] == built["eval"]["rows"]
+    assert "held_out_of_train" not in copied["eval"]  # the copy's own validation split
+    assert train[0]["images"][0].size == (48, 48)

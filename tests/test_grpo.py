@@ -189,3 +189,20 @@ def test_grpo_two_processes_with_accelerate(tiny_qwen3vl: Path, tmp_path: Path) 
     assert state["global_step"] == 2
     assert "rewards/accuracy_reward/mean" in state["log_history"][0]
     assert json.loads((tmp_path / "run" / "veritune_run.json").read_text())["world_size"] == 2
+
+
+def test_grpo_warns_once_when_no_step_has_reward_spread(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """Near-greedy sampling gives each group 4 identical answers: no spread, no gradient; said once, after
+    no_spread_warning_steps such steps."""
+    from conftest import write_oric_fixture
+
+    data = write_oric_fixture(tmp_path / "data")
+    extra = ["--max_steps", "3", "--save_strategy", "no", "--report_to", "none", "--temperature", "1e-6"]
+    result = run_entry(
+        "grpo.py", *grpo_args(tiny_qwen3vl, data, tmp_path / "run", *extra, "--no_spread_warning_steps", "2")
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "train_log.jsonl").read_text().splitlines()]
+    assert [row["frac_reward_zero_std"] for row in rows if "loss" in row] == [1.0] * 3
+    warnings = [line for line in result.stderr.splitlines() if "no learning signal" in line]
+    assert len(warnings) == 1 and "in the last 2 steps" in warnings[0], result.stderr[-2000:]

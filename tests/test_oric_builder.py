@@ -715,3 +715,36 @@ def test_no_half_written_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     with pytest.raises(KeyboardInterrupt):
         vio.atomic_write_json(target, [1, 2, 3])
     assert target.read_text() == "[]" and list(tmp_path.iterdir()) == [target]
+
+
+def test_judge_whose_answers_cannot_be_read_says_so_with_an_example(
+    world: dict[str, Path], tmp_path: Path, capsys
+) -> None:
+    def unreadable(request: dict) -> str:
+        if request["messages"][0]["content"] == PROBE_PROMPT:
+            return "Yes."
+        return "I would rather not say."
+
+    with FakeChatServer(unreadable) as server:
+        args = openai_judge_args(world, tmp_path, tmp_path / "o.json", "--llm-base-url", server.base_url)
+        code, err = run_cli(args, capsys)
+    assert code == 2, err
+    (line,) = [line for line in err.splitlines() if line.startswith("error:")]
+    assert "no judge answer could be read" in line and "e.g. 'I would rather not say.'" in line, line
+    assert "predictable from its context" not in line
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "disk"])
+def test_also_save_writes_a_datasets_copy_that_trains_without_image_root(
+    world: dict[str, Path], tmp_path: Path, fmt: str
+) -> None:
+    from finetune.oric_data import get_oric_dataset
+
+    items = build(world, tmp_path / "o" / "oric_train.json", "oric", "train", "--also-save", fmt)
+    copy = tmp_path / "o" / "oric_train-hf"
+    card = (copy / "README.md").read_text()
+    assert "veritune build oric" in card and "oric_train.manifest.json" in card
+    assert ("configs:" in card and (copy / "data" / "train.parquet").is_file()) == (fmt == "parquet")
+    dataset, report = get_oric_dataset(copy, None)  # images embedded: no image_root
+    assert report.kept == len(items) and [row["id"] for row in dataset] == [str(item["id"]) for item in items]
+    assert dataset[0]["image"].size == Image.open(world["train_images"] / items[0]["image"]).size

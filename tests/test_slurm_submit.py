@@ -60,3 +60,23 @@ def test_missing_script_is_one_error_line_before_any_submission(
         "slurm/ scripts; use veritune from a checkout of its repository (pip install -e .)"
     )
     assert "$ sbatch" not in out  # nothing was submitted (nor printed as submitted)
+
+
+@pytest.mark.parametrize(
+    ("extra", "run_dir"),
+    [
+        ([], "outputs/tiny-oric-grpo"),  # the recipe's output_dir, where the README's `eval run --model` points
+        (["--override", "--output_dir outputs/mine"], "outputs/mine"),
+        (["--run-dir", "outputs/r"], "outputs/r"),
+    ],
+)
+def test_run_directory_is_where_the_training_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], extra: list[str], run_dir: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    chain = [arg for arg in CHAIN if arg not in ("--run-dir", "outputs/r")]
+    assert main([*chain, *extra]) == 0
+    out = capsys.readouterr().out
+    assert f"run directory: {run_dir}\n" in out
+    (evaluation,) = [shlex.split(line[2:]) for line in out.splitlines() if "eval.sbatch" in line]
+    assert evaluation[evaluation.index("run") + 1] == run_dir and f"VERITUNE_RUN_DIR={run_dir}" in out

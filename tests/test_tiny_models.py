@@ -93,3 +93,44 @@ def test_demo_size_is_wider_and_sizes_are_checked(tmp_path: Path) -> None:
         build_tiny_model("qwen3vl", tmp_path / "x", size="huge")
     with pytest.raises(UserError, match="unknown tiny model size 'demo'"):
         build_tiny_model("qwen25vl", tmp_path / "y", size="demo")
+
+
+def test_tiny_clip_command_builds_a_clip_that_loads_as_the_real_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from transformers import CLIPModel, CLIPProcessor
+
+    from veritune.cli import main
+
+    assert main(["tiny-clip", "--out", str(tmp_path / "clip")]) == 0
+    assert "random weights" in capsys.readouterr().out
+    assert isinstance(CLIPModel.from_pretrained(tmp_path / "clip"), CLIPModel)
+    CLIPProcessor.from_pretrained(tmp_path / "clip")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny-clip", "--out", str(tmp_path / "c2"), "--annotations", str(tmp_path / "a.json")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: --annotations and --image-root: give both (to train) or neither (random weights)"
+    )
+
+
+@pytest.mark.slow
+def test_tiny_model_warm_start_is_the_demos_base_and_is_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tiny-model --warm-start`: the demo's world, demo-size model and SFT warm-start (here 1 step), then
+    reused from the cache (about 40 s)."""
+    import subprocess
+    import sys
+
+    from helpers import entry_env
+
+    env = entry_env(VERITUNE_CACHE=str(tmp_path / "cache"))
+    command = [sys.executable, "-m", "veritune.cli", "tiny-model", "--warm-start", "--warm-start-steps", "1"]
+    first = subprocess.run([*command, "--out", str(tmp_path / "a")], env=env, capture_output=True, text=True)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = subprocess.run([*command, "--out", str(tmp_path / "b")], env=env, capture_output=True, text=True)
+    assert second.returncode == 0 and "reusing the cached warm-start" in second.stdout, second.stdout[-2000:]
+    for out in ("a", "b"):
+        assert (tmp_path / out / "model.safetensors").read_bytes() == (
+            tmp_path / "a" / "model.safetensors"
+        ).read_bytes()

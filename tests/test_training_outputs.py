@@ -230,3 +230,31 @@ def test_eval_run_reports_to_wandb(
     rows = offline_history(wandb_root)
     logged = [row for row in rows if "eval/oric_bench/macro/f1" in row]
     assert logged and logged[0]["train/global_step"] == (3 if into_training_run else 0)
+
+
+@pytest.mark.parametrize("hub_model_id", [None, "someone/tiny"])
+def test_model_card_names_the_real_trainer_classes_and_loads_the_local_folder(
+    tmp_path: Path, hub_model_id: str | None
+) -> None:
+    from types import SimpleNamespace
+
+    from trl import DPOTrainer
+
+    from finetune.configs import ScriptArguments, VerituneModelConfig
+    from finetune.grpo_trainer import VerituneGRPOTrainer
+    from finetune.model_card import model_card_text
+
+    model_args = VerituneModelConfig(model_name_or_path="Qwen/Qwen3-VL-8B-Instruct")
+    for cls, expected in (
+        (VerituneGRPOTrainer, "(GRPO: veritune's `VerituneGRPOTrainer`, a subclass of TRL's `GRPOTrainer`)"),
+        (DPOTrainer, "(DPO: TRL's `DPOTrainer`)"),
+    ):
+        trainer = cls.__new__(cls)
+        trainer.args = SimpleNamespace(hub_model_id=hub_model_id, output_dir=str(tmp_path / "run"))
+        trainer.state = SimpleNamespace(log_history=[])
+        card = model_card_text(trainer, ScriptArguments(), model_args, "run")
+        assert expected in card
+        tags = card.split("tags:")[1].split("model_name")[0]
+        assert f"- {cls.__name__.removeprefix('Veritune')[:-7].lower()}\n" in tags and "veritunegrpo" not in card
+        repo = hub_model_id or str((tmp_path / "run").resolve())
+        assert f'AutoModelForImageTextToText.from_pretrained("{repo}")' in card

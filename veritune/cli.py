@@ -46,7 +46,13 @@ COMMANDS: list[Command] = [
         None,
         "tiny-model",
         "veritune.tiny.cli:register_tiny_model",
-        "build a tiny random-initialised VLM checkpoint offline",
+        "build a tiny VLM checkpoint offline (R1 answers warmed up; --warm-start: the demo's trained base)",
+    ),
+    Command(
+        None,
+        "tiny-clip",
+        "veritune.tiny.cli:register_tiny_clip",
+        "build a tiny CLIP offline for `build oric --clip-model` (random, or trained on an annotation file)",
     ),
     Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
     Command(

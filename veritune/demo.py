@@ -412,9 +412,10 @@ def _note(message: str) -> None:
             stream.write(message + "\n")
 
 
-def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) -> None:
+def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, overrides: tuple[str, ...] = ()) -> None:
     """The base model: the SFT warm-start, reused from the shared cache when its inputs are unchanged (two
-    demos building the same entry at once both succeed: :func:`veritune.core.cache.publish_dir`)."""
+    demos building the same entry at once both succeed: :func:`veritune.core.cache.publish_dir`; ``overrides``:
+    further recipe keys, e.g. ``--max_steps 2`` for a smoke test; part of the cache key)."""
     world = paths["world"]
     key = warmstart_key(
         REPO_ROOT / SFT_RECIPE,  # names its accelerate config
@@ -424,6 +425,8 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
         paths["model"] / "model.safetensors",
     )
     key = stage_key("warm-start", key, seed)  # the seed changes the run too
+    if overrides:
+        key = hashlib.sha256(f"{key} {' '.join(overrides)}".encode()).hexdigest()[:16]
     cached = CACHE / "warmstart" / key
 
     def build() -> None:
@@ -445,6 +448,7 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool) ->
                     str(out / "sft"),
                     "--seed",
                     str(seed),
+                    *overrides,
                 ],
             )
             if use_cache and not publish_dir(out / "sft", cached):

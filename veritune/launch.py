@@ -3,7 +3,11 @@ traceback.
 
     veritune launch --config_file recipes/accelerate/zero3.yaml finetune/grpo.py recipes/qwen3vl_oric.yaml
 
-Takes exactly ``accelerate launch``'s arguments. When a worker fails, ``accelerate launch`` raises in the
+Takes exactly ``accelerate launch``'s arguments (``veritune launch --help`` prints all of them, then what
+veritune adds). Without ``--config_file``, the recipe's ``accelerate_config`` key is used (the recipe named
+after the training script, as the entry scripts find it); the launcher says which config it used.
+
+When a worker fails, ``accelerate launch`` raises in the
 launcher process too (``CalledProcessError`` for one process, torch elastic's ``ChildFailedError`` for
 several, DeepSpeed included), so a bad recipe prints the worker's one ``error:`` line and then a second,
 longer traceback from the launcher. The worker has already said what went wrong; here the launcher only
@@ -15,12 +19,27 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
-from veritune.core.errors import USER_ERROR_EXIT_CODE
+from veritune.core.errors import USER_ERROR_EXIT_CODE, WORKER_ERROR_DIR_ENV, UserError, exit_on_user_error
+
+VERITUNE_HELP = """\
+what veritune launch adds to accelerate launch:
+  - exit status: the first failed worker's (2 for a user error), without the launcher's traceback; a user
+    error is printed once, by the main process (or, when only other ranks failed, by this launcher).
+  - --config_file: when not given, the recipe's `accelerate_config` key is used (the recipe after the
+    training script: `finetune/grpo.py RECIPE.yaml`, `--config RECIPE.yaml` or `--recipe RECIPE.yaml`;
+    an `--accelerate_config PATH` override among the script's arguments wins); the launcher prints which
+    config it used.
+
+example:
+  veritune launch --num_processes 4 finetune/grpo.py recipes/qwen3vl_oric.yaml   # recipes/accelerate/zero3.yaml
+"""
 
 
 def _describe(exitcode: int) -> str:
@@ -56,26 +75,112 @@ def check_worker_wandb(script: str, script_args: list[str]) -> bool:
     return True
 
 
+class _FullHelpFormatter(argparse.HelpFormatter):
+    """accelerate's help layout (one spelling per option) without its filter, which hides every section but
+    a few unless the help is asked for as exactly ``accelerate launch --help`` (it reads ``sys.argv``)."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        action.option_strings = [s for s in action.option_strings if "-" not in s[2:]]
+        super().add_argument(action)
+
+
+def _wants_help(argv: list[str]) -> bool:
+    """``-h``/``--help`` before the training script (after it, the flag belongs to the script)."""
+    script = next((i for i, arg in enumerate(argv) if arg.endswith(".py")), len(argv))
+    return any(arg in ("-h", "--help") for arg in argv[:script])
+
+
+def launch_parser() -> argparse.ArgumentParser:
+    """accelerate launch's own parser, named ``veritune launch``, with veritune's additions in its help."""
+    from accelerate.commands.launch import launch_command_parser
+
+    parser = launch_command_parser()
+    parser.prog = "veritune launch"
+    parser.description = (
+        f"accelerate launch, with the worker's exit status and the recipe's accelerate_config. {parser.description}."
+    )
+    parser.epilog = VERITUNE_HELP
+    parser.formatter_class = type("_Formatter", (_FullHelpFormatter, argparse.RawDescriptionHelpFormatter), {})
+    return parser
+
+
+def recipe_accelerate_config(script_args: list[str]) -> str | None:
+    """The ``accelerate_config`` of the recipe among a training script's arguments (an ``--accelerate_config``
+    override first), resolved as the entry scripts resolve recipe paths; None without a recipe or the key."""
+    from finetune.recipe import pop_recipe_path, resolve_recipe_path
+    from veritune.core.io import read_yaml
+
+    args = list(script_args)
+    for index, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if flag == "--accelerate_config":
+            value = value if eq else (args[index + 1] if index + 1 < len(args) else "")
+            if not Path(value).is_file():
+                raise UserError(f"command line: --accelerate_config: {value} does not exist")
+            return value
+    recipe = pop_recipe_path(args)
+    if recipe is None or not recipe.is_file():
+        return None  # the entry script reports a missing recipe itself
+    value = read_yaml(recipe, what="recipe file").get("accelerate_config")
+    if not isinstance(value, str) or not value:
+        return None
+    return resolve_recipe_path(recipe, value, key="accelerate_config", required=True)
+
+
+def _choose_config(args: argparse.Namespace) -> None:
+    """Fill ``--config_file`` from the recipe when it is not given, and say which config runs."""
+    if args.config_file:
+        source = "--config_file"
+    else:
+        args.config_file = recipe_accelerate_config(list(args.training_script_args))
+        source = "the recipe's accelerate_config"
+    if args.config_file:
+        print(f"veritune launch: accelerate config {args.config_file} ({source})", file=sys.stderr, flush=True)
+    else:
+        print("veritune launch: no accelerate config (accelerate's defaults and flags)", file=sys.stderr, flush=True)
+
+
+def _worker_message(error_dir: str) -> str | None:
+    """The error line a worker of rank > 0 left in ``error_dir`` (it printed none), when rank 0 printed none."""
+    folder = Path(error_dir)
+    if (folder / "rank0.txt").is_file():
+        return None
+    lines = sorted(folder.glob("rank*.txt"), key=lambda path: int(path.stem[4:]))
+    return lines[0].read_text(encoding="utf-8").rstrip("\n") if lines else None
+
+
 def launch(argv: list[str]) -> int:
     """Run ``accelerate launch argv``; the exit status of the first failed worker, or 0."""
-    from accelerate.commands.launch import launch_command, launch_command_parser
+    from accelerate.commands.launch import launch_command
 
-    args = launch_command_parser().parse_args(argv)
+    parser = launch_parser()
+    if _wants_help(argv):
+        parser.print_help()
+        return 0
+    args = parser.parse_args(argv)
     if not check_worker_wandb(args.training_script, args.training_script_args):
         return USER_ERROR_EXIT_CODE
+    _choose_config(args)
     # torch elastic logs each failed worker at ERROR level before raising; the summary below replaces it.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
-    try:
-        launch_command(args)
-    except subprocess.CalledProcessError as err:
-        return _failed(err.returncode)
-    except Exception as err:  # torch elastic's ChildFailedError (imported lazily: torch is heavy)
-        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    with tempfile.TemporaryDirectory(prefix="veritune-launch-") as error_dir:
+        os.environ[WORKER_ERROR_DIR_ENV] = error_dir  # workers of rank > 0 leave their error line here
+        try:
+            launch_command(args)
+        except subprocess.CalledProcessError as err:
+            return _failed(err.returncode)
+        except Exception as err:  # torch elastic's ChildFailedError (imported lazily: torch is heavy)
+            from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-        if not isinstance(err, ChildFailedError):
-            raise
-        rank, failure = err.get_first_failure()
-        return _failed(failure.exitcode, rank)
+            if not isinstance(err, ChildFailedError):
+                raise
+            message = _worker_message(error_dir)
+            if message:
+                print(message, file=sys.stderr, flush=True)
+            rank, failure = err.get_first_failure()
+            return _failed(failure.exitcode, rank)
+        finally:
+            os.environ.pop(WORKER_ERROR_DIR_ENV, None)
     return 0
 
 
@@ -94,4 +199,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(launch(sys.argv[1:]))
+    sys.exit(exit_on_user_error(launch)(sys.argv[1:]))

@@ -226,12 +226,24 @@ def _recipe_accelerate_config(recipe: str) -> str | None:
     return resolve_recipe_path(recipe, value, key="accelerate_config", required=True)
 
 
+def recipe_output_dir(recipe: str, overrides: list[str]) -> str | None:
+    """Where the training run writes, as the entry script decides it: an ``--output_dir`` override, else the
+    recipe's ``output_dir`` (the path the README's ``eval run --model`` lines use); None when neither is set."""
+    for index, arg in enumerate(overrides):
+        flag, eq, value = arg.partition("=")
+        if flag == "--output_dir":
+            return value if eq else (overrides[index + 1] if index + 1 < len(overrides) else None)
+    value = read_yaml(recipe, what="recipe file").get("output_dir")
+    return value if isinstance(value, str) and value else None
+
+
 def submit(args: argparse.Namespace) -> dict[str, str]:
     """Validate the submission, then submit the chain; returns the job id of each stage."""
     build, overrides = validate(args)
     stages = ["train", *(["build"] if args.build else []), *(["eval"] if args.eval_benchmarks else [])]
     scripts = {stage: sbatch_script(f"{stage}.sbatch") for stage in stages}  # all found before any submission
-    run_dir = args.run_dir or f"{args.run_root}/{Path(args.recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
+    run_dir = args.run_dir or recipe_output_dir(args.recipe, overrides)
+    run_dir = run_dir or f"{args.run_root}/{Path(args.recipe).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
     common = [*args.sbatch_arg, f"--export={job_environment(run_dir)}"]
     if not args.dry_run and not any(flag.startswith(("--output", "-o")) for flag in args.sbatch_arg):
         Path("logs").mkdir(exist_ok=True)  # the scripts' #SBATCH --output=logs/...: Slurm does not create it
@@ -296,8 +308,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--build", help="arguments of a `veritune build` job to run first")
     parser.add_argument("--eval-benchmarks", help="comma-separated benchmarks to run on the trained model")
     parser.add_argument("--eval-data-root", help="benchmark files for --eval-benchmarks (layout: docs/EVALUATION.md)")
-    parser.add_argument("--run-root", default="outputs")
-    parser.add_argument("--run-dir", help="explicit run directory (default: RUN_ROOT/<recipe>-<time>)")
+    parser.add_argument(
+        "--run-root", default="outputs", help="where a run goes when the recipe names no output_dir (default: outputs)"
+    )
+    parser.add_argument(
+        "--run-dir",
+        help="explicit run directory (default: the recipe's output_dir, or an --override '--output_dir DIR'; "
+        "without either RUN_ROOT/<recipe>-<time>)",
+    )
     parser.add_argument(
         "--sbatch-arg", action="append", default=[], help="extra sbatch flag for every job (repeatable)"
     )

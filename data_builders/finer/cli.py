@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.cli import add_llm_arguments, llm_client_options
+from data_builders.export import add_also_save_argument, save_hf_copy
 from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench, filter_bench_negatives
 from data_builders.finer.build import (
     DEFAULT_MAX_TUPLES,
@@ -30,7 +31,7 @@ from data_builders.finer.scene_graph import load_scene_graphs
 from data_builders.finer.yn import YnSettings, build_finer_yn
 from veritune.cli import command_help
 from veritune.core.errors import UserError
-from veritune.core.io import build_identity, check_output_path, claim_output_dir, claim_output_file
+from veritune.core.io import build_identity, check_output_path, claim_output_dir, claim_output_file, iter_jsonl
 
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
@@ -78,6 +79,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     finer.add_argument("--validation-ratio", type=float, default=VALIDATION_RATIO)
     finer.add_argument("--seed", type=int, default=0)
     finer.add_argument("--force", action="store_true", help="clear an --out that holds a different build")
+    add_also_save_argument(finer)
     _add_llm(finer, "--captions: extraction and negatives; --filter-model: regenerating negatives")
     _add_filter(finer)
     finer.set_defaults(handler=_build_finer)
@@ -152,6 +154,7 @@ _OPERATIONAL = {
     "scene_graphs",
     "captions",
     "image_root",
+    "also_save",
     "llm_cache",
     "llm_concurrency",
     "llm_max_retries",
@@ -200,6 +203,11 @@ def _build_finer(args: argparse.Namespace) -> int:
             pass
         _check_llm(args, client)
     else:
+        if (args.llm_base_url or args.llm_model) and not args.filter_model:
+            raise UserError(
+                "--llm-base-url/--llm-model: with --scene-graphs the LLM only regenerates the negatives that "
+                "--filter-model drops; add --filter-model, or drop the --llm-* options"
+            )
         client = _client(args)
         load_scene_graphs(args.scene_graphs)
         _check_llm(args, client if args.filter_model else None)
@@ -240,6 +248,21 @@ def _build_finer(args: argparse.Namespace) -> int:
     )
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
+    if args.also_save:
+        splits = {
+            split: [record for _, record in iter_jsonl(args.out / f"{split}.jsonl", what=f"{split} split")]
+            for split in ("train", "validation")
+        }
+        copy = save_hf_copy(
+            splits,
+            out=args.out,
+            image_key="images",
+            image_root=Path(manifest.get("image_root") or args.image_root),
+            fmt=args.also_save,
+            command="build finer",
+            manifest=args.out / "manifest.json",
+        )
+        print(f"wrote {copy} ({args.also_save}, images embedded, dataset card README.md)")
     return 0
 
 

@@ -53,6 +53,7 @@ class BuildStats:
     missing_images: list[str] = field(default_factory=list)
     unreadable_images: list[str] = field(default_factory=list)
     judge_answers: Counter[str] = field(default_factory=Counter)
+    judge_unreadable_example: str | None = None  # an answer of the judge's with no yes/no in it
 
 
 def build_items(
@@ -247,6 +248,8 @@ def judge_roi_objects(
     answers = judge(queries) if queries else []
     result: dict[int, tuple[list[str], dict[str, float]]] = {r.image_id: ([], areas_of[r.image_id]) for r in records}
     stats.judge_answers.update(map(str, answers[: len(queries)]))
+    if stats.judge_unreadable_example is None:
+        stats.judge_unreadable_example = getattr(judge, "unreadable_example", None)
     for (_, name, _), owner, answer in zip(queries, owners, answers):
         if answer == "no":  # Alg. 1: the judge cannot infer it from context
             result[owner][0].append(name)
@@ -390,13 +393,21 @@ def check_usable(items: list[dict[str, Any]], settings: BuildSettings, stats: Bu
         return
     skipped = {key: value for key, value in stats.skipped.items() if not key.startswith("shortfall_")}
     judge = f"; judge answers {dict(stats.judge_answers)}" if stats.judge_answers else ""
-    hint = (
-        " (the judge found every object predictable from its context)"
-        if stats.judge_answers and not stats.judge_answers.get("no")
-        else ""
-    )
+    hint = _judge_hint(stats)
     what = "no question" if len(empty) == 2 else f"no '{empty[0]}' question"
     raise UserError(f"nothing usable was built: {what}{hint}; skipped {skipped}{judge}; nothing was written")
+
+
+def _judge_hint(stats: BuildStats) -> str:
+    """Why the judge left nothing: no answer could be read (with one example), or every object predictable."""
+    answers = stats.judge_answers
+    if not answers or answers.get("no"):
+        return ""
+    if not answers.get("yes"):
+        example = stats.judge_unreadable_example
+        shown = f"; e.g. {example[:200]!r}" if example is not None else ""
+        return f" (no judge answer could be read: none of its {sum(answers.values())} answers held a yes or no{shown})"
+    return " (the judge found every object predictable from its context)"
 
 
 def oric_file_images(path: Path) -> set[str]:

@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 
 from data_builders.cli import add_llm_arguments, llm_client_options
+from data_builders.export import add_also_save_argument, save_hf_copy
 from data_builders.oric.annotations import load_instances
 from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, oric_file_images
 from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
@@ -67,6 +68,7 @@ def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument(
         "--review-sample", type=int, default=300, help="items on the sheet, half yes and half no (paper: 300)"
     )
+    add_also_save_argument(parser)
     parser.set_defaults(handler=partial(_build, kind=kind))
 
 
@@ -105,6 +107,11 @@ def _build(args: argparse.Namespace, kind: str) -> int:
     instances = load_instances(args.annotations)
     exclude = oric_file_images(args.exclude_images_from) if args.exclude_images_from else None
     judge_factory(args.context_judge)
+    if args.context_judge == "cooccurrence" and (args.llm_base_url or args.llm_model):
+        raise UserError(
+            "--llm-base-url/--llm-model: the cooccurrence context judge asks no LLM; use --context-judge openai, "
+            "or drop the --llm-* options"
+        )
     client: ChatClient | None = None
     if args.context_judge == "openai":
         if not args.llm_base_url or not args.llm_model:
@@ -164,6 +171,17 @@ def _build(args: argparse.Namespace, kind: str) -> int:
                 f"{what} image files ({len(names)}, all listed in the manifest): {', '.join(names[:5])}{more}",
                 file=sys.stderr,
             )
+    if args.also_save:
+        copy = save_hf_copy(
+            {"train" if kind == "train" else "test": items},
+            out=out,
+            image_key="image",
+            image_root=args.image_root,
+            fmt=args.also_save,
+            command=f"build oric{'-bench' if kind == 'bench' else ''}",
+            manifest=manifest_path(out),
+        )
+        print(f"wrote {copy} ({args.also_save}, images embedded, dataset card README.md)")
     if yes < args.num_yes or len(items) - yes < args.num_no:
         print(
             f"warning: asked for {args.num_yes} yes + {args.num_no} no, the annotations gave fewer (see 'skipped')",
@@ -188,6 +206,7 @@ _OPERATIONAL = {
     "review_sample",
     "annotations",
     "image_root",
+    "also_save",
     "exclude_images_from",
 }
 

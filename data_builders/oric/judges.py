@@ -130,6 +130,7 @@ class OpenAIJudge:
 
     def __init__(self, client: ChatClient) -> None:
         self.client = client
+        self.unreadable_example: str | None = None  # the first answer with no yes/no in it, for error messages
 
     @staticmethod
     def prompt(context: Sequence[str], target: str) -> str:
@@ -137,7 +138,10 @@ class OpenAIJudge:
 
     def __call__(self, queries: list[Query]) -> list[str | None]:
         answers = self.client.complete_many([self.prompt(ctx, target) for ctx, target, _ in queries], desc="LLM judge")
-        return [extract_yes_no(_REASONING.sub("", answer)) for answer in answers]
+        verdicts = [extract_yes_no(_REASONING.sub("", answer)) for answer in answers]
+        if self.unreadable_example is None:
+            self.unreadable_example = next((a for a, v in zip(answers, verdicts) if v is None), None)
+        return verdicts
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "model": self.client.model, "endpoint": self.client.url, "prompt": JUDGE_PROMPT}

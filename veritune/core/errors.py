@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import functools
 import io
+import os
 import sys
 from collections.abc import Callable
 from types import TracebackType
@@ -15,6 +16,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 USER_ERROR_EXIT_CODE = 2
 INTERRUPTED_EXIT_CODE = 130
+# Set by `veritune launch` for its workers: a worker of rank > 0 writes its error line into this folder
+# (rank<N>.txt) instead of stderr, so that a mistake every rank meets is printed once, by rank 0, and the
+# launcher prints a non-main rank's line only when rank 0 printed none.
+WORKER_ERROR_DIR_ENV = "VERITUNE_WORKER_ERRORS"
 
 
 class UserError(Exception):
@@ -86,6 +91,23 @@ def close_progress_bars() -> None:
     sys.stderr.flush()
 
 
+def _worker_error(message: str, *, printed: bool) -> bool:
+    """Under `veritune launch` (:data:`WORKER_ERROR_DIR_ENV`), note a worker's error line for the launcher:
+    rank 0 prints it and leaves a mark that it did; another rank prints nothing and leaves the line, which the
+    launcher prints only when rank 0 printed none. True when this worker should not print."""
+    folder, rank = os.environ.get(WORKER_ERROR_DIR_ENV), os.environ.get("RANK")
+    if not folder or not rank or not rank.isdigit() or not os.path.isdir(folder):
+        return False
+    if printed != (rank == "0"):
+        return rank != "0"
+    try:
+        with open(os.path.join(folder, f"rank{int(rank)}.txt"), "w", encoding="utf-8") as handle:
+            handle.write(f"error: {message}\n")
+    except OSError:
+        return False
+    return rank != "0"
+
+
 def exit_on_user_error(func: F) -> F:
     """Run ``func``; print a :class:`UserError` as ``error: ...`` on stderr and exit with code 2.
 
@@ -110,10 +132,13 @@ def exit_on_user_error(func: F) -> F:
             print("interrupted: finished work is kept; rerun the same command to resume", file=sys.stderr)
             sys.exit(INTERRUPTED_EXIT_CODE)
         close_progress_bars()
-        # One write: the processes of a distributed launch print the same line at once, and a single
-        # write of under 4 KiB to a pipe is never interleaved with another.
+        if _worker_error(message, printed=False):
+            sys.exit(USER_ERROR_EXIT_CODE)
+        # One write: processes that print at once (outside `veritune launch`) are never interleaved, as a
+        # single write of under 4 KiB to a pipe is atomic.
         sys.stderr.write(f"error: {message}\n")
         sys.stderr.flush()
+        _worker_error(message, printed=True)
         sys.exit(USER_ERROR_EXIT_CODE)
 
     return wrapper  # type: ignore[return-value]

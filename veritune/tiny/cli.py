@@ -1,18 +1,31 @@
-"""Command-line wiring of ``veritune tiny-model`` (the library code is :mod:`veritune.tiny.models`)."""
+"""Command-line wiring of ``veritune tiny-model`` and ``veritune tiny-clip`` (the library code is
+:mod:`veritune.tiny.models` and :mod:`veritune.tiny.clip`): the offline stand-ins of the CPU walk-through
+(docs/CPU_WALKTHROUGH.md)."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 from pathlib import Path
 
 from veritune.cli import command_help
+from veritune.core.errors import UserError
 
 
 def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune tiny-model``."""
     from veritune.tiny.models import FAMILIES, SIZES
 
-    parser = subparsers.add_parser("tiny-model", help=command_help(None, "tiny-model"))
+    parser = subparsers.add_parser(
+        "tiny-model",
+        help=command_help(None, "tiny-model"),
+        description="A tiny offline VLM checkpoint. By default its language model is warmed up on R1-style answers "
+        "(<REASONING>...</REASONING><SOLUTION>yes|no</SOLUTION>), so that ORIC's R1 recipes "
+        "(recipes/tiny_oric_demo.yaml) earn the format reward and the accuracy reward at chance from the first "
+        "step. --warm-start gives instead the demo's conventionally trained base (an SFT warm-start on the "
+        "synthetic world, minutes on a CPU, cached; plain answers: recipes/tiny_oric_miniature.yaml).",
+    )
     parser.add_argument("--family", choices=FAMILIES, default="qwen3vl", help="architecture of the tiny model")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
     parser.add_argument("--seed", type=int, default=0, help="initialisation seed")
@@ -20,14 +33,88 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--format-warmup-steps", type=int, default=150, help="R1-style answer warm-up steps (0: purely random weights)"
     )
+    parser.add_argument(
+        "--warm-start",
+        action="store_true",
+        help="the demo's warm-started base (qwen3vl, demo size): synthetic world, then finetune/sft.py with "
+        "recipes/tiny_sft_warmstart.yaml, reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the demo "
+        "or an earlier call made it",
+    )
+    parser.add_argument(
+        "--warm-start-steps", type=int, help="with --warm-start: SFT steps instead of the recipe's (a smoke test)"
+    )
     parser.set_defaults(handler=_tiny_model)
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
     from veritune.tiny.models import build_tiny_model
 
+    if args.warm_start_steps is not None and not args.warm_start:
+        raise UserError("--warm-start-steps: only with --warm-start")
+    if args.warm_start:
+        return _warm_started(args)
     path = build_tiny_model(
         args.family, args.out, seed=args.seed, format_warmup_steps=args.format_warmup_steps, size=args.size
     )
     print(f"tiny {args.family} checkpoint written to {path}")
+    return 0
+
+
+def _warm_started(args: argparse.Namespace) -> int:
+    """The demo's stages 1 to 3 (world, random demo-size Qwen3-VL, SFT warm-start) in ``<out>.work``, then the
+    base model copied to ``--out``."""
+    from veritune import demo
+
+    if args.family != "qwen3vl" or args.size != "test" or args.format_warmup_steps != 150:
+        raise UserError(
+            "--warm-start: the demo's base is a demo-size qwen3vl; drop --family, --size and --format-warmup-steps"
+        )
+    if args.warm_start_steps is not None and args.warm_start_steps < 1:
+        raise UserError(f"--warm-start-steps: must be at least 1, got {args.warm_start_steps}")
+    work = args.out.resolve().with_name(f"{args.out.name}.work")  # the stages run from the repository
+    paths = demo.demo_paths(work)
+    demo.pin_threads()
+    demo.build_world(paths, args.seed)
+    demo._build_tiny_qwen(paths, args.seed)
+    steps = () if args.warm_start_steps is None else ("--max_steps", str(args.warm_start_steps))
+    demo.warm_start(paths, work, args.seed, use_cache=True, overrides=steps)
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    shutil.copytree(paths["base"], args.out)
+    print(f"warm-started tiny qwen3vl written to {args.out} (world and SFT run: {work})")
+    return 0
+
+
+def register_tiny_clip(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``veritune tiny-clip``."""
+    parser = subparsers.add_parser(
+        "tiny-clip",
+        help=command_help(None, "tiny-clip"),
+        description="A tiny offline CLIP (model, tokenizer, image processor) for `veritune build oric --clip-model "
+        "DIR`: random weights, or trained contrastively on a COCO-format annotation file so that ORIC's "
+        "CLIP-guided negatives are plausible (as the demo does).",
+    )
+    parser.add_argument("--out", required=True, type=Path, help="output directory")
+    parser.add_argument("--seed", type=int, default=0, help="initialisation and training seed")
+    parser.add_argument("--annotations", type=Path, help="train on this COCO-format instances.json (optional)")
+    parser.add_argument("--image-root", type=Path, help="the images of --annotations")
+    parser.set_defaults(handler=_tiny_clip)
+
+
+def _tiny_clip(args: argparse.Namespace) -> int:
+    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+
+    if (args.annotations is None) != (args.image_root is None):
+        raise UserError("--annotations and --image-root: give both (to train) or neither (random weights)")
+    if args.annotations is not None and not args.annotations.is_file():
+        raise UserError(f"--annotations: not found: {args.annotations}")
+    if args.image_root is not None and not args.image_root.is_dir():
+        raise UserError(f"--image-root: not a directory: {args.image_root}")
+    path = build_tiny_clip(args.out, seed=args.seed)
+    if args.annotations is not None:
+        stats = train_tiny_clip(path, args.annotations, args.image_root, seed=args.seed)
+        (path / "trained.json").write_text(json.dumps(stats) + "\n")
+        print(f"tiny CLIP written to {path}, trained on {args.annotations} ({json.dumps(stats)})")
+    else:
+        print(f"tiny CLIP written to {path} (random weights)")
     return 0
