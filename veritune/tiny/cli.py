@@ -20,6 +20,13 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--format-warmup-steps", type=int, default=150, help="R1-style answer warm-up steps (0: purely random weights)"
     )
+    parser.add_argument(
+        "--patch-size",
+        type=int,
+        default=None,
+        help="vision patch side in pixels (default: the family's, 16 for qwen3vl: 4 tokens per 64-px image; "
+        "8 gives 16)",
+    )
     parser.set_defaults(handler=_tiny_model)
 
 
@@ -27,7 +34,12 @@ def _tiny_model(args: argparse.Namespace) -> int:
     from veritune.tiny.models import build_tiny_model
 
     path = build_tiny_model(
-        args.family, args.out, seed=args.seed, format_warmup_steps=args.format_warmup_steps, size=args.size
+        args.family,
+        args.out,
+        seed=args.seed,
+        format_warmup_steps=args.format_warmup_steps,
+        size=args.size,
+        patch_size=args.patch_size,
     )
     print(f"tiny {args.family} checkpoint written to {path}")
     return 0
