@@ -136,7 +136,7 @@ def build_tiny_model(
         patch_size: the vision tower's patch side in pixels, in its config and in both processors; None keeps
             the family's (:data:`PATCH_SIZES`: 16 for Qwen3-VL, 14 for Qwen2.5-VL). The language model gets
             ``(image_size / (patch_size * 2))²`` vision tokens per image (merge 2): 4 at 64 px and patch 16,
-            16 at patch 8 (docs/RESULTS.md, "Vision tokens").
+            16 at patch 8 (docs/RESULTS.md, "Sixteen vision tokens and a pretrained, frozen vision tower").
 
     Example:
         >>> from transformers import AutoModelForImageTextToText  # doctest: +SKIP
