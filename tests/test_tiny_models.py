@@ -134,3 +134,43 @@ def test_tiny_model_warm_start_is_the_demos_base_and_is_cached(tmp_path: Path, m
         assert (tmp_path / out / "model.safetensors").read_bytes() == (
             tmp_path / "a" / "model.safetensors"
         ).read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("patch_size", "grid", "tokens"),
+    [(None, [1, 4, 4], 4), (16, [1, 4, 4], 4), (8, [1, 8, 8], 16)],  # None: the family's 16-px patches
+)
+def test_patch_size_sets_the_vision_tokens_per_64px_image(
+    tmp_path: Path, patch_size: int | None, grid: list[int], tokens: int
+) -> None:
+    """Processor and model agree on the patch (and merge, temporal patch): a 64-px image is ``grid`` patches
+    and ``tokens`` image tokens in the prompt, as many as the vision tower hands the language model."""
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    path = build_tiny_model("qwen3vl", tmp_path / "m", format_warmup_steps=0, patch_size=patch_size)
+    model = AutoModelForImageTextToText.from_pretrained(path)
+    processor = AutoProcessor.from_pretrained(path)
+    vision, images = model.config.vision_config, processor.image_processor
+    assert (images.patch_size, images.merge_size, images.temporal_patch_size) == (
+        vision.patch_size,
+        vision.spatial_merge_size,
+        vision.temporal_patch_size,
+    )
+    content = [{"type": "image"}, {"type": "text", "text": "Is there a cup in the image?"}]
+    text = processor.apply_chat_template(
+        [{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False
+    )
+    inputs = processor(text=[text], images=[Image.new("RGB", (64, 64), "red")], return_tensors="pt")
+    assert inputs["image_grid_thw"].tolist() == [grid]
+    assert int((inputs["input_ids"] == model.config.image_token_id).sum()) == tokens
+    output = model.generate(
+        **inputs, max_new_tokens=3, min_new_tokens=3, do_sample=False
+    )  # the forward checks features == tokens
+    assert output.shape[1] == inputs["input_ids"].shape[1] + 3
+    identity = (path / "veritune_tiny.json").read_text()
+    assert ("patch_size" in identity) == (patch_size == 8)  # a default model's identity file is unchanged
+
+
+def test_odd_patch_size_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="--patch-size: expected an even number"):
+        build_tiny_model("qwen3vl", tmp_path / "m", patch_size=7)

@@ -43,6 +43,13 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--warm-start-steps", type=int, help="with --warm-start: SFT steps instead of the recipe's (a smoke test)"
     )
+    parser.add_argument(
+        "--patch-size",
+        type=int,
+        default=None,
+        help="vision patch side in pixels (default: the family's, 16 for qwen3vl: 4 tokens per 64-px image; "
+        "8 gives 16; not with --warm-start, whose base is the demo's)",
+    )
     parser.set_defaults(handler=_tiny_model)
 
 
@@ -51,10 +58,17 @@ def _tiny_model(args: argparse.Namespace) -> int:
 
     if args.warm_start_steps is not None and not args.warm_start:
         raise UserError("--warm-start-steps: only with --warm-start")
+    if args.warm_start and args.patch_size is not None:
+        raise UserError("--patch-size: not with --warm-start (the warm-started base is the demo's model)")
     if args.warm_start:
         return _warm_started(args)
     path = build_tiny_model(
-        args.family, args.out, seed=args.seed, format_warmup_steps=args.format_warmup_steps, size=args.size
+        args.family,
+        args.out,
+        seed=args.seed,
+        format_warmup_steps=args.format_warmup_steps,
+        size=args.size,
+        patch_size=args.patch_size,
     )
     print(f"tiny {args.family} checkpoint written to {path}")
     return 0

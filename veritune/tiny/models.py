@@ -71,6 +71,10 @@ QWEN_VL_CHAT_TEMPLATE = """{%- set image_count = namespace(value=0) -%}
 {%- endif -%}"""
 
 FAMILIES = ("qwen3vl", "qwen25vl")
+# Each family's vision patch side in pixels, as in the real checkpoints (``build_tiny_model(patch_size=...)``
+# overrides it).
+PATCH_SIZES = {"qwen3vl": 16, "qwen25vl": 14}
+MERGE_SIZE = 2  # both families merge 2x2 patches into one language-model token
 
 # Words the tiny tokenizer should hold as whole tokens: the prompts, tags and answers our recipes use.
 _CORPUS_SEED_TEXT = """
@@ -115,6 +119,7 @@ def build_tiny_model(
     image_size: int = 64,
     format_warmup_steps: int = 150,
     size: str = "test",
+    patch_size: int | None = None,
 ) -> Path:
     """Build a tiny random-initialised VLM checkpoint directory and return its path.
 
@@ -128,6 +133,10 @@ def build_tiny_model(
             <SOLUTION>yes|no</SOLUTION>``, yes and no at random) so that GRPO starts with reward variance, as
             an instruction-tuned model would; 0 keeps the weights purely random.
         size: a key of ``SIZES``: ``"test"`` (the default, smallest) or ``"demo"`` (qwen3vl only).
+        patch_size: the vision tower's patch side in pixels, in its config and in both processors; None keeps
+            the family's (:data:`PATCH_SIZES`: 16 for Qwen3-VL, 14 for Qwen2.5-VL). The language model gets
+            ``(image_size / (patch_size * 2))²`` vision tokens per image (merge 2): 4 at 64 px and patch 16,
+            16 at patch 8 (docs/RESULTS.md, "Sixteen vision tokens and a pretrained, frozen vision tower").
 
     Example:
         >>> from transformers import AutoModelForImageTextToText  # doctest: +SKIP
@@ -137,13 +146,16 @@ def build_tiny_model(
         raise UserError(f"unknown tiny model family {family!r}; choose one of: {', '.join(FAMILIES)}")
     if size not in SIZES or (size != "test" and family != "qwen3vl"):
         raise UserError(f"unknown tiny model size {size!r} for {family}; choose one of: {', '.join(SIZES)}")
+    patch = PATCH_SIZES[family] if patch_size is None else patch_size
+    if patch < 2 or patch % 2:
+        raise UserError(f"--patch-size: expected an even number of pixels of at least 2, got {patch}")
     import torch
     from transformers import AutoModelForImageTextToText
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = _build_tokenizer(family)
-    config = _build_config(family, tokenizer, SIZES[size])
+    config = _build_config(family, tokenizer, SIZES[size], patch)
     torch.manual_seed(seed)
     model = AutoModelForImageTextToText.from_config(config, dtype=torch.float32)
     model.generation_config.eos_token_id = [tokenizer.convert_tokens_to_ids("<|im_end|>"), tokenizer.pad_token_id]
@@ -151,9 +163,12 @@ def build_tiny_model(
     if format_warmup_steps > 0:
         _warm_up_answer_format(model, tokenizer, format_warmup_steps, seed)
     model.save_pretrained(out_dir)
-    processor = _build_processor(family, tokenizer, image_size)
+    processor = _build_processor(family, tokenizer, image_size, patch)
     processor.save_pretrained(out_dir)
-    (out_dir / "veritune_tiny.json").write_text(json.dumps({"family": family, "seed": seed}) + "\n")
+    identity: dict[str, Any] = {"family": family, "seed": seed}
+    if patch != PATCH_SIZES[family]:  # a default model's identity file is the one written before the option
+        identity["patch_size"] = patch
+    (out_dir / "veritune_tiny.json").write_text(json.dumps(identity) + "\n")
     return out_dir
 
 
@@ -247,9 +262,10 @@ def _build_tokenizer(family: str) -> Any:
     return tokenizer
 
 
-def _build_config(family: str, tokenizer: Any, dims: dict[str, float] | None = None) -> Any:
-    """The model config of a tiny ``family`` checkpoint with ``dims`` (a value of :data:`SIZES`) and the
-    tokenizer's special-token ids."""
+def _build_config(family: str, tokenizer: Any, dims: dict[str, float] | None = None, patch: int | None = None) -> Any:
+    """The model config of a tiny ``family`` checkpoint with ``dims`` (a value of :data:`SIZES`), vision patches
+    of ``patch`` pixels (None: the family's) and the tokenizer's special-token ids."""
+    patch = PATCH_SIZES[family] if patch is None else patch
     ids = {name: tokenizer.convert_tokens_to_ids(name) for name in QWEN_SPECIAL_TOKENS}
     vocab_size = len(tokenizer)
     vocab_size += -vocab_size % 64  # round up, as real checkpoints pad their embedding tables
@@ -260,12 +276,15 @@ def _build_config(family: str, tokenizer: Any, dims: dict[str, float] | None = N
         "vision_end_token_id": ids["<|vision_end|>"],
     }
     if family == "qwen3vl":
-        return _qwen3vl_config(tokenizer, dims or SIZES["test"], vocab_size, common_ids)
-    return _qwen25vl_config(tokenizer, ids, vocab_size, common_ids)
+        return _qwen3vl_config(tokenizer, dims or SIZES["test"], vocab_size, common_ids, patch)
+    return _qwen25vl_config(tokenizer, ids, vocab_size, common_ids, patch)
 
 
-def _qwen3vl_config(tokenizer: Any, dims: dict[str, float], vocab_size: int, common_ids: dict[str, int]) -> Any:
-    """A Qwen3-VL config: a ``dims``-sized LM and vision tower (16-px patches, merge 2, deepstack at block 0)."""
+def _qwen3vl_config(
+    tokenizer: Any, dims: dict[str, float], vocab_size: int, common_ids: dict[str, int], patch: int = 16
+) -> Any:
+    """A Qwen3-VL config: a ``dims``-sized LM and vision tower (``patch``-px patches, merge 2, deepstack at
+    block 0)."""
     init_std = dims.get("initializer_range", 0.02)
     from transformers import Qwen3VLConfig
 
@@ -294,8 +313,8 @@ def _qwen3vl_config(tokenizer: Any, dims: dict[str, float], vocab_size: int, com
             "hidden_size": dims["vision_hidden"],
             "intermediate_size": 2 * dims["vision_hidden"],
             "num_heads": dims["vision_heads"],
-            "patch_size": 16,
-            "spatial_merge_size": 2,
+            "patch_size": patch,
+            "spatial_merge_size": MERGE_SIZE,
             "temporal_patch_size": 2,
             "out_hidden_size": dims["text_hidden"],
             "num_position_embeddings": 64,
@@ -307,8 +326,10 @@ def _qwen3vl_config(tokenizer: Any, dims: dict[str, float], vocab_size: int, com
     )
 
 
-def _qwen25vl_config(tokenizer: Any, ids: dict[str, int], vocab_size: int, common_ids: dict[str, int]) -> Any:
-    """A Qwen2.5-VL config at the test size (14-px patches, windowed attention with one full block)."""
+def _qwen25vl_config(
+    tokenizer: Any, ids: dict[str, int], vocab_size: int, common_ids: dict[str, int], patch: int = 14
+) -> Any:
+    """A Qwen2.5-VL config at the test size (``patch``-px patches, windowed attention with one full block)."""
     from transformers import Qwen2_5_VLConfig
 
     return Qwen2_5_VLConfig(
@@ -330,8 +351,8 @@ def _qwen25vl_config(tokenizer: Any, ids: dict[str, int], vocab_size: int, commo
             "hidden_size": 32,
             "intermediate_size": 64,
             "num_heads": 2,
-            "patch_size": 14,
-            "spatial_merge_size": 2,
+            "patch_size": patch,
+            "spatial_merge_size": MERGE_SIZE,
             "temporal_patch_size": 2,
             "out_hidden_size": 64,
             "window_size": 56,
@@ -342,16 +363,16 @@ def _qwen25vl_config(tokenizer: Any, ids: dict[str, int], vocab_size: int, commo
     )
 
 
-def _build_processor(family: str, tokenizer: Any, image_size: int) -> Any:
+def _build_processor(family: str, tokenizer: Any, image_size: int, patch: int | None = None) -> Any:
     from transformers import Qwen2VLImageProcessor
 
-    patch = 16 if family == "qwen3vl" else 14
-    unit = patch * 2  # one merged vision token covers (patch * merge)² pixels
+    patch = PATCH_SIZES[family] if patch is None else patch
+    unit = patch * MERGE_SIZE  # one merged vision token covers (patch * merge)² pixels
     max_pixels = max(image_size * image_size, unit * unit)
     size = {"shortest_edge": unit * unit, "longest_edge": max_pixels}
     image_processor = Qwen2VLImageProcessor(
         patch_size=patch,
-        merge_size=2,
+        merge_size=MERGE_SIZE,
         temporal_patch_size=2,
         size=size,
         image_mean=[0.5, 0.5, 0.5] if family == "qwen3vl" else [0.48145466, 0.4578275, 0.40821073],
@@ -360,7 +381,9 @@ def _build_processor(family: str, tokenizer: Any, image_size: int) -> Any:
     if family == "qwen3vl":
         from transformers import Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-        video_processor = Qwen3VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, size=size)
+        video_processor = Qwen3VLVideoProcessor(
+            patch_size=patch, merge_size=MERGE_SIZE, temporal_patch_size=2, size=size
+        )
         return Qwen3VLProcessor(
             image_processor=image_processor,
             tokenizer=tokenizer,
@@ -369,7 +392,7 @@ def _build_processor(family: str, tokenizer: Any, image_size: int) -> Any:
         )
     from transformers import Qwen2_5_VLProcessor, Qwen2VLVideoProcessor
 
-    video_processor = Qwen2VLVideoProcessor(patch_size=patch, merge_size=2, temporal_patch_size=2, size=size)
+    video_processor = Qwen2VLVideoProcessor(patch_size=patch, merge_size=MERGE_SIZE, temporal_patch_size=2, size=size)
     return Qwen2_5_VLProcessor(
         image_processor=image_processor,
         tokenizer=tokenizer,
