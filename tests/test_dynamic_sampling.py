@@ -128,7 +128,8 @@ def test_round_limit_is_honoured_and_said(tiny_qwen3vl: Path, tmp_path: Path) ->
     assert len(table) == 2 * 4
     # The step line holds the step's facts; one summary line at the end, no WARNING per step.
     assert "| filled 2 |" in result.stdout
-    assert "WARNING" not in result.stderr
+    # (transformers may warn about the tiny tokenizer's special tokens; veritune itself warns about nothing here)
+    assert not [line for line in result.stderr.splitlines() if " WARNING veritune" in line], result.stderr[-2000:]
     summary = [line for line in result.stderr.splitlines() if "dynamic sampling:" in line]
     assert len(summary) == 1 and summary[0].endswith(
         "dynamic sampling: 1 generation batch(es); 1 were filled with 2 group(s) of reward spread <= 10 "

@@ -614,6 +614,8 @@ def test_all_seven_run_end_to_end_and_rescore(
             ), name
             assert len(read_predictions(out / name / "predictions.jsonl")) == count
             extra = ["--image-root", str(images[name])] if name in images else []
+            # the judge's options only where it judges: for a benchmark scored by its rules alone they are refused
+            uses_judge = AnswerJudge.applies_to(get_benchmark(name))
             assert (
                 main(
                     [
@@ -626,7 +628,7 @@ def test_all_seven_run_end_to_end_and_rescore(
                         "--predictions",
                         str(out / name / "predictions.jsonl"),
                         *extra,
-                        *judge,
+                        *(judge if uses_judge else []),
                     ]
                 )
                 == 0
