@@ -293,7 +293,8 @@ def _run(args: argparse.Namespace) -> int:
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
     backend = get_backend(args.backend, args.model, args.dtype, blind_fill=blind_fill)
     results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force)
-    if process_state().is_main_process:
+    state = process_state()
+    if state.is_main_process:
         if blind_fill is not None:
             print(blind_label(blind_fill))
         results_path = write_results_file(args, results, judge)
@@ -302,6 +303,11 @@ def _run(args: argparse.Namespace) -> int:
         print(f"results: {results_path}")
         if args.report_to == "wandb":
             log_eval_to_wandb(Path(args.model), results, args.out, blind_fill=blind_fill)
+    if state.num_processes > 1:
+        # Under `accelerate launch`, no process leaves while the main one still writes: a worker exiting with
+        # the gloo process group alive was aborted ("terminate called without an active exception").
+        state.wait_for_everyone()
+        state.destroy_process_group()
     return 0
 
 
