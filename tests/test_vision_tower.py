@@ -197,3 +197,77 @@ def test_sft_with_a_frozen_tower_and_attribute_pairs_keeps_the_vision_weights(
     vision = [name for name in before if name.startswith("model.visual.")]
     assert vision and all(torch.equal(before[name], after[name]) for name in vision)
     assert any(not torch.equal(before[name], after[name]) for name in before if "language_model" in name)
+
+
+def test_tiny_model_pretrain_vision_trains_the_tower_only(
+    drawn_world: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`veritune tiny-model --pretrain-vision`: 20 steps change the vision tower, leave the language model's
+    weights byte-identical, record the stats, and the model still loads and generates."""
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from veritune.cli import main
+    from veritune.tiny.models import build_tiny_model
+
+    plain = build_tiny_model("qwen3vl", tmp_path / "plain", patch_size=8)
+    train, dev = drawn_world["train_annotations"].parent, drawn_world["val_annotations"].parent
+    out = tmp_path / "pretrained"
+    flags = ["--patch-size", "8", "--pretrain-vision", str(train), "--pretrain-vision-eval", str(dev)]
+    assert main(["tiny-model", "--out", str(out), *flags, "--pretrain-vision-steps", "20"]) == 0
+    assert "vision tower pretrained for 20 steps" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "pretrained"]  # no temporary folder left
+    before, after = load_file(plain / "model.safetensors"), load_file(out / "model.safetensors")
+    assert before.keys() == after.keys()
+    vision = [name for name in before if name.startswith("model.visual.")]
+    assert any(not torch.equal(before[name], after[name]) for name in vision)
+    assert all(torch.equal(before[name], after[name]) for name in before if name not in vision)
+    identity = json.loads((out / "veritune_tiny.json").read_text())
+    stats = identity.pop("vision_pretraining")
+    assert identity == json.loads((plain / "veritune_tiny.json").read_text())
+    assert stats["steps"] == 20 and stats["seconds"] > 0 and stats["eval"] == str(dev)
+    heads = {"class", "attribute_0", "attribute_1", "attribute_2"}
+    assert set(stats["eval_accuracy_before"]) == set(stats["eval_accuracy_after"]) == heads
+    # each slot's values come from the scene graphs' phrases, the class's hue left out of the shade
+    assert [stats["heads"][f"attribute_{slot}"] for slot in range(3)] == [
+        ["dark", "light"],
+        ["black", "white"],
+        ["plain", "striped"],
+    ]
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    processor = AutoProcessor.from_pretrained(out)
+    content = [{"type": "image"}, {"type": "text", "text": QUESTION.format(x="cup with a white border")}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    with Image.open(next((train / "images").iterdir())) as image:
+        inputs = processor(text=[text], images=[image.convert("RGB")], return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=2, min_new_tokens=2, do_sample=False)
+    assert output.shape[1] == inputs["input_ids"].shape[1] + 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--pretrain-vision", "{empty}"],
+            "error: {empty}: not a split folder of `veritune build synthetic-world` "
+            "(missing instances.json, scene_graphs.json;",
+        ),
+        (
+            ["--pretrain-vision-steps", "5"],
+            "error: --pretrain-vision-steps and --pretrain-vision-eval: only with --pretrain-vision",
+        ),
+        (["--pretrain-vision", "{empty}", "--warm-start"], "error: --pretrain-vision: not with --warm-start"),
+    ],
+)
+def test_tiny_model_pretrain_vision_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    from veritune.cli import main
+
+    empty = tmp_path / "split"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny-model", "--out", str(tmp_path / "m"), *(a.format(empty=empty) for a in extra)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(message.format(empty=empty))
+    assert not (tmp_path / "m").exists()
