@@ -11,6 +11,10 @@ comes from the statistics of such data, as in COCO: present objects are mostly i
 drawn absent classes are mostly out of context, so "is this class typical of the scene?" answers most
 questions right and is learned long before the fine object evidence that the rest need.
 
+With ``attribute_pairs_per_image`` the data also ask about the objects' attributes in FINER's yes/no probe
+wording (:func:`attribute_pair_examples`, from the split's scene graphs): what a model needs to see to tell
+FINER's fine-grained negatives from the positives (docs/RESULTS.md).
+
 Training is TRL's ``SFTTrainer`` on prompt-completion conversations (loss on the completion only).
 
 Ready-made examples can be given instead of the annotation file: rows in TRL's conversational
