@@ -40,8 +40,9 @@ IGNORE = -100  # a target the split does not give (a value the train split never
 
 @dataclass
 class SplitTargets:
-    """One split's images and, per image, ``(token row, token column, class index, slot value indices...)``
-    of each scene-graph object, in image coordinates scaled to [0, 1)."""
+    """One split's images and, per image, ``(centre y, centre x, class index, slot value indices)`` of each
+    scene-graph object: its box centre as fractions of the image's height and width, :data:`IGNORE` for a
+    target the split does not give."""
 
     images: list[Path]
     objects: list[list[tuple[float, float, int, list[int]]]]
@@ -141,7 +142,10 @@ def load_split(
                     slots.append(vocabulary.index(value) if value in vocabulary else IGNORE)
                 label = classes.index(obj["object"]) if obj["object"] in classes else IGNORE
                 rows.append((*centre, label, slots))
-            targets.images.append(Path(split) / "images" / graph["image"])
+            path = Path(split) / "images" / graph["image"]
+            if not path.is_file():
+                raise UserError(f"{path}: image of {graph_file} not found")
+            targets.images.append(path)
             targets.objects.append(rows)
     except (KeyError, TypeError) as err:
         raise UserError(f"{graph_file}: expected scene graphs with image, objects and attributes; {err}") from None
