@@ -23,7 +23,8 @@ EVAL_BACKENDS = ("auto", "transformers", "vllm")
 
 @dataclass
 class VerituneModelConfig(ModelConfig):
-    """TRL's ``ModelConfig`` plus the switch that keeps LoRA adapters off the vision tower."""
+    """TRL's ``ModelConfig`` plus the switches that keep LoRA adapters off the vision tower and keep the vision
+    tower fixed."""
 
     lora_language_model_only: bool = field(
         default=True,
@@ -32,6 +33,22 @@ class VerituneModelConfig(ModelConfig):
             "also hits vision-tower modules in several VLM families; this keeps adapters on the LLM only."
         },
     )
+    freeze_vision_tower: bool = field(
+        default=False,
+        metadata={
+            "help": "Keep the vision encoder and its merger/projector fixed (requires_grad False; ms-swift's "
+            "`freeze_vit`): only the language model trains. With use_peft every base weight is frozen anyway, and "
+            "lora_language_model_only must stay true so that no adapter lands on the vision tower."
+        },
+    )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.freeze_vision_tower and self.use_peft and not self.lora_language_model_only:
+            raise UserError(
+                "freeze_vision_tower: with use_peft and lora_language_model_only: false, LoRA adapters may sit on the "
+                "vision tower and train it; set lora_language_model_only: true or drop freeze_vision_tower"
+            )
 
 
 @dataclass

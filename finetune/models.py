@@ -16,7 +16,9 @@ from veritune.core.errors import UserError
 
 logger = logging.getLogger(__name__)
 
-# Sub-module names under which VLM families keep their vision encoder and projector.
+# Sub-module names under which VLM families keep their vision encoder and projector (Qwen2-VL, Qwen2.5-VL and
+# Qwen3-VL: `visual`, its merger inside; LLaVA-style models: `vision_tower` + `multi_modal_projector`; ...). The
+# one list that both LoRA's language-model-only targets and `freeze_vision_tower` (:func:`vision_modules`) read.
 VISION_MODULE_NAMES = (
     "visual",
     "vision_tower",
@@ -63,6 +65,45 @@ def language_model_only_targets(target_modules: list[str] | str | None) -> str |
     return rf"^(?!.*\b(?:{excluded})\b).*\.(?:{names})$"
 
 
+def vision_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """``(name, module)`` of the model's vision encoder and projector: the outermost sub-modules whose own name
+    is one of :data:`VISION_MODULE_NAMES` (``model.visual`` of a Qwen3-VL, which holds its mergers; a LLaVA's
+    ``model.vision_tower`` and ``model.multi_modal_projector``); empty when the model has none."""
+    found: list[tuple[str, torch.nn.Module]] = []
+    for name, module in model.named_modules():
+        inside = any(name.startswith(f"{outer}.") for outer, _ in found)
+        if not inside and name.rpartition(".")[2] in VISION_MODULE_NAMES:
+            found.append((name, module))
+    return found
+
+
+def freeze_vision_tower(model: torch.nn.Module) -> int:
+    """Set ``requires_grad`` False on every parameter of the vision encoder and its merger/projector
+    (:func:`vision_modules`); returns how many parameters (elements) were frozen and logs one INFO line.
+
+    Raises:
+        UserError: the model has no sub-module veritune recognises as its vision tower.
+    """
+    modules = vision_modules(model)
+    if not modules:
+        raise UserError(
+            f"freeze_vision_tower: {type(model).__name__} has no vision tower veritune recognises (a sub-module "
+            f"named one of {', '.join(VISION_MODULE_NAMES)})"
+        )
+    frozen: dict[int, torch.nn.Parameter] = {}
+    for _, module in modules:
+        for parameter in module.parameters():
+            parameter.requires_grad_(False)
+            frozen[id(parameter)] = parameter
+    count = sum(parameter.numel() for parameter in frozen.values())
+    logger.info(
+        "freeze_vision_tower: %d parameters frozen (%s); the language model trains",
+        count,
+        ", ".join(name for name, _ in modules),
+    )
+    return count
+
+
 def get_lora_config(model_args: VerituneModelConfig) -> Any:
     """TRL's LoRA config from the recipe, restricted to the language model unless told otherwise."""
     peft_config = get_peft_config(model_args)
@@ -85,12 +126,13 @@ def get_processor(model_args: VerituneModelConfig) -> Any:
 
 
 def get_model(model_args: VerituneModelConfig) -> Any:
-    """The policy as an ``AutoModelForImageTextToText`` with the recipe's dtype and attention kernel."""
+    """The policy as an ``AutoModelForImageTextToText`` with the recipe's dtype and attention kernel, its vision
+    tower frozen with ``freeze_vision_tower`` (:func:`freeze_vision_tower`)."""
     if not model_args.model_name_or_path:
         raise UserError("model_name_or_path: required (a hub id or a local checkpoint directory)")
     dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
     try:
-        return AutoModelForImageTextToText.from_pretrained(
+        model = AutoModelForImageTextToText.from_pretrained(
             model_args.model_name_or_path,
             revision=model_args.model_revision,
             dtype=dtype,
@@ -98,6 +140,11 @@ def get_model(model_args: VerituneModelConfig) -> Any:
         )
     except OSError as err:
         raise UserError(f"model_name_or_path: cannot load {model_args.model_name_or_path!r}: {err}") from None
+    if getattr(model_args, "freeze_vision_tower", False):
+        # With LoRA, PEFT freezes every base weight anyway and lora_language_model_only (checked in
+        # VerituneModelConfig) keeps the adapters off the tower: there this changes nothing that trains.
+        freeze_vision_tower(model)
+    return model
 
 
 def count_parameters(model: torch.nn.Module) -> tuple[int, int]:

@@ -11,6 +11,10 @@ comes from the statistics of such data, as in COCO: present objects are mostly i
 drawn absent classes are mostly out of context, so "is this class typical of the scene?" answers most
 questions right and is learned long before the fine object evidence that the rest need.
 
+With ``attribute_pairs_per_image`` the data also ask about the objects' attributes in FINER's yes/no probe
+wording (:func:`attribute_pair_examples`, from the split's scene graphs): what a model needs to see to tell
+FINER's fine-grained negatives from the positives (docs/RESULTS.md).
+
 Training is TRL's ``SFTTrainer`` on prompt-completion conversations (loss on the completion only).
 
 Ready-made examples can be given instead of the annotation file: rows in TRL's conversational
@@ -42,6 +46,7 @@ from finetune.data_sources import embedded_image_dir, iter_records, resolve_imag
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from veritune.core.errors import UserError
+from veritune.core.finer_yn import QUESTION as FINER_YN_QUESTION
 from veritune.core.io import read_json
 from veritune.core.prompts import with_r1_instruction
 from veritune.core.sampling import sample_indices
@@ -74,6 +79,31 @@ class SFTScriptArguments(ScriptArguments):
         default_factory=lambda: ["plain", "r1"],
         metadata={"help": "plain (Yes. / No.) and/or r1 (ORIC Fig. 11's <REASONING>/<SOLUTION> tags)."},
     )
+    attribute_pairs_per_image: int = field(
+        default=0,
+        metadata={
+            "help": "Per train image and attribute slot, this many scene-graph objects (seeded draw) each give a "
+            "pair of questions in FINER's yes/no probe wording: its true attribute phrase answered 'Yes.', its "
+            "first negative (`neg_attribute[slot][0]`, a value the image does not show for that class) 'No.'. "
+            "Only objects with a negative for the slot count. 0: none (the conventional data only)."
+        },
+    )
+    attribute_pair_slots: list[int] | None = field(
+        default=None,
+        metadata={
+            "help": "With attribute_pairs_per_image: the attribute slots asked about, as 0-based positions in each "
+            "object's `attribute` list (a drawn synthetic world: 0 shade, 1 border, 2 pattern); default: every "
+            "slot the scene graphs have."
+        },
+    )
+    scene_graphs_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "With attribute_pairs_per_image: the scene graphs (FINER's layout) of the train images; "
+            "default: scene_graphs.json beside dataset_path (a synthetic world's split). Their `image` paths are "
+            "resolved against image_root."
+        },
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -84,6 +114,24 @@ class SFTScriptArguments(ScriptArguments):
             raise UserError(f"questions_per_image: must be at least 0, got {self.questions_per_image}")
         if self.mcq_per_image < 0:
             raise UserError(f"mcq_per_image: must be at least 0, got {self.mcq_per_image}")
+        if self.attribute_pairs_per_image < 0:
+            raise UserError(f"attribute_pairs_per_image: must be at least 0, got {self.attribute_pairs_per_image}")
+        if self.attribute_pair_slots is not None and (
+            not self.attribute_pair_slots or any(slot < 0 for slot in self.attribute_pair_slots)
+        ):
+            raise UserError(
+                f"attribute_pair_slots: expected a non-empty list of slot positions (0, 1, ...), got "
+                f"{self.attribute_pair_slots}"
+            )
+
+    def scene_graph_file(self) -> Path:
+        """Where the attribute pairs' scene graphs are read: ``scene_graphs_path``, else ``scene_graphs.json``
+        beside ``dataset_path``."""
+        if self.scene_graphs_path:
+            return Path(self.scene_graphs_path)
+        if not self.dataset_path:
+            raise UserError("scene_graphs_path: required for attribute_pairs_per_image with a Hub dataset_name")
+        return Path(self.dataset_path).with_name("scene_graphs.json")
 
 
 def load_present_classes(annotations: str | Path) -> tuple[list[tuple[str, list[str]]], list[str]]:
@@ -183,6 +231,71 @@ def conventional_examples(
     return examples
 
 
+def attribute_pair_examples(
+    scene_graphs: str | Path,
+    image_root: str | Path,
+    *,
+    per_image: int,
+    slots: list[int] | None,
+    seed: int,
+) -> tuple[list[dict[str, Any]], dict[int, int]]:
+    """FINER yes/no probe pairs about the objects' attributes (``attribute_pairs_per_image``): per image and slot,
+    up to ``per_image`` objects drawn with a ``seed``-ed generator among those whose ``neg_attribute[slot]`` is
+    not empty, each asked ``QUESTION`` (veritune.core.finer_yn) about "<object> <true phrase>" → ``Yes.`` and
+    "<object> <neg_attribute[slot][0]>" → ``No.``. Returns the examples (in graph order) and the number of pairs
+    per slot.
+
+    Raises:
+        UserError: a missing or malformed scene-graph file, a slot no object has, or a missing image.
+    """
+    path = Path(scene_graphs)
+    if not path.is_file():
+        raise UserError(f"{path}: scene graphs not found (attribute_pairs_per_image reads them; set scene_graphs_path)")
+    graphs = read_json(path, what="scene-graph file")
+    try:
+        widest = max((len(o["attribute"]) for g in graphs for o in g["objects"]), default=0)
+    except (KeyError, TypeError) as err:
+        raise UserError(f"{path}: expected a list of scene graphs with objects and their attributes; {err}") from None
+    if slots is None:
+        slots = list(range(widest))
+    elif max(slots) >= widest:
+        raise UserError(
+            f"attribute_pair_slots: slot {max(slots)} is not in {path} (its objects have at most {widest} attributes)"
+        )
+    rng = random.Random(seed)
+    root = Path(image_root)
+    counts = dict.fromkeys(slots, 0)
+    examples: list[dict[str, Any]] = []
+    for index, graph in enumerate(graphs):
+        try:
+            image, objects = root / graph["image"], graph["objects"]
+            chosen = []
+            for slot in slots:
+                usable = [o for o in objects if len(o["neg_attribute"]) > slot and o["neg_attribute"][slot]]
+                chosen += [(slot, o) for o in rng.sample(usable, min(per_image, len(usable)))]
+            pairs = [
+                (slot, f"{o['object']} {phrase}", label)
+                for slot, o in chosen
+                for phrase, label in ((o["attribute"][slot], "Yes."), (o["neg_attribute"][slot][0], "No."))
+            ]
+        except (KeyError, TypeError, IndexError) as err:
+            raise UserError(
+                f"{path}: graph {index}: expected image, objects, attribute and neg_attribute ({err})"
+            ) from None
+        if pairs and not image.is_file():
+            raise UserError(f"{image}: image of {path} not found (check image_root)")
+        for slot, target, label in pairs:
+            counts[slot] += label == "Yes."
+            examples.append(
+                {
+                    "prompt": [{"role": "user", "content": FINER_YN_QUESTION.format(x=target)}],
+                    "completion": [{"role": "assistant", "content": label}],
+                    "images": [str(image)],
+                }
+            )
+    return examples, counts
+
+
 def is_example_table(script_args: ScriptArguments) -> bool:
     """Whether the data are ready-made examples (a table: module doc), not a COCO-format annotation file."""
     path = script_args.dataset_path
@@ -238,8 +351,9 @@ def table_examples(script_args: ScriptArguments) -> list[dict[str, Any]]:
 
 def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[str, Any]]:
     """The run's examples: :func:`conventional_examples` of the recipe's annotation file (or the ready-made
-    :func:`table_examples`), then, with ``max_train_samples``, the seeded uniform subsample every trainer
-    draws (``sample_indices``)."""
+    :func:`table_examples`), with ``attribute_pairs_per_image`` plus :func:`attribute_pair_examples` (the two
+    shuffled together with ``seed``), then, with ``max_train_samples``, the seeded uniform subsample every
+    trainer draws (``sample_indices``)."""
     if is_example_table(script_args):
         examples = table_examples(script_args)
     else:
@@ -252,6 +366,24 @@ def training_examples(script_args: SFTScriptArguments, seed: int) -> list[dict[s
             seed=seed,
             mcq_per_image=script_args.mcq_per_image,
         )
+    if script_args.attribute_pairs_per_image:
+        pairs, counts = attribute_pair_examples(
+            script_args.scene_graph_file(),
+            script_args.image_root or ".",
+            per_image=script_args.attribute_pairs_per_image,
+            slots=script_args.attribute_pair_slots,
+            seed=seed + 1,  # a generator of its own: the conventional examples stay those of the same seed
+        )
+        logger.info(
+            "attribute pairs: %d questions (%d pairs; per slot %s) from %s added to %d examples",
+            len(pairs),
+            len(pairs) // 2,
+            ", ".join(f"{slot}: {n}" for slot, n in counts.items()),
+            script_args.scene_graph_file(),
+            len(examples),
+        )
+        examples = examples + pairs
+        random.Random(seed).shuffle(examples)
     if script_args.max_train_samples:
         examples = [examples[i] for i in sample_indices(len(examples), script_args.max_train_samples, seed)]
     return examples
@@ -313,6 +445,11 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
         raise UserError(f"dataset file not found: {script_args.dataset_path}")
     if not script_args.image_root and not is_example_table(script_args):
         raise UserError("image_root: required (the folder holding the annotation file's images)")
+    if script_args.attribute_pairs_per_image and not script_args.scene_graph_file().is_file():
+        raise UserError(
+            f"{script_args.scene_graph_file()}: scene graphs not found (attribute_pairs_per_image reads them; set "
+            "scene_graphs_path)"
+        )
     model, processor, peft_config = get_model_and_processor(model_args)
     examples = training_examples(script_args, training_args.seed)
     trainer = SFTTrainer(

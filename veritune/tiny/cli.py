@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -50,6 +51,23 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
         help="vision patch side in pixels (default: the family's, 16 for qwen3vl: 4 tokens per 64-px image; "
         "8 gives 16; not with --warm-start, whose base is the demo's)",
     )
+    parser.add_argument(
+        "--pretrain-vision",
+        type=Path,
+        metavar="SPLIT_DIR",
+        help="then pretrain the vision tower on a synthetic-world split (instances.json, scene_graphs.json, "
+        "images/): linear heads on the vision token at each object's box centre predict its class and each "
+        "attribute's value, the language model untouched (veritune/tiny/tower.py)",
+    )
+    parser.add_argument(
+        "--pretrain-vision-steps", type=int, help="with --pretrain-vision: steps of 64 images (default 1000)"
+    )
+    parser.add_argument(
+        "--pretrain-vision-eval",
+        type=Path,
+        metavar="SPLIT_DIR",
+        help="with --pretrain-vision: a held-out split whose per-head accuracy is reported before and after",
+    )
     parser.set_defaults(handler=_tiny_model)
 
 
@@ -60,8 +78,16 @@ def _tiny_model(args: argparse.Namespace) -> int:
         raise UserError("--warm-start-steps: only with --warm-start")
     if args.warm_start and args.patch_size is not None:
         raise UserError("--patch-size: not with --warm-start (the warm-started base is the demo's model)")
+    if args.pretrain_vision is None and (
+        args.pretrain_vision_eval is not None or args.pretrain_vision_steps is not None
+    ):
+        raise UserError("--pretrain-vision-steps and --pretrain-vision-eval: only with --pretrain-vision")
+    if args.warm_start and args.pretrain_vision is not None:
+        raise UserError("--pretrain-vision: not with --warm-start (the warm-started base is the demo's model)")
     if args.warm_start:
         return _warm_started(args)
+    if args.pretrain_vision is not None:
+        return _pretrained_vision(args)
     path = build_tiny_model(
         args.family,
         args.out,
@@ -71,6 +97,44 @@ def _tiny_model(args: argparse.Namespace) -> int:
         patch_size=args.patch_size,
     )
     print(f"tiny {args.family} checkpoint written to {path}")
+    return 0
+
+
+def _pretrained_vision(args: argparse.Namespace) -> int:
+    """The tiny model built in a temporary folder, its vision tower pretrained, then moved to ``--out``."""
+    from veritune.tiny.models import build_tiny_model
+    from veritune.tiny.tower import check_split, pretrain_vision_tower
+
+    steps = 1000 if args.pretrain_vision_steps is None else args.pretrain_vision_steps
+    if steps < 1:
+        raise UserError(f"--pretrain-vision-steps: must be at least 1, got {steps}")
+    for split in (args.pretrain_vision, args.pretrain_vision_eval):
+        if split is not None:
+            check_split(split)
+    work = args.out.with_name(f".{args.out.name}.build-{os.getpid()}")
+    try:
+        build_tiny_model(
+            args.family,
+            work,
+            seed=args.seed,
+            format_warmup_steps=args.format_warmup_steps,
+            size=args.size,
+            patch_size=args.patch_size,
+        )
+        stats = pretrain_vision_tower(
+            work,
+            args.pretrain_vision,
+            args.out,
+            steps=steps,
+            eval_split=args.pretrain_vision_eval,
+            seed=args.seed,
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(
+        f"tiny {args.family} checkpoint written to {args.out}, its vision tower pretrained for {stats['steps']} "
+        f"steps on {args.pretrain_vision} in {stats['seconds']} s (veritune_tiny.json)"
+    )
     return 0
 
 

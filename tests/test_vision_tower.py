@@ -1,0 +1,273 @@
+"""A vision tower that sees per-instance attributes (issue 43): ``freeze_vision_tower`` on every trainer's model,
+FINER-worded attribute pairs in the SFT warm-start's data, and the tiny models' vision-tower pretraining."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run_entry
+from safetensors.torch import load_file
+
+from data_builders.synthetic_world import build_synthetic_world
+from finetune.configs import VerituneModelConfig
+from finetune.models import freeze_vision_tower, get_model, vision_modules
+from finetune.sft import SFTScriptArguments, attribute_pair_examples, training_examples
+from veritune.core.errors import UserError
+from veritune.core.finer_yn import QUESTION
+
+
+@pytest.fixture(scope="module")
+def drawn_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny synthetic world whose objects carry shade, border and pattern (scene graphs' attribute slots)."""
+    return build_synthetic_world(
+        tmp_path_factory.mktemp("drawn"), num_train_images=8, num_val_images=6, seed=3, instance_attributes="drawn"
+    )
+
+
+@pytest.mark.parametrize("fixture", ["tiny_qwen3vl", "tiny_qwen25vl"])
+def test_freeze_vision_tower_freezes_the_tower_and_its_merger_only(
+    fixture: str, request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> None:
+    path = request.getfixturevalue(fixture)
+    with caplog.at_level(logging.INFO, logger="finetune.models"):
+        model = get_model(VerituneModelConfig(model_name_or_path=str(path), freeze_vision_tower=True))
+    assert [name for name, _ in vision_modules(model)] == ["model.visual"]
+    frozen = {name for name, p in model.named_parameters() if not p.requires_grad}
+    assert frozen == {name for name, _ in model.named_parameters() if name.startswith("model.visual.")}
+    assert any(".merger." in name for name in frozen)  # the merger (projector into the LM) is part of the tower
+    assert any(name.startswith("model.language_model.") for name, p in model.named_parameters() if p.requires_grad)
+    count = sum(p.numel() for name, p in model.named_parameters() if name in frozen)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("freeze_vision_tower")]
+    assert lines == [f"freeze_vision_tower: {count} parameters frozen (model.visual); the language model trains"]
+    unfrozen = get_model(VerituneModelConfig(model_name_or_path=str(path)))
+    assert all(p.requires_grad for p in unfrozen.parameters())  # off by default
+
+
+def test_freeze_vision_tower_refuses_a_model_without_one() -> None:
+    language_only = torch.nn.Sequential()
+    language_only.add_module("language_model", torch.nn.Linear(2, 2))
+    with pytest.raises(UserError, match=r"freeze_vision_tower: Sequential has no vision tower veritune recognises"):
+        freeze_vision_tower(language_only)
+
+
+def test_freeze_vision_tower_with_lora_keeps_the_adapters_on_the_language_model() -> None:
+    VerituneModelConfig(freeze_vision_tower=True, use_peft=True)  # LoRA on the LM only: allowed (nothing to freeze)
+    with pytest.raises(UserError, match="freeze_vision_tower: with use_peft and lora_language_model_only: false"):
+        VerituneModelConfig(freeze_vision_tower=True, use_peft=True, lora_language_model_only=False)
+
+
+def test_attribute_pairs_ask_finer_probe_questions_about_drawn_attributes(drawn_world: dict[str, Path]) -> None:
+    graphs = json.loads(drawn_world["train_scene_graphs"].read_text())
+    images = drawn_world["train_images"]
+    examples, counts = attribute_pair_examples(
+        drawn_world["train_scene_graphs"], images, per_image=2, slots=None, seed=7
+    )
+    usable = {  # per image and slot: the objects with a negative for the slot
+        (g["image"], slot): [o for o in g["objects"] if o["neg_attribute"][slot]] for g in graphs for slot in range(3)
+    }
+    assert counts == {slot: sum(min(2, len(v)) for (_, s), v in usable.items() if s == slot) for slot in range(3)}
+    assert len(examples) == 2 * sum(counts.values()) and all(counts.values())
+    by_question = {}
+    for image_file, slot in usable:
+        for obj in usable[image_file, slot]:
+            by_question[str(images / image_file), QUESTION.format(x=f"{obj['object']} {obj['attribute'][slot]}")] = (
+                "Yes."
+            )
+            by_question[
+                str(images / image_file), QUESTION.format(x=f"{obj['object']} {obj['neg_attribute'][slot][0]}")
+            ] = "No."
+    for example in examples:
+        key = (example["images"][0], example["prompt"][0]["content"])
+        assert example["completion"] == [{"role": "assistant", "content": by_question[key]}], key
+    yes = [e for e in examples if e["completion"][0]["content"] == "Yes."]
+    assert len(yes) == len(examples) / 2
+    assert any("with a white border in this image?" in e["prompt"][0]["content"] for e in examples)
+    again, _ = attribute_pair_examples(drawn_world["train_scene_graphs"], images, per_image=2, slots=None, seed=7)
+    assert again == examples  # seeded
+    border_only, border_counts = attribute_pair_examples(
+        drawn_world["train_scene_graphs"], images, per_image=1, slots=[1], seed=7
+    )
+    assert list(border_counts) == [1] and all(
+        " border in this image?" in e["prompt"][0]["content"] for e in border_only
+    )
+    with pytest.raises(UserError, match="attribute_pair_slots: slot 3 is not in .* at most 3 attributes"):
+        attribute_pair_examples(drawn_world["train_scene_graphs"], images, per_image=1, slots=[3], seed=7)
+
+
+def test_attribute_pairs_join_the_conventional_examples_shuffled(
+    drawn_world: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    def args(pairs: int) -> SFTScriptArguments:
+        return SFTScriptArguments(
+            dataset_path=str(drawn_world["train_annotations"]),
+            image_root=str(drawn_world["train_images"]),
+            attribute_pairs_per_image=pairs,
+            attribute_pair_slots=[0, 2],
+        )
+
+    conventional = training_examples(args(0), seed=0)
+    with caplog.at_level(logging.INFO, logger="veritune.sft"):
+        mixed = training_examples(args(1), seed=0)
+    pairs, counts = attribute_pair_examples(
+        drawn_world["train_scene_graphs"], drawn_world["train_images"], per_image=1, slots=[0, 2], seed=1
+    )
+    assert sorted(map(json.dumps, mixed)) == sorted(map(json.dumps, conventional + pairs))
+    assert mixed[: len(conventional)] != conventional  # shuffled together
+    line = f"attribute pairs: {len(pairs)} questions ({len(pairs) // 2} pairs; per slot 0: {counts[0]}, 2: {counts[2]})"
+    assert any(r.getMessage().startswith(line) for r in caplog.records), [r.getMessage() for r in caplog.records]
+
+
+def test_attribute_pair_recipe_keys_round_trip(tmp_path: Path) -> None:
+    from trl import SFTConfig
+
+    from finetune.recipe import parse_recipe
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(  # the warm-start recipe plus the new keys
+        Path("recipes/tiny_sft_warmstart.yaml").read_text()
+        + "\nattribute_pairs_per_image: 3\nattribute_pair_slots: [0, 2]\nscene_graphs_path: graphs.json\n"
+        "freeze_vision_tower: true\n"
+    )
+    types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
+    script_args, _, model_args = parse_recipe([str(recipe)], types)
+    assert (script_args.attribute_pairs_per_image, script_args.attribute_pair_slots) == (3, [0, 2])
+    assert script_args.scene_graph_file() == Path("graphs.json") and model_args.freeze_vision_tower is True
+    overridden, _, _ = parse_recipe([str(recipe), "--attribute_pair_slots", "1", "--scene_graphs_path", ""], types)
+    assert overridden.attribute_pair_slots == [1]
+    defaults, _, model_defaults = parse_recipe(["recipes/tiny_sft_warmstart.yaml"], types)
+    assert defaults.attribute_pairs_per_image == 0 and defaults.attribute_pair_slots is None
+    assert model_defaults.freeze_vision_tower is False
+    with pytest.raises(UserError, match="attribute_pairs_per_image: must be at least 0"):
+        parse_recipe([str(recipe), "--attribute_pairs_per_image", "-1"], types)
+
+
+def test_sft_without_scene_graphs_is_one_error_line(
+    tiny_qwen3vl: Path, drawn_world: dict[str, Path], tmp_path: Path
+) -> None:
+    annotations = tmp_path / "instances.json"  # a split without its scene_graphs.json
+    annotations.write_text(drawn_world["train_annotations"].read_text())
+    result = run_entry(
+        "sft.py",
+        "recipes/tiny_sft_warmstart.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        annotations,
+        "--image_root",
+        drawn_world["train_images"],
+        "--output_dir",
+        tmp_path / "out",
+        "--attribute_pairs_per_image",
+        "1",
+    )
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: {tmp_path / 'scene_graphs.json'}: scene graphs not found" in result.stderr
+
+
+def test_sft_with_a_frozen_tower_and_attribute_pairs_keeps_the_vision_weights(
+    tiny_qwen3vl: Path, drawn_world: dict[str, Path], tmp_path: Path
+) -> None:
+    result = run_entry(
+        "sft.py",
+        "recipes/tiny_sft_warmstart.yaml",
+        "--model_name_or_path",
+        tiny_qwen3vl,
+        "--dataset_path",
+        drawn_world["train_annotations"],
+        "--image_root",
+        drawn_world["train_images"],
+        "--output_dir",
+        tmp_path / "sft",
+        "--max_steps",
+        "2",
+        "--per_device_train_batch_size",
+        "4",
+        "--freeze_vision_tower",
+        "true",
+        "--attribute_pairs_per_image",
+        "1",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "freeze_vision_tower: " in result.stderr and "attribute pairs: " in result.stderr
+    before, after = load_file(tiny_qwen3vl / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
+    vision = [name for name in before if name.startswith("model.visual.")]
+    assert vision and all(torch.equal(before[name], after[name]) for name in vision)
+    assert any(not torch.equal(before[name], after[name]) for name in before if "language_model" in name)
+
+
+def test_tiny_model_pretrain_vision_trains_the_tower_only(
+    drawn_world: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`veritune tiny-model --pretrain-vision`: 20 steps change the vision tower, leave the language model's
+    weights byte-identical, record the stats, and the model still loads and generates."""
+    from PIL import Image
+    from transformers import AutoModelForImageTextToText, AutoProcessor
+
+    from veritune.cli import main
+    from veritune.tiny.models import build_tiny_model
+
+    plain = build_tiny_model("qwen3vl", tmp_path / "plain", patch_size=8)
+    train, dev = drawn_world["train_annotations"].parent, drawn_world["val_annotations"].parent
+    out = tmp_path / "pretrained"
+    flags = ["--patch-size", "8", "--pretrain-vision", str(train), "--pretrain-vision-eval", str(dev)]
+    assert main(["tiny-model", "--out", str(out), *flags, "--pretrain-vision-steps", "20"]) == 0
+    assert "vision tower pretrained for 20 steps" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain", "pretrained"]  # no temporary folder left
+    before, after = load_file(plain / "model.safetensors"), load_file(out / "model.safetensors")
+    assert before.keys() == after.keys()
+    vision = [name for name in before if name.startswith("model.visual.")]
+    assert any(not torch.equal(before[name], after[name]) for name in vision)
+    assert all(torch.equal(before[name], after[name]) for name in before if name not in vision)
+    identity = json.loads((out / "veritune_tiny.json").read_text())
+    stats = identity.pop("vision_pretraining")
+    assert identity == json.loads((plain / "veritune_tiny.json").read_text())
+    assert stats["steps"] == 20 and stats["seconds"] > 0 and stats["eval"] == str(dev)
+    heads = {"class", "attribute_0", "attribute_1", "attribute_2"}
+    assert set(stats["eval_accuracy_before"]) == set(stats["eval_accuracy_after"]) == heads
+    # each slot's values come from the scene graphs' phrases, the class's hue left out of the shade
+    assert [stats["heads"][f"attribute_{slot}"] for slot in range(3)] == [
+        ["dark", "light"],
+        ["black", "white"],
+        ["plain", "striped"],
+    ]
+    model = AutoModelForImageTextToText.from_pretrained(out)
+    processor = AutoProcessor.from_pretrained(out)
+    content = [{"type": "image"}, {"type": "text", "text": QUESTION.format(x="cup with a white border")}]
+    text = processor.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
+    with Image.open(next((train / "images").iterdir())) as image:
+        inputs = processor(text=[text], images=[image.convert("RGB")], return_tensors="pt")
+    output = model.generate(**inputs, max_new_tokens=2, min_new_tokens=2, do_sample=False)
+    assert output.shape[1] == inputs["input_ids"].shape[1] + 2
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--pretrain-vision", "{empty}"],
+            "error: {empty}: not a split folder of `veritune build synthetic-world` "
+            "(missing instances.json, scene_graphs.json;",
+        ),
+        (
+            ["--pretrain-vision-steps", "5"],
+            "error: --pretrain-vision-steps and --pretrain-vision-eval: only with --pretrain-vision",
+        ),
+        (["--pretrain-vision", "{empty}", "--warm-start"], "error: --pretrain-vision: not with --warm-start"),
+    ],
+)
+def test_tiny_model_pretrain_vision_errors_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    from veritune.cli import main
+
+    empty = tmp_path / "split"
+    empty.mkdir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["tiny-model", "--out", str(tmp_path / "m"), *(a.format(empty=empty) for a in extra)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith(message.format(empty=empty))
+    assert not (tmp_path / "m").exists()
