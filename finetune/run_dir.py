@@ -18,7 +18,7 @@ import hashlib
 import json
 import logging
 import shutil
-from dataclasses import fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
@@ -253,4 +253,22 @@ def _difference_from_recorded(output_dir: Path, script_args: Any, training_args:
             output_dir,
         )
         return ""
-    return settings_difference(previous, run_settings(script_args, training_args, model_args))
+    current = run_settings(script_args, training_args, model_args)
+    # a key an older veritune did not record yet, left at its default here, is the run the older one made
+    defaults = setting_defaults(script_args, training_args, model_args)
+    for key in set(current) - set(previous):
+        if key in defaults and current[key] == defaults[key]:
+            previous[key] = current[key]
+    return settings_difference(previous, current)
+
+
+def setting_defaults(*instances: Any) -> dict[str, Any]:
+    """Each setting's default value (JSON-plain) for the dataclass instances ``run_settings`` reads."""
+    defaults: dict[str, Any] = {}
+    for instance in instances:
+        for field in fields(instance):
+            if field.default is not MISSING:
+                defaults[field.name] = _plain(field.default)
+            elif field.default_factory is not MISSING:
+                defaults[field.name] = _plain(field.default_factory())
+    return defaults

@@ -14,7 +14,7 @@ from helpers import REPO_ROOT, run_entry
 
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe, recipe_report_to
-from finetune.run_dir import recorded_settings, run_settings, settings_difference
+from finetune.run_dir import _difference_from_recorded, recorded_settings, run_settings, settings_difference
 
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 
@@ -61,6 +61,28 @@ def test_a_directory_that_kept_only_its_checkpoints_is_compared_through_them(tmp
     (tmp_path / "checkpoint-2").mkdir()
     (tmp_path / "checkpoint-2" / "veritune_run.json").write_text(json.dumps({"settings": {"seed": 3}}))
     assert recorded_settings(tmp_path) == {"seed": 3}
+
+
+def test_a_setting_an_older_veritune_did_not_record_counts_only_off_its_default(tmp_path: Path) -> None:
+    # a run recorded before freeze_vision_tower existed is this run while the key stays at its default
+    args = parse_recipe(["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)], GRPO_TYPES)
+    older = run_settings(*args)
+    del older["freeze_vision_tower"]
+    (tmp_path / "veritune_run.json").write_text(json.dumps({"settings": older}))
+    assert _difference_from_recorded(tmp_path, *args) == ""
+    frozen = parse_recipe(
+        [
+            "recipes/tiny_oric_demo.yaml",
+            "--use_cpu",
+            "true",
+            "--output_dir",
+            str(tmp_path),
+            "--freeze_vision_tower",
+            "true",
+        ],
+        GRPO_TYPES,
+    )
+    assert _difference_from_recorded(tmp_path, *frozen) == "freeze_vision_tower: null -> true"
 
 
 def digest(path: Path) -> str:
