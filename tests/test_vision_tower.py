@@ -1,4 +1,4 @@
-"""A vision tower that sees per-instance attributes (issue 43): ``freeze_vision_tower`` on every trainer's model,
+"""A vision tower that sees per-instance attributes: ``freeze_vision_tower`` on every trainer's model,
 FINER-worded attribute pairs in the SFT warm-start's data, and the tiny models' vision-tower pretraining."""
 
 from __future__ import annotations
