@@ -93,6 +93,12 @@ COMMANDS: list[Command] = [
         "data_builders.finer.cli:register",
         "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) or yes/no probe (--protocol yn) from scene graphs",
     ),
+    Command(
+        "build",
+        "finer-contrast",
+        "data_builders.finer.cli:register",
+        "DPO pairs that ask one yes/no-probe description on an image where it is true and one where it is false",
+    ),
     Command("eval", "run", "eval_hooks.cli:register", "generate answers with a model and score them"),
     Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),
     Command("eval", "score", "eval_hooks.cli:register", "score a predictions file (no model is loaded)"),

@@ -6,6 +6,7 @@ with ``--protocol yn`` the yes/no granularity probe of FINER's Fig. 1).
         --llm-base-url http://127.0.0.1:8000/v1 --llm-model microsoft/phi-4
     veritune build finer-bench --scene-graphs graphs.json --image-root images --out data/finer_bench.csv
     veritune build finer-bench --protocol yn --scene-graphs graphs.json --image-root images --out data/finer_yn.csv
+    veritune build finer-contrast --scene-graphs graphs.json --image-root images --out data/finer_contrast
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from data_builders.finer.build import (
     build_finer_from_scene_graphs,
     check_settings,
 )
+from data_builders.finer.contrast import DEFAULT_CANDIDATES, ContrastSettings, build_finer_contrast
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
 from data_builders.finer.llm import DEFAULT_ATTEMPTS, read_captions
 from data_builders.finer.scene_graph import load_scene_graphs
@@ -64,7 +66,7 @@ def _add_filter(parser: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune build finer`` and ``veritune build finer-bench``."""
+    """Add ``veritune build finer``, ``veritune build finer-bench`` and ``veritune build finer-contrast``."""
     finer = subparsers.add_parser("finer", help=command_help("build", "finer"))
     source = finer.add_mutually_exclusive_group(required=True)
     source.add_argument("--scene-graphs", type=Path, help="scene graphs in the FINER layout (offline, no LLM)")
@@ -113,6 +115,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_llm(bench, "--filter-model: regenerating negatives")
     _add_filter(bench)
     bench.set_defaults(handler=_build_bench)
+
+    contrast = subparsers.add_parser("finer-contrast", help=command_help("build", "finer-contrast"))
+    contrast.add_argument("--scene-graphs", type=Path, required=True, help="scene graphs in the FINER layout")
+    contrast.add_argument("--image-root", type=Path, required=True, help="directory the image paths are relative to")
+    contrast.add_argument(
+        "--out", type=Path, required=True, help="output directory (train.jsonl, validation.jsonl, manifest.json)"
+    )
+    contrast.add_argument(
+        "--levels",
+        default="1,2,3,4,5,6,7",
+        help="comma-separated levels of the yes/no probe whose descriptions are asked",
+    )
+    contrast.add_argument(
+        "--anchors-per-image", type=int, default=4, help="objects of distinct names described per image"
+    )
+    contrast.add_argument(
+        "--candidates",
+        type=int,
+        default=DEFAULT_CANDIDATES,
+        help="images examined when looking for one where a description is false",
+    )
+    contrast.add_argument(
+        "--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help="seeded uniform subsample (whole pairs)"
+    )
+    contrast.add_argument("--validation-ratio", type=float, default=VALIDATION_RATIO)
+    contrast.add_argument("--seed", type=int, default=0)
+    contrast.add_argument("--force", action="store_true", help="clear an --out that holds a different build")
+    contrast.set_defaults(handler=_build_contrast)
 
 
 PROTOCOLS = ("mcq", "yn")
@@ -356,6 +386,48 @@ def _build_yn(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out}: {counts['pairs']} yes/no pairs from {counts['samples']} samples "
         f"({json.dumps(counts['pairs_by_level'])}); skipped {json.dumps(manifest['skipped'])}"
+    )
+    for name in manifest["missing_images"][:5]:
+        print(f"missing image: {name}")
+    return 0
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(sorted({int(part) for part in text.split(",") if part.strip()}))
+    except ValueError:
+        raise UserError(f"--levels {text}: expected comma-separated integers 1..7") from None
+
+
+def _build_contrast(args: argparse.Namespace) -> int:
+    """Image-contrast pairs (``data_builders/finer/contrast.py``): flags and the scene graphs checked first,
+    then --out claimed, then built beside it and moved into place."""
+    check_output_path(args.out, directory=True)
+    if not args.scene_graphs.is_file():
+        raise UserError(f"--scene-graphs {args.scene_graphs}: not found (or not a file)")
+    if not args.image_root.is_dir():
+        raise UserError(f"--image-root {args.image_root}: not a directory")
+    settings = ContrastSettings(
+        seed=args.seed,
+        levels=_levels(args.levels),
+        anchors_per_image=args.anchors_per_image,
+        candidates=args.candidates,
+        max_tuples=args.max_tuples,
+        validation_ratio=args.validation_ratio,
+    )
+    load_scene_graphs(args.scene_graphs)
+    identity = build_identity(
+        "build finer-contrast",
+        {key: value for key, value in vars(args).items() if key not in _OPERATIONAL},
+        {"scene_graphs": args.scene_graphs, "image_root": args.image_root},
+    )
+    with claim_output_dir(args.out, identity, force=args.force) as staged:
+        manifest = build_finer_contrast(args.scene_graphs, args.image_root, staged.path, settings)
+    counts = manifest["counts"]
+    print(
+        f"wrote {args.out}: {counts['train']} train + {counts['validation']} validation rows "
+        f"({counts['written'] // 2} image-contrast pairs; {json.dumps(counts['by_subset'])}); "
+        f"false images {json.dumps(manifest['false_image'])}; skipped {json.dumps(manifest['skipped'])}"
     )
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
