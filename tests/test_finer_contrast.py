@@ -83,6 +83,11 @@ def test_the_false_image_is_the_nearest_miss_and_level_1_asks_an_absent_object()
             4,
             "object_absent",
         )
+    drawn = {
+        false_image(three, 0, graphs, with_name, ContrastSettings(false_image="random"), random.Random(seed))
+        for seed in range(40)
+    }
+    assert drawn == {(1, "random_miss"), (2, "random_miss")}  # any image with the object where it is false
     # a description no image with the object contradicts falls back to an image without it
     assert false_image(Description("cup", (WHITE,)), 3, graphs[:4] + graphs[4:], with_name, settings, random.Random(0))[
         1
@@ -183,6 +188,7 @@ def test_the_dpo_reader_takes_the_rows_and_max_tuples_keeps_whole_pairs(
         (["--levels", "2,9"], "--levels 2,9: each level must be one of 1..7"),
         (["--levels", "two"], "--levels two: expected comma-separated integers"),
         (["--candidates", "0"], "--candidates: must be at least 1"),
+        (["--false-image", "far"], "argument --false-image: invalid choice"),
         (["--max-tuples", "1"], "--max-tuples 1: must be at least 2"),
     ],
 )

@@ -26,7 +26,7 @@ from data_builders.finer.build import (
     build_finer_from_scene_graphs,
     check_settings,
 )
-from data_builders.finer.contrast import DEFAULT_CANDIDATES, ContrastSettings, build_finer_contrast
+from data_builders.finer.contrast import DEFAULT_CANDIDATES, FALSE_IMAGES, ContrastSettings, build_finer_contrast
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminator
 from data_builders.finer.llm import DEFAULT_ATTEMPTS, read_captions
 from data_builders.finer.scene_graph import load_scene_graphs
@@ -135,6 +135,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=DEFAULT_CANDIDATES,
         help="images examined when looking for one where a description is false",
+    )
+    contrast.add_argument(
+        "--false-image",
+        choices=FALSE_IMAGES,
+        default="nearest",
+        help="from level 2 on: the image with the object on which most of the description holds (nearest), or any "
+        "image with the object on which it is false (random)",
     )
     contrast.add_argument(
         "--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help="seeded uniform subsample (whole pairs)"
@@ -412,6 +419,7 @@ def _build_contrast(args: argparse.Namespace) -> int:
         levels=_levels(args.levels),
         anchors_per_image=args.anchors_per_image,
         candidates=args.candidates,
+        false_image=args.false_image,
         max_tuples=args.max_tuples,
         validation_ratio=args.validation_ratio,
     )

@@ -14,11 +14,11 @@ The descriptions are the positive descriptions of :mod:`data_builders.finer.yn` 
 and relation), so the pairs speak the probe's language level by level (levels 5 and 6 share their positive
 description: it is written once, as level 5). The false image is drawn from up to ``candidates`` images of the
 split: for level 1 (the object alone) an image without the object; from level 2 on an image that has the object
-and on which the description is false, preferring the one on which most of its elements hold (the nearest miss,
-FINER's "fine-grained" negative), ties drawn; when no image with the object makes it false, any image without
-the object. "False" is judged as the probe judges negatives: some element of the description (the object, one
-of its attributes, the relation, the related object or its attribute) is held by no object of the image with
-that name.
+and on which the description is false: with ``false_image="nearest"`` the one on which most of its elements hold
+(the nearest miss, FINER's "fine-grained" negative, ties drawn), with ``"random"`` any of them, drawn uniformly;
+when no image with the object makes it false, any image without the object. "False" is judged as the probe
+judges negatives: some element of the description (the object, one of its attributes, the relation, the related
+object or its attribute) is held by no object of the image with that name.
 
 Output: the layout of ``veritune build finer`` (``train.jsonl``, ``validation.jsonl``, ``manifest.json``), rows
 ``{images, prompt, chosen, rejected, subset, polarity, template_id, source_image, source_id}`` with ``subset``
@@ -52,6 +52,7 @@ from veritune.core.progress import progress_bar
 
 YES, NO = "Yes.", "No."  # the probe's answer, limited to Yes or No (Fig. 1)
 DEFAULT_CANDIDATES = 50
+FALSE_IMAGES = ("nearest", "random")
 
 
 @dataclass(frozen=True)
@@ -85,12 +86,13 @@ class Description:
 class ContrastSettings:
     """``levels``: which of the probe's levels describe each anchor; ``anchors_per_image``: objects of distinct
     names per image (those whose descriptions fill the most levels first); ``candidates``: images examined when
-    looking for the false one."""
+    looking for the false one; ``false_image``: ``nearest`` (the nearest miss among them) or ``random``."""
 
     seed: int = 0
     levels: tuple[int, ...] = LEVELS
     anchors_per_image: int = 4
     candidates: int = DEFAULT_CANDIDATES
+    false_image: str = "nearest"
     max_tuples: int = 160_000
     validation_ratio: float = 0.005
 
@@ -100,6 +102,8 @@ class ContrastSettings:
             raise UserError(f"--levels {','.join(map(str, self.levels))}: each level must be one of 1..7")
         if self.anchors_per_image < 1:
             raise UserError("--anchors-per-image: must be at least 1")
+        if self.false_image not in FALSE_IMAGES:
+            raise UserError(f"--false-image {self.false_image}: choose {' or '.join(FALSE_IMAGES)}")
         if self.candidates < 1:
             raise UserError("--candidates: must be at least 1")
         if self.max_tuples < 2:
@@ -167,6 +171,8 @@ def false_image(
             held = desc.holds(graphs[i])
             if not all(held):
                 scored.append((sum(held), rng.random(), i))
+        if scored and settings.false_image == "random":
+            return rng.choice(scored)[2], "random_miss"
         if scored:
             return max(scored)[2], "nearest_miss"
     holding = set(holders) | {source}
@@ -246,6 +252,7 @@ def build_finer_contrast(
             "levels": list(settings.levels),
             "anchors_per_image": settings.anchors_per_image,
             "candidates": settings.candidates,
+            "false_image_choice": settings.false_image,
             "answers": [YES, NO],
             "false_image": dict(sorted(how.items())),
             "images": {"records": len(graphs) + len(missing), "used": len(graphs)},
