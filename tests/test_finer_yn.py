@@ -348,6 +348,7 @@ def test_scorer_on_a_hand_computed_prediction_set(tmp_path: Path) -> None:
     assert m["paired_accuracy"] == pytest.approx(20.0) and m["accuracy"] == pytest.approx(60.0)
     assert m["yes_proportion"] == pytest.approx(40.0)  # yes: s1L1+, s1L3+, s1L3-, s2L1+ of 10 answers
     assert m["neg_accuracy_l3_l7"] == pytest.approx(200 / 3)  # L3: wrong, right; L5: right
+    assert m["paired_accuracy_l3_l7"] == 0.0  # s1L3: neg wrong; s2L3: pos wrong; s1L5: pos wrong
     assert (m["L1/neg_accuracy"], m["L1/pos_accuracy"], m["L1/paired_accuracy"], m["L1/yes_proportion"]) == (
         50.0,
         100.0,
@@ -376,6 +377,7 @@ def test_scorer_on_a_hand_computed_prediction_set(tmp_path: Path) -> None:
         "pairs": 5,
         "samples": 2,
         "neg_l3_l7": 3,
+        "pairs_l3_l7": 3,
         "unresolved": 2,
         "missing_images": 0,
     }
@@ -386,6 +388,7 @@ def test_always_yes_and_always_no_both_score_zero_paired(tmp_path: Path) -> None
     for answer, neg, pos, yes in (("Yes", 0.0, 100.0, 100.0), ("No", 100.0, 0.0, 0.0)):
         m = score_benchmark("finer_yn", items, {i.id: answer for i in items})["metrics"]
         assert (m["paired_accuracy"], m["neg_accuracy"], m["pos_accuracy"], m["yes_proportion"]) == (0.0, neg, pos, yes)
+        assert m["paired_accuracy_l3_l7"] == 0.0
 
 
 def test_a_limit_counts_pairs_and_keeps_twins_together(tmp_path: Path) -> None:

@@ -534,6 +534,7 @@ BEFORE_AFTER_METRICS = (
     "accuracy",
     "paired_accuracy",
     "neg_accuracy_l3_l7",
+    "paired_accuracy_l3_l7",
     "pos_accuracy",
 )
 THUMBNAIL_ROWS = 8

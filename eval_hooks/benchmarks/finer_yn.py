@@ -14,7 +14,8 @@ greedy decoding, at most 3 new tokens (App. D's budget); answers read by the sha
 
 Metrics, in percent: accuracy on the negative queries per level (``L<k>/neg_accuracy``: the curve of Fig. 1b)
 and overall (``neg_accuracy``); on levels 3-7 together (``neg_accuracy_l3_l7``, the fine-grained end of the
-curve); accuracy on the positive twins (``pos_accuracy``, per level too); paired accuracy (both twins right,
+curve, and ``paired_accuracy_l3_l7``, both twins of a level 3-7 pair right, which an answer drifting to "No"
+cannot raise); accuracy on the positive twins (``pos_accuracy``, per level too); paired accuracy (both twins right,
 as FINER's Acc_paired, Sec. 4.1) overall and per level, so that answering "No" to everything scores 0 like
 answering "Yes" to everything; and the yes-proportion of all answers (an unresolved answer counts in its
 denominator). The same per kind of contradiction (``negated_obj/``, ``negated_attr/``, ``negated_rel/``, from
@@ -161,7 +162,12 @@ class FinerYn(Benchmark):
             samples.add(meta["sample"])
         pair_tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for count, right, level, kind in pairs.values():
-            for group in ("all", f"L{level}", f"negated_{kind}" if kind else ""):
+            for group in (
+                "all",
+                f"L{level}",
+                f"negated_{kind}" if kind else "",
+                "fine" if level in FINE_LEVELS else "",
+            ):
                 if group:
                     pair_tally[group][0] += 1
                     pair_tally[group][1] += count == 2 and right == 2
@@ -183,6 +189,7 @@ class FinerYn(Benchmark):
         metrics: dict[str, float] = {
             # 0 without level 3-7 queries (counts: neg_l3_l7): a bootstrap draw may hold none
             "neg_accuracy_l3_l7": percent(tally["fine"][3], tally["fine"][2]),
+            "paired_accuracy_l3_l7": percent(pair_tally["fine"][1], pair_tally["fine"][0]),
             "paired_accuracy": overall["paired_accuracy"],
             "neg_accuracy": overall["neg_accuracy"],
             "pos_accuracy": overall["pos_accuracy"],
@@ -219,6 +226,7 @@ class FinerYn(Benchmark):
                 "pairs": len(pairs),
                 "samples": len(samples),
                 "neg_l3_l7": tally["fine"][2],
+                "pairs_l3_l7": pair_tally["fine"][0],
                 "unresolved": unresolved,
                 "missing_images": missing,
             },
