@@ -221,3 +221,16 @@ def test_missing_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture)
     err = capsys.readouterr().err
     assert refused.value.code == 2 and "need at least two images with their files present" in err
     assert not (tmp_path / "o").exists()
+
+
+def test_the_contrast_recipe_is_the_measured_dpo() -> None:
+    # recipes/tiny_finer_contrast.yaml: F13 of docs/RESULTS.md (full parameters, tower frozen, sigmoid + SFT)
+    from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+
+    types = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
+    script_args, args, model_args = parse_recipe(["recipes/tiny_finer_contrast.yaml"], types)
+    assert model_args.freeze_vision_tower and not model_args.use_peft
+    assert list(args.loss_type) == ["sigmoid", "sft"] and args.beta == 0.1
+    assert args.learning_rate == 1e-4 and args.max_steps == 9600 and args.per_device_train_batch_size == 4
+    assert script_args.dataset_path == "outputs/seeing/contrast"
