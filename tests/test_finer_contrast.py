@@ -75,7 +75,7 @@ def test_the_false_image_is_the_nearest_miss_and_level_1_asks_an_absent_object()
     for i, g in enumerate(graphs):
         for name in {o.name for o in g.objects}:
             with_name.setdefault(name, []).append(i)
-    settings = ContrastSettings()
+    settings = ContrastSettings(false_image="nearest")
     three = Description("cup", (WHITE, LIGHT, PLAIN))
     for seed in range(20):
         assert false_image(three, 0, graphs, with_name, settings, random.Random(seed)) == (2, "nearest_miss")
@@ -224,7 +224,7 @@ def test_missing_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 
 def test_the_contrast_recipe_is_the_measured_dpo() -> None:
-    # recipes/tiny_finer_contrast.yaml: F13 of docs/RESULTS.md (full parameters, tower frozen, sigmoid + SFT)
+    # recipes/tiny_finer_contrast.yaml: F14 of docs/RESULTS.md (full parameters, tower frozen, sigmoid + SFT)
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
@@ -232,5 +232,5 @@ def test_the_contrast_recipe_is_the_measured_dpo() -> None:
     script_args, args, model_args = parse_recipe(["recipes/tiny_finer_contrast.yaml"], types)
     assert model_args.freeze_vision_tower and not model_args.use_peft
     assert list(args.loss_type) == ["sigmoid", "sft"] and args.beta == 0.1
-    assert args.learning_rate == 1e-4 and args.max_steps == 9600 and args.per_device_train_batch_size == 4
+    assert args.learning_rate == 1e-4 and args.max_steps == 19200 and args.per_device_train_batch_size == 4
     assert script_args.dataset_path == "outputs/seeing/contrast"

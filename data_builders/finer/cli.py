@@ -139,7 +139,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     contrast.add_argument(
         "--false-image",
         choices=FALSE_IMAGES,
-        default="nearest",
+        default="random",
         help="from level 2 on: the image with the object on which most of the description holds (nearest), or any "
         "image with the object on which it is false (random)",
     )

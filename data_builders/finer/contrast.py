@@ -14,11 +14,12 @@ The descriptions are the positive descriptions of :mod:`data_builders.finer.yn` 
 and relation), so the pairs speak the probe's language level by level (levels 5 and 6 share their positive
 description: it is written once, as level 5). The false image is drawn from up to ``candidates`` images of the
 split: for level 1 (the object alone) an image without the object; from level 2 on an image that has the object
-and on which the description is false: with ``false_image="nearest"`` the one on which most of its elements hold
-(the nearest miss, FINER's "fine-grained" negative, ties drawn), with ``"random"`` any of them, drawn uniformly;
-when no image with the object makes it false, any image without the object. "False" is judged as the probe
-judges negatives: some element of the description (the object, one of its attributes, the relation, the related
-object or its attribute) is held by no object of the image with that name.
+and on which the description is false: with ``false_image="random"`` (the default) any of them, drawn
+uniformly; with ``"nearest"`` the one on which most of its elements hold (the nearest miss, FINER's
+"fine-grained" negative, ties drawn); when no image with the object makes it false, any image without the
+object. "False" is judged as the probe judges negatives: some element of the description (the object, one of
+its attributes, the relation, the related object or its attribute) is held by no object of the image with that
+name.
 
 Output: the layout of ``veritune build finer`` (``train.jsonl``, ``validation.jsonl``, ``manifest.json``), rows
 ``{images, prompt, chosen, rejected, subset, polarity, template_id, source_image, source_id}`` with ``subset``
@@ -92,7 +93,7 @@ class ContrastSettings:
     levels: tuple[int, ...] = LEVELS
     anchors_per_image: int = 4
     candidates: int = DEFAULT_CANDIDATES
-    false_image: str = "nearest"
+    false_image: str = "random"  # docs/RESULTS.md, DPO rounds 10-11: the nearest miss costs positives
     max_tuples: int = 160_000
     validation_ratio: float = 0.005
 
