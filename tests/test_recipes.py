@@ -135,7 +135,9 @@ def test_dpo_recipe_loads(recipe: Path) -> None:
     script_args, training_args, model_args = parse_recipe(
         [str(recipe), *ON_CPU], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
     )
-    assert model_args.model_name_or_path and training_args.beta == 0.1 and training_args.loss_type == ["sigmoid"]
+    # FINER-Tuning's loss (Eq. 5); the image-contrast recipe adds an SFT term on the chosen answer (RPO)
+    loss = ["sigmoid", "sft"] if recipe.name == "tiny_finer_contrast.yaml" else ["sigmoid"]
+    assert model_args.model_name_or_path and training_args.beta == 0.1 and training_args.loss_type == loss
     assert (REPO_ROOT / script_args.accelerate_config).is_file()
 
 
