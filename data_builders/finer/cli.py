@@ -424,12 +424,7 @@ def _build_contrast(args: argparse.Namespace) -> int:
         validation_ratio=args.validation_ratio,
     )
     load_scene_graphs(args.scene_graphs)
-    identity = build_identity(
-        "build finer-contrast",
-        {key: value for key, value in vars(args).items() if key not in _OPERATIONAL},
-        {"scene_graphs": args.scene_graphs, "image_root": args.image_root},
-    )
-    with claim_output_dir(args.out, identity, force=args.force) as staged:
+    with claim_output_dir(args.out, _identity(args, "build finer-contrast"), force=args.force) as staged:
         manifest = build_finer_contrast(args.scene_graphs, args.image_root, staged.path, settings)
     counts = manifest["counts"]
     print(
