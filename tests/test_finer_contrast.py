@@ -234,3 +234,23 @@ def test_the_contrast_recipe_is_the_measured_dpo() -> None:
     assert list(args.loss_type) == ["sigmoid", "sft"] and args.beta == 0.1
     assert args.learning_rate == 1e-4 and args.max_steps == 19200 and args.per_device_train_batch_size == 4
     assert script_args.dataset_path == "outputs/seeing/contrast"
+
+
+def test_missing_images_are_skipped_listed_and_counted(
+    drawn_world: dict[str, str], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    import shutil
+
+    images = tmp_path / "images"
+    shutil.copytree(drawn_world["val_images"], images)
+    records = json.loads(Path(drawn_world["val_scene_graphs"]).read_text())
+    gone = records[0]["image"]
+    (images / gone).unlink()
+    args = ["build", "finer-contrast", "--scene-graphs", str(drawn_world["val_scene_graphs"])]
+    assert main([*args, "--image-root", str(images), "--out", str(tmp_path / "o"), "--validation-ratio", "0"]) == 0
+    assert f"missing image: {gone}" in capsys.readouterr().out
+    manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert manifest["missing_images"] == [gone] and manifest["skipped"]["missing_image"] == 1
+    assert manifest["images"] == {"records": len(records), "used": len(records) - 1}
+    rows = (tmp_path / "o" / "train.jsonl").read_text()
+    assert gone not in rows and (tmp_path / "o" / "missing_images.txt").read_text() == f"{gone}\n"

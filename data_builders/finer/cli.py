@@ -283,8 +283,7 @@ def _build_finer(args: argparse.Namespace) -> int:
         f"({json.dumps(counts['by_subset'])}) of {counts['tuples_built']} built; "
         f"skipped {json.dumps(manifest['skipped'])}"
     )
-    for name in manifest["missing_images"][:5]:
-        print(f"missing image: {name}")
+    _say_missing(manifest)
     if args.also_save:
         splits = {
             split: [record for _, record in iter_jsonl(args.out / f"{split}.jsonl", what=f"{split} split")]
@@ -344,8 +343,7 @@ def _build_bench(args: argparse.Namespace) -> int:
         f"({json.dumps(manifest['counts']['pairs_by_setting_and_k'])}); "
         f"skipped {json.dumps(manifest['skipped'])}"
     )
-    for name in manifest["missing_images"][:5]:
-        print(f"missing image: {name}")
+    _say_missing(manifest)
     return 0
 
 
@@ -394,8 +392,7 @@ def _build_yn(args: argparse.Namespace) -> int:
         f"wrote {args.out}: {counts['pairs']} yes/no pairs from {counts['samples']} samples "
         f"({json.dumps(counts['pairs_by_level'])}); skipped {json.dumps(manifest['skipped'])}"
     )
-    for name in manifest["missing_images"][:5]:
-        print(f"missing image: {name}")
+    _say_missing(manifest)
     return 0
 
 
@@ -432,6 +429,11 @@ def _build_contrast(args: argparse.Namespace) -> int:
         f"({counts['written'] // 2} image-contrast pairs; {json.dumps(counts['by_subset'])}); "
         f"false images {json.dumps(manifest['false_image'])}; skipped {json.dumps(manifest['skipped'])}"
     )
+    _say_missing(manifest)
+    return 0
+
+
+def _say_missing(manifest: dict[str, Any]) -> None:
+    """The first five images the build skipped because they are missing (the manifest lists them all)."""
     for name in manifest["missing_images"][:5]:
         print(f"missing image: {name}")
-    return 0
