@@ -2,6 +2,7 @@
 
     python perf/bench_gpu.py [--size 2b|8b] [--lora]
     python perf/bench_gpu.py --smoke     # the same code path on a CPU, small dimensions, float32
+    python perf/bench_gpu.py --parts grpo --grpo-args "--cache_implementation static"   # a variant's step
 
 Runs one optimizer step of the ORIC recipe (8 generations of up to 256 tokens per prompt, bf16, sdpa)
 through ``finetune/grpo.py`` with ``transformers`` generation, through ``finetune/grpo.py`` with colocated
@@ -146,7 +147,9 @@ VLLM_FLAGS = [  # recipes/qwen3vl_oric_vllm.yaml's engine on one GPU (no ZeRO-3 
 ]
 
 
-def grpo_command(model: Path, data: Path, images: Path, out: Path, lora: bool, smoke: bool, vllm: bool) -> list[str]:
+def grpo_command(
+    model: Path, data: Path, images: Path, out: Path, lora: bool, smoke: bool, vllm: bool, extra: tuple[str, ...] = ()
+) -> list[str]:
     """``finetune/grpo.py`` on the ORIC recipe for two optimizer steps (the second is the one measured)."""
     command = [
         "recipes/qwen3vl_oric.yaml",
@@ -181,7 +184,7 @@ def grpo_command(model: Path, data: Path, images: Path, out: Path, lora: bool, s
         command += ["--use_peft", "true", "--lora_target_modules", "q_proj", "v_proj", "--lora_r", "32"]
     if vllm:
         command += VLLM_FLAGS
-    return command
+    return command + list(extra)
 
 
 def dpo_command(model: Path, data: Path, out: Path, smoke: bool) -> list[str]:
@@ -289,10 +292,11 @@ def run_step(
     lora: bool,
     smoke: bool = False,
     vllm: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> dict[str, float]:
     """One GRPO run of two steps (veritune's entry point or plain TRL); the second step's figures."""
     if script == "finetune/grpo.py":
-        command = [sys.executable, script, *grpo_command(model, data, images, out, lora, smoke, vllm)]
+        command = [sys.executable, script, *grpo_command(model, data, images, out, lora, smoke, vllm, extra)]
     else:
         command = [sys.executable, script, str(model), str(data), str(images), str(out), "2"]
         command += ["oric-smoke" if smoke else "oric-gpu"] + (["lora"] if lora else [])
@@ -321,7 +325,7 @@ def run_dpo(model: Path, data: Path, out: Path, smoke: bool) -> dict[str, float]
     return {"step_time": results["train_runtime"] / 2, "peak_gib": memory.peak}
 
 
-def run_eval(model: Path, bench_root: Path, out: Path, backend: str, smoke: bool) -> dict[str, float]:
+def run_eval(model: Path, bench_root: Path, out: Path, backend: str, smoke: bool, batch: int = 8) -> dict[str, float]:
     """``veritune eval run`` on the synthetic ORIC-Bench; items per second over the whole command (model
     load included) and the items answered."""
     command = [sys.executable, "-m", "veritune.cli", "eval", "run", "--model", str(model), "--benchmarks"]
@@ -330,7 +334,7 @@ def run_eval(model: Path, bench_root: Path, out: Path, backend: str, smoke: bool
         "--max-new-tokens",
         "16" if smoke else "64",
         "--batch-size",
-        "8" if backend == "transformers" else "256",
+        str(batch) if backend == "transformers" else "256",
     ]
     start = time.perf_counter()
     with PeakMemory(smoke) as memory:
@@ -350,6 +354,12 @@ def main() -> None:
     parser.add_argument("--smoke", action="store_true", help="small dimensions on a CPU: checks the code path")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {','.join(PARTS)}")
     parser.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    parser.add_argument(
+        "--grpo-args",
+        default="",
+        help="extra flags for the veritune GRPO run, space-separated (e.g. '--cache_implementation static')",
+    )
+    parser.add_argument("--eval-batch-size", type=int, default=8, help="eval run's --batch-size (transformers)")
     args = parser.parse_args()
     parts = set(args.parts.split(","))
     if parts - set(PARTS):
@@ -409,7 +419,8 @@ def main() -> None:
         for part, label, script, vllm in steps:
             if part not in parts or (vllm and args.smoke):  # vLLM needs a GPU: the smoke run parses its command
                 continue
-            result = run_step(script, model, data, images, tmp_path / part, args.lora, args.smoke, vllm=vllm)
+            extra = tuple(args.grpo_args.split()) if script == "finetune/grpo.py" else ()
+            result = run_step(script, model, data, images, tmp_path / part, args.lora, args.smoke, vllm, extra)
             figures[part] = result
             share = f"{result['rollout_share']:.0%}" if result.get("rollout_share") is not None else "-"
             print(
@@ -427,7 +438,8 @@ def main() -> None:
         backends = ["transformers"] if "eval" in parts else []
         backends += ["vllm"] if "vllm" in parts and "eval" in parts and not args.smoke else []
         for backend in backends:
-            result = run_eval(model, tmp_path / "bench", tmp_path / f"eval-{backend}", backend, args.smoke)
+            out = tmp_path / f"eval-{backend}"
+            result = run_eval(model, tmp_path / "bench", out, backend, args.smoke, args.eval_batch_size)
             figures[f"eval_{backend}"] = result
             print(
                 f"eval run --backend {backend}: {result['items']} items in {result['wall']:.1f} s "

@@ -79,3 +79,25 @@ def test_bad_rows_are_refused_when_printed() -> None:
         figures_table([("a | b", 1.0, "s", "lower")])
     with pytest.raises(ValueError):
         figures_table([("a", 1.0, "s", "faster")])
+
+
+def test_a_machine_that_cannot_measure_keeps_the_recorded_section(tmp_path: Path, monkeypatch) -> None:
+    """``make bench`` without a GPU leaves the GPU figures a lent machine recorded; a section it measures is
+    rewritten."""
+    import run_all
+
+    skipped = tmp_path / "skipped.py"
+    skipped.write_text(f"print({run_all.SKIPPED!r} + ': no CUDA device on this machine')\n")
+    measured = tmp_path / "measured.py"
+    measured.write_text("print('new figure 2')\n")
+    monkeypatch.setattr(
+        run_all, "BENCHMARKS", [("cpu", [str(measured)], "a CPU benchmark"), ("gpu", [str(skipped)], "a GPU one")]
+    )
+    record = tmp_path / "PERFORMANCE.md"
+    gpu = "## gpu\n\nA GPU one. Command: `x` (382 s, 2026-11-26)\n\nstep time 8.64 s on an H100\n"
+    record.write_text("# Performance\n\n## cpu\n\nold figure 1\n\n" + gpu)
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--out", str(record)])
+    run_all.main()
+    text = record.read_text()
+    assert "new figure 2" in text and "old figure 1" not in text
+    assert gpu in text
