@@ -259,6 +259,11 @@ def check_recipe_values(instances: tuple[Any, ...]) -> None:
         check_reward_funcs(values["reward_funcs"], values.get("reward_weights"))
     if values.get("eval_benchmarks"):
         _check_benchmarks(values["eval_benchmarks"])
+    if values.get("dataloader_persistent_workers") and values.get("dataloader_num_workers") == 0:
+        raise UserError(  # else torch's DataLoader raises it as a traceback once the model is loaded
+            "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more, got 0 "
+            "(with --dataloader_num_workers 0 also pass --dataloader_persistent_workers false)"
+        )
     _check_vllm(values)
 
 

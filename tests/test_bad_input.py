@@ -353,6 +353,12 @@ GRPO_CASES = [
         "reward_funcs: unknown reward 'acuracy' (did you mean 'accuracy'?)",
     ),
     ("word-for-a-bool", {"bf16": "maybe"}, [], "bf16: expected true or false or null, got 'maybe'"),
+    (
+        "persistent-workers-without-workers",
+        {"dataloader_persistent_workers": True},
+        ["--dataloader_num_workers", "0"],
+        "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more, got 0",
+    ),
 ]
 
 
@@ -435,3 +441,21 @@ def test_readme_launch_command_with_a_bad_recipe_has_no_launcher_traceback(tmp_p
     )
     errors = {line for line in result.stderr.splitlines() if line.startswith("error:")}
     assert errors == {f"error: {recipe}: learning_rate: expected a number, got 'fast'"}, result.stderr[-3000:]
+
+
+def test_sft_recipe_with_persistent_workers_and_no_worker_is_one_line(tmp_path: Path) -> None:
+    """The warm-start recipe keeps one persistent data worker; overriding the workers to 0 alone is refused
+    before any model loads, instead of torch's traceback at the first batch."""
+    from trl import SFTConfig
+
+    from finetune.configs import VerituneModelConfig
+    from finetune.recipe import parse_recipe
+    from finetune.sft import SFTScriptArguments
+
+    types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
+    flags = ["--dataloader_num_workers", "0"]
+    with pytest.raises(UserError) as info:
+        parse_recipe([str(REPO_ROOT / "recipes" / "tiny_sft_warmstart.yaml"), *flags], types)
+    assert "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more" in str(info.value)
+    flags += ["--dataloader_persistent_workers", "false"]
+    parse_recipe([str(REPO_ROOT / "recipes" / "tiny_sft_warmstart.yaml"), *flags], types)
