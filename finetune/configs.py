@@ -42,8 +42,21 @@ class VerituneModelConfig(ModelConfig):
         },
     )
 
+    vision_feature_cache: bool = field(
+        default=False,
+        metadata={
+            "help": "With freeze_vision_tower: compute the tower's features once per distinct image and reuse them "
+            "(finetune/vision_cache.py; the same features up to float rounding). Held in memory: meant for small "
+            "models and datasets such as the CPU miniature. Qwen-VL towers (`model.visual`) only."
+        },
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.vision_feature_cache and not self.freeze_vision_tower:
+            raise UserError(
+                "vision_feature_cache: needs freeze_vision_tower: true (a tower that trains changes its features)"
+            )
         if self.freeze_vision_tower and self.use_peft and not self.lora_language_model_only:
             raise UserError(
                 "freeze_vision_tower: with use_peft and lora_language_model_only: false, LoRA adapters may sit on the "

@@ -24,8 +24,10 @@ from trl import DPOTrainer
 
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
+from finetune.models import freeze_vision_tower
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
+from finetune.vision_cache import cache_vision_features
 from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.dpo")
@@ -57,6 +59,12 @@ def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, mode
         peft_config=peft_config,
         callbacks=get_callbacks(script_args, training_args, model_args),
     )
+    if model_args.vision_feature_cache and trainer.ref_model is not None:
+        # a full-parameter run's reference is a second copy of the model: it never trains, so its tower's
+        # features are cached too (a LoRA run's reference is the policy itself, adapter off: cached already)
+        reference = trainer.accelerator.unwrap_model(trainer.ref_model)
+        freeze_vision_tower(reference)
+        cache_vision_features(reference)
     train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 
 

@@ -144,6 +144,10 @@ def get_model(model_args: VerituneModelConfig) -> Any:
         # With LoRA, PEFT freezes every base weight anyway and lora_language_model_only (checked in
         # VerituneModelConfig) keeps the adapters off the tower: there this changes nothing that trains.
         freeze_vision_tower(model)
+    if getattr(model_args, "vision_feature_cache", False):
+        from finetune.vision_cache import cache_vision_features
+
+        cache_vision_features(model)
     return model
 
 

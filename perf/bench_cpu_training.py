@@ -3,9 +3,11 @@ warm-start with and without a data worker, and the SFT forward + backward with t
 computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), and with
 TRL's fused LM head scoring every position against only the labelled ones
 (``finetune/training.py: score_only_labelled_positions``), on the demo-size tiny Qwen3-VL, one torch
-thread, run alternately.
+thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen, attribute pairs)
+with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``).
 
     python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--fb-batches 12]
+                                      [--cache-steps 200] [--cache-images 400]
 
 Prints min and median step times per side (TRL's logged ``step_time`` for GRPO, first step excluded as
 warm-up; train_runtime / steps for SFT; one timed forward + backward of a 32-example batch, in this process,
@@ -114,12 +116,17 @@ EVERY = "LM head on every position"
 LABELLED = "LM head on the labelled positions"
 
 
+CACHED = "SFT step (batch 32), patch-8 tower frozen (recipes/tiny_sft_attributes.yaml), vision_feature_cache="
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--grpo-steps", type=int, default=4)
     parser.add_argument("--sft-steps", type=int, default=40)
     parser.add_argument("--fb-batches", type=int, default=12)
+    parser.add_argument("--cache-steps", type=int, default=200, help="SFT steps of the vision-feature-cache runs")
+    parser.add_argument("--cache-images", type=int, default=400, help="train images of those runs' drawn world")
     args = parser.parse_args()
 
     from conftest import write_oric_fixture
@@ -152,6 +159,22 @@ def main() -> None:
                 run(sft)
                 times.setdefault(f"SFT step (batch 32), data workers={workers}", []).append(sft_step_time(out))
         times.update(forward_backward_times(model, world, args.fb_batches, args.repeats))
+        # the FINER base's warm-start: 16 vision tokens, tower frozen, the attribute pairs; tower run or cached
+        patch8 = build_tiny_model(
+            "qwen3vl", tmp_path / "patch8", seed=0, format_warmup_steps=0, size="demo", patch_size=8
+        )
+        drawn = build_synthetic_world(
+            tmp_path / "drawn", num_train_images=args.cache_images, num_val_images=1, instance_attributes="drawn"
+        )
+        for repeat in range(args.repeats):
+            for cache in ("false", "true"):
+                out = tmp_path / f"sft-cache-{cache}-{repeat}"
+                sft = [sys.executable, "finetune/sft.py", "recipes/tiny_sft_attributes.yaml", *common]
+                sft[sft.index("--model_name_or_path") + 1] = str(patch8)
+                sft += ["--dataset_path", str(drawn["train_annotations"]), "--image_root", str(drawn["train_images"])]
+                sft += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
+                run(sft)
+                times.setdefault(f"{CACHED}{cache}", []).append(sft_step_time(out))
 
     print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
     for name, values in times.items():
@@ -170,6 +193,11 @@ def main() -> None:
     )
     labelled = median[f"{FB}M-RoPE ids given by the collator, {LABELLED}"]
     print(f"SFT forward + backward, LM head on every position / on the labelled ones (median): {given / labelled:.2f}")
+    uses = args.cache_steps * 32 / args.cache_images
+    print(
+        f"SFT step, frozen tower run / cached (median, {args.cache_images} images, about {uses:.0f} questions per "
+        f"image over the run): {median[f'{CACHED}false'] / median[f'{CACHED}true']:.2f}"
+    )
 
 
 if __name__ == "__main__":
