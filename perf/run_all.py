@@ -47,7 +47,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "cpu_training",
         ["perf/bench_cpu_training.py"],
         "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
-        "labelled positions",
+        "labelled positions, a frozen vision tower's features cached (SFT and DPO)",
     ),
     (
         "dynamic_sampling",
