@@ -65,7 +65,8 @@ class VisionFeatureCache:
 
     @staticmethod
     def _key(image: torch.Tensor, grid: list[int]) -> bytes:
-        digest = hashlib.blake2b(image.detach().cpu().contiguous().numpy().tobytes(), digest_size=16)
+        raw = image.detach().contiguous().view(torch.uint8).cpu().numpy()  # any dtype, bf16 included
+        digest = hashlib.blake2b(raw.tobytes(), digest_size=16)
         digest.update(repr(grid).encode())
         return digest.digest()
 

@@ -89,6 +89,17 @@ def test_the_cache_keeps_the_most_recent_images(tower_model: tuple[torch.nn.Modu
         del model.model.visual.forward
 
 
+def test_the_key_is_the_pixels_and_the_grid_in_any_dtype() -> None:
+    from finetune.vision_cache import VisionFeatureCache
+
+    pixels = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    key = VisionFeatureCache._key(pixels, [1, 1, 3])
+    assert key == VisionFeatureCache._key(pixels.clone(), [1, 1, 3])
+    assert key != VisionFeatureCache._key(pixels, [1, 3, 1]) != VisionFeatureCache._key(pixels + 1, [1, 1, 3])
+    half = VisionFeatureCache._key(pixels.to(torch.bfloat16), [1, 1, 3])  # what a bf16 tower receives
+    assert half != key and half == VisionFeatureCache._key(pixels.to(torch.bfloat16), [1, 1, 3])
+
+
 def test_a_tower_that_trains_is_refused(tiny_qwen3vl: Path) -> None:
     model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl)
     with pytest.raises(UserError, match="vision_feature_cache: needs freeze_vision_tower: true"):
