@@ -146,3 +146,20 @@ def test_full_parameter_dpo_with_the_cache_trains_the_same_weights(tiny_qwen3vl:
     assert all(torch.equal(plain[name], cached[name]) for name in plain)
     before = load_file(tiny_qwen3vl / "model.safetensors")
     assert any(not torch.equal(before[name], cached[name]) for name in before if "language_model" in name)
+
+
+def test_lora_dpo_with_the_cache_trains_the_same_adapter(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """With LoRA the reference is the policy with its adapter off: one cached tower serves both."""
+    data = write_finer_fixture(tmp_path / "finer", num_images=4)
+    flags: list[str | Path] = ["--model_name_or_path", tiny_qwen3vl, "--dataset_path", data]
+    flags += ["--max_steps", "2", "--save_strategy", "no", "--use_peft", "true", "--learning_rate", "1e-2"]
+    adapters = {}
+    for cache in (False, True):
+        out = tmp_path / f"cache-{cache}"
+        args = [*flags, "--output_dir", out, "--freeze_vision_tower", "true", "--report_to", "none"]
+        args += ["--vision_feature_cache", str(cache).lower()]
+        result = run_entry("dpo.py", "recipes/tiny_finer_demo.yaml", *args)
+        assert result.returncode == 0, result.stderr[-3000:]
+        adapters[cache] = load_file(out / "adapter_model.safetensors")
+    assert adapters[False].keys() == adapters[True].keys() and adapters[True]
+    assert all(torch.equal(adapters[False][name], adapters[True][name]) for name in adapters[False])
