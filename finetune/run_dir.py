@@ -94,6 +94,8 @@ NOT_RUN_SETTINGS = frozenset(
         "dataloader_persistent_workers",
         "dataloader_prefetch_factor",
         "dataloader_multiprocessing_context",
+        # a frozen tower's features computed once per image: the same features, so the same run
+        "vision_feature_cache",
     }
 )
 NOT_RUN_PREFIXES = ("logging_", "save_", "hub_", "trackio_", "wandb_", "vllm_server_")

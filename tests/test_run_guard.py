@@ -47,6 +47,13 @@ def test_what_counts_as_another_run(override: tuple[str, ...], counts: bool) -> 
         assert difference.startswith(override[0][2:] + ": ")
 
 
+def test_the_feature_cache_is_the_same_run_a_tower_freeze_is_not() -> None:
+    frozen = settings_of("--output_dir", "run", "--freeze_vision_tower", "true")
+    cached = settings_of("--output_dir", "run", "--freeze_vision_tower", "true", "--vision_feature_cache", "true")
+    assert settings_difference(frozen, cached) == ""
+    assert settings_difference(settings_of("--output_dir", "run"), frozen).startswith("freeze_vision_tower: ")
+
+
 def test_the_data_manifest_counts(tmp_path: Path) -> None:
     data = tmp_path / "oric_train.json"
     data.write_text("[]")
