@@ -207,11 +207,12 @@ def hook_difference_intervals(
 
 
 def format_table(rows: list[dict[str, Any]], confidence: float = 0.95) -> str:
-    """The before/after table as aligned text: benchmark/metric, base, trained, difference, interval."""
+    """The before/after table as aligned text: benchmark/metric (or the row's ``label``), base, trained,
+    difference, interval."""
     header = ("metric", "base", "trained", "difference", f"{round(confidence * 100)}% interval")
     lines = [header] + [
         (
-            f"{row['benchmark']} {row['metric']}",
+            row.get("label") or f"{row['benchmark']} {row['metric']}",
             f"{row['base']:.1f}",
             f"{row['trained']:.1f}",
             f"{row['difference']:+.1f}",

@@ -59,6 +59,9 @@ STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output wa
 # The before/after table: (benchmark, metric) in the units the scorers report.
 # the FINER hook's limit (120 q+/q- pairs, a seeded sample stratified over FINER's settings) and DPO steps
 FINER_QUESTIONS, DPO_STEPS = 240, 16
+# FINER's half of the demo: DPO on FINER-Tuning's tuples from the demo's base (the default), or on a base that
+# sees per-instance attributes (veritune.demo_seeing; about 20 minutes, beyond the demo's budget)
+FINER_HALVES = ("tuples", "seeing")
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
 DEV_IMAGES = 240  # a third split, held out from training and benchmarks: hyperparameters are selected on it
 ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 60  # the paper's 600 training questions (300 yes, 300 no)
@@ -265,13 +268,20 @@ def demo_paths(out: Path) -> dict[str, Path]:
     }
 
 
-def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True) -> dict[str, Path]:
-    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and training)."""
+def run_demo(
+    out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True, finer: str = "tuples"
+) -> dict[str, Path]:
+    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and
+    training). ``finer``: ``"tuples"``, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); or
+    ``"seeing"``, the FINER half on a base that sees per-instance attributes (``veritune.demo_seeing``, about 20
+    minutes, beside the whole ORIC half)."""
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
     pin_threads()
 
+    if finer not in FINER_HALVES:
+        raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = demo_paths(out)
     STAGE_STATUS.clear()
@@ -283,6 +293,15 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
         timings[name] = round(time.monotonic() - clock, 1)
         clock = time.monotonic()
 
+    seeing = None
+    if finer == "seeing":  # the long pole: on the second core from the start, beside everything below
+        from veritune.demo_seeing import run_seeing_finer
+
+        seeing = _Background(
+            "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
+            out / "logs" / "finer-seeing.log",
+            lambda: run_seeing_finer(out, seed),
+        )
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
     )
@@ -296,7 +315,9 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
     # built beside it on the other core, their output in a log
     data = _Background(
-        "tiny CLIP, ORIC and FINER data", out / "logs" / "data.log", lambda: build_data(paths, out, seed)
+        "tiny CLIP, ORIC and FINER data" if seeing is None else "tiny CLIP and ORIC data",
+        out / "logs" / "data.log",
+        lambda: build_data(paths, out, seed, finer=seeing is None),
     )
     announce_stage(
         "3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)"
@@ -313,23 +334,38 @@ def run_demo(out: Path, steps: int | None = None, seed: int = 0, use_cache: bool
     timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
 
     # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
-    announce_stage(
-        "5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)"
-    )
-    dpo = _Background("DPO", out / "logs" / "dpo.log", lambda: train_dpo(paths, seed, report=True))
+    dpo = None
+    if seeing is None:
+        announce_stage(
+            "5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)"
+        )
+        dpo = _Background("DPO", out / "logs" / "dpo.log", lambda: train_dpo(paths, seed, report=True))
     announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     train_grpo(paths, steps, seed)
     lap("GRPO")
-    dpo.join()
-    clock = time.monotonic()  # the wait for DPO, if any, is not counted
-    timings["DPO and its report (beside GRPO)"] = dpo.seconds
+    if dpo is not None:
+        dpo.join()
+        clock = time.monotonic()  # the wait for DPO, if any, is not counted
+        timings["DPO and its report (beside GRPO)"] = dpo.seconds
+        runs, table, probe = {"grpo": paths["run"], "dpo": paths["dpo"]}, TABLE, paths["finer_yn"]
+    else:
+        from veritune.demo_seeing import RUN, seeing_paths
+        from veritune.demo_seeing import TABLE as SEEING_TABLE
+
+        announce_stage("5/7 FINER on a base that sees: waiting for the stages run beside the ORIC half")
+        seeing.join()
+        lap("waiting for FINER on a base that sees")
+        timings["FINER on a base that sees, with its report (beside the ORIC half)"] = seeing.seconds
+        probe = seeing_paths(out)["probe"]
+        runs = {"grpo": paths["run"], RUN: seeing_paths(out)["dpo"]}
+        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + SEEING_TABLE
 
     announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     report = _start(_report_command(paths["run"]))  # the DPO run's report was written beside GRPO
-    rows = results_table({"grpo": paths["run"], "dpo": paths["dpo"]})
+    rows = results_table(runs, table)
     _wait([report])
     lap("reports and table")
-    _summarise(paths, rows, timings, out)
+    _summarise(paths, rows, timings, out, runs, probe)
     return paths
 
 
@@ -395,11 +431,13 @@ def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
     return f"tiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
 
 
-def build_data(paths: dict[str, Path], out: Path, seed: int) -> None:
-    """What needs neither the base model nor a trained one: the tiny CLIP, ORIC's data, FINER's data."""
+def build_data(paths: dict[str, Path], out: Path, seed: int, finer: bool = True) -> None:
+    """What needs neither the base model nor a trained one: the tiny CLIP, ORIC's data, FINER's data (unless
+    ``finer`` is False)."""
     _note(_build_tiny_clip(paths, seed))
     build_oric(paths, out, seed)
-    build_finer(paths, seed)
+    if finer:
+        build_finer(paths, seed)
 
 
 def _note(message: str) -> None:
@@ -671,17 +709,24 @@ def _report_command(run: Path) -> list[str]:
     return [sys.executable, "-m", "veritune.cli", "report", str(run)]
 
 
-def results_table(runs: dict[str, Path], table: list[tuple[str, str]] = TABLE) -> list[dict[str, Any]]:
+def results_table(
+    runs: dict[str, Path], table: list[tuple[str, str]] | list[tuple[str, str, str]] = TABLE
+) -> list[dict[str, Any]]:
     """The before/after rows from the eval hooks of the GRPO run (ORIC-Bench, POPE) and the DPO run (FINER):
     step 0 (the base model) against the last checkpoint, each with its 95% paired bootstrap interval
     (questions resampled), on exactly the items the hooks evaluated: the run report's own computation
-    (:func:`eval_hooks.bootstrap.hook_difference_intervals`, same resamples and seed)."""
+    (:func:`eval_hooks.bootstrap.hook_difference_intervals`, same resamples and seed). An entry of ``table`` is
+    ``(benchmark, metric)``, read from ``runs["dpo"]`` for FINER's benchmarks and ``runs["grpo"]`` otherwise, or
+    ``(benchmark, metric, run)``, read from ``runs[run]`` and labelled with the run's name."""
     from eval_hooks.bootstrap import hook_difference_intervals
     from veritune.report import collect_eval
 
-    by_benchmark: dict[str, dict[str, dict[str, Any]]] = {}
-    for benchmark in dict.fromkeys(name for name, _ in table):  # one set of draws per benchmark, its metrics together
-        trained_by = "dpo" if benchmark.startswith("finer") else "grpo"
+    def source(entry: tuple[str, ...]) -> str:
+        return entry[2] if len(entry) > 2 else "dpo" if entry[0].startswith("finer") else "grpo"
+
+    found: dict[tuple[str, str, str], dict[str, Any]] = {}
+    # one set of draws per run and benchmark, its metrics together
+    for trained_by, benchmark in dict.fromkeys((source(entry), entry[0]) for entry in table):
         run_dir = runs[trained_by]
         by_step = collect_eval(run_dir).get(benchmark, {})
         if 0 not in by_step or len(by_step) < 2:
@@ -689,19 +734,31 @@ def results_table(runs: dict[str, Path], table: list[tuple[str, str]] = TABLE) -
                 f"{run_dir}: no step-0 and final {benchmark} results from the eval hook (see the training log)"
             )
         last = max(by_step)
-        metrics = [metric for name, metric in table if name == benchmark]
-        by_benchmark[benchmark] = {}
+        metrics = [entry[1] for entry in table if entry[0] == benchmark and source(entry) == trained_by]
         for row in hook_difference_intervals(run_dir, benchmark, metrics, (0, last))[2]:
-            by_benchmark[benchmark][row["metric"]] = {
+            found[(trained_by, benchmark, row["metric"])] = {
                 "benchmark": benchmark,
                 "trained_by": trained_by,
                 "step": last,
                 **row,
             }
-    return [by_benchmark[benchmark][metric] for benchmark, metric in table]
+    rows = []
+    for entry in table:
+        row = found[(source(entry), entry[0], entry[1])]
+        if len(entry) > 2:
+            row["label"] = f"{entry[0]} {entry[1]} ({entry[2]})"
+        rows.append(row)
+    return rows
 
 
-def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict[str, float], out: Path) -> None:
+def _summarise(
+    paths: dict[str, Path],
+    rows: list[dict[str, Any]],
+    timings: dict[str, float],
+    out: Path,
+    runs: dict[str, Path],
+    probe: Path,
+) -> None:
     from eval_hooks.bootstrap import format_table
     from veritune.core.io import atomic_write_json, atomic_write_text
 
@@ -723,13 +780,19 @@ def _summarise(paths: dict[str, Path], rows: list[dict[str, Any]], timings: dict
             f"(mean reward std within groups {sum(stds) / max(len(stds), 1):.2f})"
         )
     print(
-        f"reports:           {paths['run'] / 'report.html'}, {paths['dpo'] / 'report.html'} "
+        f"reports:           {', '.join(str(run / 'report.html') for run in runs.values())} "
         "(step-0 baseline and every checkpoint)"
     )
     print(f"results:           {out / 'results.json'}\n")
-    print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
+    if "dpo" in runs:
+        print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
+    else:
+        print(
+            "ORIC-Bench and POPE: base vs GRPO; rows marked (finer-seeing): the base that sees per-instance "
+            "attributes vs its DPO, on its own world's val split (95% paired bootstrap interval of the difference)"
+        )
     print(table)
-    levels = _finer_yn_levels(paths["finer_yn"])
+    levels = _finer_yn_levels(probe)
     if levels:
         print(
             f"finer_yn: the probe's levels here are {', '.join(f'L{level}' for level in levels)} (the others cannot be "

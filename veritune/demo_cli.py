@@ -10,6 +10,7 @@ from pathlib import Path
 def register_demo(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo``."""
     from veritune.cli import command_help
+    from veritune.demo import FINER_HALVES
 
     parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
     parser.add_argument(
@@ -21,13 +22,21 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")
     parser.add_argument("--no-cache", action="store_true", help="train the warm-start even when a cached one exists")
+    parser.add_argument(
+        "--finer",
+        choices=FINER_HALVES,
+        default="tuples",
+        help="FINER's half: tuples, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); seeing, a "
+        "16-token base whose pretrained, frozen tower sees per-instance attributes, then DPO on image-contrast "
+        "pairs (veritune.demo_seeing; about 20 minutes, beside the whole ORIC half; docs/RESULTS.md)",
+    )
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from veritune.demo import run_demo
 
-    run_demo(args.out, args.steps, args.seed, not args.no_cache)
+    run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer)
     return 0
 
 

@@ -1,0 +1,187 @@
+"""``veritune demo --finer seeing``: the demo's FINER half on a tiny base that sees per-instance attributes.
+
+The default FINER half (``veritune.demo.train_dpo``) trains DPO on FINER-Tuning's tuples from the demo's base,
+which sees each 64-pixel image as four vision tokens and cannot tell one object's border or pattern from
+another's, so DPO has nothing to cure there. This half runs the path docs/RESULTS.md measures in "Sixteen vision
+tokens and a pretrained, frozen vision tower" (dev for the choices, val reported, three seeds), stage by stage:
+
+1. two drawn worlds (``veritune build synthetic-world --instance-attributes drawn``): a fresh one of 12,000 train
+   images for the warm-start (each image seen about 16 times in 6,000 steps of 32), and one of the demo's sizes
+   whose train scene graphs give the DPO pairs and whose val split gives the probe and POPE;
+2. a tiny Qwen3-VL with 16 vision tokens per image (``veritune tiny-model --patch-size 8``) whose vision tower is
+   pretrained on the fresh world's per-instance attributes (``--pretrain-vision``, ``veritune.tiny.tower``);
+3. the base: ``finetune/sft.py`` with ``recipes/tiny_sft_attributes.yaml`` (the tower frozen, three pairs of each
+   drawn attribute per image in the probe's wording, 6,000 steps);
+4. DPO pairs that ask one description on an image where it is true and on one where it is false (``veritune
+   build finer-contrast --false-image random``), and FINER's yes/no probe on the val scene graphs (``veritune
+   build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1);
+5. DPO (``finetune/dpo.py``, ``recipes/tiny_finer_contrast.yaml`` at 9,600 steps and learning rate 2e-4, the
+   cheapest setting that met the DPO bound on the dev split of every seed), whose eval hook scores the probe and
+   POPE on the val split before the first step and after the last.
+
+On one core this takes about 20 minutes, twice the demo's budget: ``veritune demo`` runs it beside the ORIC half
+only when asked (``--finer seeing``). The stages are keyed like the demo's (``veritune.demo.run_stage``), so an
+interrupted run resumes and a rerun reuses what is unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from veritune.demo import (
+    DEV_IMAGES,
+    REPO_ROOT,
+    TRAIN_IMAGES,
+    VAL_IMAGES,
+    _file_digest,
+    _launch,
+    _report_command,
+    _run,
+    _veritune,
+    recorded_key,
+    run_stage,
+    stage_key,
+)
+
+SFT_RECIPE = "recipes/tiny_sft_attributes.yaml"
+DPO_RECIPE = "recipes/tiny_finer_contrast.yaml"
+FRESH_SEED_OFFSET = 100  # the fresh world of seed S is drawn with seed 100 + S (docs/RESULTS.md, rounds 5-9)
+RUN = "finer-seeing"  # the DPO run's name in the before/after table
+# The before/after rows of this half: the issue's DPO bound reads the L3-L7 pairs (both twins right), the
+# positives (an "always no" drift shows there) and POPE (the objects kept)
+TABLE = [
+    ("finer_yn", "paired_accuracy_l3_l7", RUN),
+    ("finer_yn", "pos_accuracy", RUN),
+    ("finer_yn", "neg_accuracy_l3_l7", RUN),
+    ("pope", "accuracy", RUN),
+]
+
+
+@dataclass(frozen=True)
+class SeeingSizes:
+    """The measured path's sizes (docs/RESULTS.md: V8's warm-start, F15's DPO); tests pass smaller ones."""
+
+    fresh_images: int = 12000
+    world_images: tuple[int, int, int] = (TRAIN_IMAGES, VAL_IMAGES, DEV_IMAGES)  # train, val, dev: the demo's
+    tower_steps: int = 1000
+    warmstart_steps: int = 6000
+    dpo_steps: int = 9600
+    dpo_learning_rate: float = 2.0e-4
+    eval_limit: int | None = None  # every probe pair and POPE question of the val split
+
+
+def seeing_paths(out: Path) -> dict[str, Path]:
+    """Where this half writes under the demo's ``out``."""
+    root = out / RUN
+    return {
+        "fresh": root / "fresh",
+        "world": root / "world",
+        "model": root / "tiny-qwen3vl",
+        "base": root / "base",
+        "pairs": root / "contrast",
+        "probe": root / "finer-bench" / "finer_yn.csv",
+        "dpo": root / "dpo",
+    }
+
+
+def run_seeing_finer(out: Path, seed: int = 0, sizes: SeeingSizes = SeeingSizes(), report: bool = True) -> Path:
+    """Every stage of this half under ``out`` (the demo's directory); returns the DPO run, whose eval hook holds
+    the step-0 and final scores. With ``report``, then the run's HTML report."""
+    paths = seeing_paths(out)
+    fresh, world = paths["fresh"], paths["world"]
+
+    def world_stage(name: str, folder: Path, arguments: list[str]) -> None:
+        command = ["build", "synthetic-world", "--out", str(folder), *arguments, "--instance-attributes", "drawn"]
+        run_stage(
+            out,
+            name,
+            stage_key(command),
+            [folder],
+            lambda: (folder / "dev" / "coco_pope_random.json").is_file(),
+            lambda: _veritune(*command),
+        )
+
+    world_stage(
+        "seeing-fresh",
+        fresh,
+        ["--train-images", str(sizes.fresh_images), "--val-images", "10", "--dev-images", "10"]
+        + ["--seed", str(FRESH_SEED_OFFSET + seed)],
+    )
+    world_stage(
+        "seeing-world",
+        world,
+        [f"--{split}-images={count}" for split, count in zip(("train", "val", "dev"), sizes.world_images, strict=True)]
+        + ["--seed", str(seed)],
+    )
+
+    model = ["tiny-model", "--size", "demo", "--format-warmup-steps", "0", "--patch-size", "8", "--seed", str(seed)]
+    model += ["--pretrain-vision", str(fresh / "train"), "--pretrain-vision-steps", str(sizes.tower_steps)]
+    model += ["--pretrain-vision-eval", str(world / "dev"), "--out", str(paths["model"])]
+    run_stage(
+        out,
+        "seeing-model",
+        stage_key(model, recorded_key(out, "seeing-fresh"), recorded_key(out, "seeing-world")),
+        [paths["model"]],
+        lambda: (paths["model"] / "model.safetensors").is_file(),
+        lambda: _veritune(*model),
+    )
+
+    warmstart = ["--model_name_or_path", str(paths["model"]), "--output_dir", str(paths["base"])]
+    warmstart += ["--dataset_path", str(fresh / "train" / "instances.json")]
+    warmstart += ["--image_root", str(fresh / "train" / "images"), "--seed", str(seed)]
+    warmstart += ["--max_steps", str(sizes.warmstart_steps)]
+    run_stage(
+        out,
+        "seeing-base",
+        stage_key(warmstart, _file_digest(REPO_ROOT / SFT_RECIPE), recorded_key(out, "seeing-model")),
+        [paths["base"]],
+        lambda: (paths["base"] / "model.safetensors").is_file(),
+        lambda: _launch("finetune/sft.py", SFT_RECIPE, warmstart),
+    )
+
+    pairs = ["build", "finer-contrast", "--false-image", "random", "--seed", str(seed)]
+    pairs += ["--scene-graphs", str(world / "train" / "scene_graphs.json")]
+    pairs += ["--image-root", str(world / "train" / "images"), "--out", str(paths["pairs"])]
+    run_stage(
+        out,
+        "seeing-pairs",
+        stage_key(pairs, recorded_key(out, "seeing-world")),
+        [paths["pairs"]],
+        lambda: (paths["pairs"] / "manifest.json").is_file(),
+        lambda: _veritune(*pairs),
+    )
+    probe = ["build", "finer-bench", "--protocol", "yn", "--seed", str(seed)]
+    probe += ["--scene-graphs", str(world / "val" / "scene_graphs.json")]
+    probe += ["--image-root", str(world / "val" / "images"), "--out", str(paths["probe"])]
+    run_stage(
+        out,
+        "seeing-probe",
+        stage_key(probe, recorded_key(out, "seeing-world")),
+        [paths["probe"].parent],
+        paths["probe"].is_file,
+        lambda: _veritune(*probe),
+    )
+
+    dpo = ["--model_name_or_path", str(paths["base"]), "--output_dir", str(paths["dpo"])]
+    dpo += ["--dataset_path", str(paths["pairs"]), "--image_root", str(world / "train" / "images")]
+    dpo += ["--seed", str(seed), "--max_steps", str(sizes.dpo_steps)]
+    dpo += ["--learning_rate", str(sizes.dpo_learning_rate)]
+    dpo += ["--save_strategy", "steps", "--save_steps", str(sizes.dpo_steps)]
+    dpo += ["--eval_at_start", "true", "--eval_on_save", "true", "--eval_benchmarks", "finer_yn", "pope"]
+    dpo += ["--eval_data", f"finer_yn={paths['probe']}", f"pope={world / 'val' / 'coco_pope_random.json'}"]
+    dpo += ["--eval_image_root", str(world / "val" / "images"), "--eval_batch_size", "32"]
+    if sizes.eval_limit is not None:  # a stratified sample, said so in the hook's results
+        dpo += ["--eval_limit", str(sizes.eval_limit)]
+    upstream = [recorded_key(out, name) for name in ("seeing-world", "seeing-base", "seeing-pairs", "seeing-probe")]
+    run_stage(
+        out,
+        "seeing-dpo",
+        stage_key(dpo, _file_digest(REPO_ROOT / DPO_RECIPE), upstream),
+        [paths["dpo"]],
+        lambda: (paths["dpo"] / "trainer_state.json").is_file(),
+        lambda: _launch("finetune/dpo.py", DPO_RECIPE, dpo),
+    )
+    if report:
+        _run(_report_command(paths["dpo"]))
+    return paths["dpo"]
