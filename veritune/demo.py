@@ -275,13 +275,13 @@ def run_demo(
     training). ``finer``: ``"tuples"``, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); or
     ``"seeing"``, the FINER half on a base that sees per-instance attributes (``veritune.demo_seeing``, about 20
     minutes, beside the whole ORIC half)."""
+    if finer not in FINER_HALVES:
+        raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
     pin_threads()
 
-    if finer not in FINER_HALVES:
-        raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = demo_paths(out)
     STAGE_STATUS.clear()
@@ -325,9 +325,11 @@ def run_demo(
     warm_start(paths, out, seed, use_cache)
     lap("warm-start")
 
+    finer_data = "; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
+    finer_data = finer_data if seeing is None else ""
     announce_stage(
         "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided "
-        "negatives; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
+        f"negatives{finer_data}"
     )
     data.join()
     clock = time.monotonic()  # waiting for the data, if at all, is not counted twice

@@ -1,0 +1,83 @@
+"""`veritune demo --finer seeing`: FINER's half on a base that sees per-instance attributes (veritune.demo_seeing),
+at toy sizes: every stage through the public commands, the eval hook's step-0 and final scores of the probe and
+POPE, the table's rows, and reruns that reuse what is unchanged. The measured sizes' numbers are in
+docs/RESULTS.md; this checks the wiring, not the outcome."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from veritune.core.errors import UserError
+from veritune.demo import STAGE_STATUS, results_table
+from veritune.demo_seeing import RUN, TABLE, SeeingSizes, run_seeing_finer, seeing_paths
+
+TOY = SeeingSizes(
+    fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
+)
+STAGES = ["seeing-fresh", "seeing-world", "seeing-model", "seeing-base", "seeing-pairs", "seeing-probe", "seeing-dpo"]
+
+
+@pytest.fixture(scope="module")
+def seeing(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("seeing")
+    STAGE_STATUS.clear()
+    run_seeing_finer(out, 0, TOY)
+    assert STAGE_STATUS == dict.fromkeys(STAGES, "run")
+    return out
+
+
+def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
+    paths = seeing_paths(seeing)
+    tiny = json.loads((paths["model"] / "veritune_tiny.json").read_text())
+    assert tiny["patch_size"] == 8 and tiny["vision_pretraining"]["steps"] == TOY.tower_steps
+    base = json.loads((paths["base"] / "veritune_run.json").read_text())
+    assert base["script_args"]["recipe"] == "recipes/tiny_sft_attributes.yaml"
+    assert base["settings"]["freeze_vision_tower"] is True and base["settings"]["max_steps"] == TOY.warmstart_steps
+    dpo = json.loads((paths["dpo"] / "veritune_run.json").read_text())
+    assert dpo["script_args"]["recipe"] == "recipes/tiny_finer_contrast.yaml"
+    settings = dpo["settings"]
+    assert settings["max_steps"] == TOY.dpo_steps and settings["learning_rate"] == TOY.dpo_learning_rate
+    assert settings["model_name_or_path"] == str(paths["base"]) and settings["loss_type"] == ["sigmoid", "sft"]
+    manifest = json.loads((paths["pairs"] / "manifest.json").read_text())
+    assert manifest  # the image-contrast pairs of the world's train split
+    assert (paths["dpo"] / "report.html").is_file()
+
+
+def test_the_table_reads_the_hooks_step_0_and_last_scores(seeing: Path) -> None:
+    from eval_hooks.bootstrap import format_table
+
+    rows = results_table({RUN: seeing_paths(seeing)["dpo"]}, TABLE)
+    labels = [f"{benchmark} {metric} ({RUN})" for benchmark, metric, _ in TABLE]
+    assert [row["label"] for row in rows] == labels
+    assert all(row["step"] == TOY.dpo_steps and row["trained_by"] == RUN for row in rows)
+    assert all(row["low"] <= row["difference"] <= row["high"] for row in rows)
+    text = format_table(rows)
+    assert all(label in text for label in labels)
+
+
+def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(seeing: Path) -> None:
+    dpo_state = seeing_paths(seeing)["dpo"] / "trainer_state.json"
+    before = dpo_state.stat().st_mtime_ns
+    STAGE_STATUS.clear()
+    run_seeing_finer(seeing, 0, TOY, report=False)
+    assert STAGE_STATUS == dict.fromkeys(STAGES, "reused")
+    assert dpo_state.stat().st_mtime_ns == before
+    STAGE_STATUS.clear()
+    run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False)
+    assert STAGE_STATUS == {**dict.fromkeys(STAGES[:-1], "reused"), "seeing-dpo": "run"}
+    assert json.loads(dpo_state.read_text())["global_step"] == 3
+
+
+def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from veritune.cli import main
+    from veritune.demo import run_demo
+
+    with pytest.raises(UserError, match="--finer: expected one of tuples, seeing"):
+        run_demo(tmp_path / "demo", finer="letters")
+    assert not (tmp_path / "demo").exists()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["demo", "--finer", "letters", "--out", str(tmp_path / "demo")])
+    assert exit_info.value.code == 2 and "invalid choice: 'letters'" in capsys.readouterr().err
