@@ -81,3 +81,22 @@ def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: py
     with pytest.raises(SystemExit) as exit_info:
         main(["demo", "--finer", "letters", "--out", str(tmp_path / "demo")])
     assert exit_info.value.code == 2 and "invalid choice: 'letters'" in capsys.readouterr().err
+
+
+def test_a_long_background_wait_prints_the_stages_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import time
+
+    from veritune.demo import _Background, latest_progress
+
+    log = tmp_path / "logs" / "stage.log"
+
+    def stage() -> None:
+        with log.open("a") as stream:
+            stream.write("$ python finetune/sft.py recipe.yaml\nLoading weights: 100%|###| 64/64\r\n")
+            stream.write("step 200/6000 | loss 0.203 | lr 0.0002\nwandb: some notice\n")
+        time.sleep(0.5)
+
+    _Background("a stage", log, stage).join(progress_every=0.1)
+    printed = capsys.readouterr().out
+    assert "  (a stage) step 200/6000 | loss 0.203 | lr 0.0002\n" in printed  # the last step line, not the notice
+    assert latest_progress(tmp_path / "missing.log") is None

@@ -37,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -137,8 +138,14 @@ class _Background:
         self.thread = threading.Thread(target=run, name=name, daemon=True)
         self.thread.start()
 
-    def join(self) -> None:
-        self.thread.join()
+    def join(self, progress_every: float | None = None) -> None:
+        """Wait for the stage; with ``progress_every`` (seconds), meanwhile print its log's latest progress line
+        that often, so a long wait on the terminal is not a silent one."""
+        while self.thread.is_alive():
+            self.thread.join(timeout=progress_every)
+            line = latest_progress(self.log) if progress_every and self.thread.is_alive() else None
+            if line:
+                print(f"  ({self.name}) {line}", flush=True)
         if self.error is not None:
             tail = self.log.read_text().splitlines()[-15:]
             print("\n".join(tail), file=sys.stderr, flush=True)
@@ -152,6 +159,26 @@ class _Background:
             if line.startswith(SUMMARY_LINES) or "INFO veritune.eval: eval at step" in line
         ]
         print("\n".join([f"{self.name}, run in the background ({self.log}):", *summary]), flush=True)
+
+
+PROGRESS = re.compile(r"^(step \d+/\d+.*|vision pretraining step \d+/\d+.*|\$ .*|wrote .*|eval at step .*)$")
+
+
+def latest_progress(log: Path, tail_bytes: int = 16384) -> str | None:
+    """The last progress line of a stage log (a training step, the command started, a file written, an eval),
+    shortened for the terminal; None when there is none yet."""
+    try:
+        with log.open("rb") as stream:
+            stream.seek(max(stream.seek(0, os.SEEK_END) - tail_bytes, 0))
+            text = stream.read().decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    lines = re.split(r"[\r\n]+", text)
+    for line in reversed(lines if text.endswith(("\n", "\r")) else lines[:-1]):  # not a line still being written
+        line = line.split("INFO veritune.eval: ", 1)[-1].strip()
+        if PROGRESS.match(line):
+            return line if len(line) <= 160 else line[:157] + "..."
+    return None
 
 
 def _veritune(*args: str) -> None:
@@ -355,7 +382,7 @@ def run_demo(
         from veritune.demo_seeing import TABLE as SEEING_TABLE
 
         announce_stage("5/7 FINER on a base that sees: waiting for the stages run beside the ORIC half")
-        seeing.join()
+        seeing.join(progress_every=60)
         lap("waiting for FINER on a base that sees")
         timings["FINER on a base that sees, with its report (beside the ORIC half)"] = seeing.seconds
         probe = seeing_paths(out)["probe"]
