@@ -26,6 +26,9 @@ the tiny CLIP and step 4 beside the warm-start, DPO beside GRPO (their output go
 follows on the terminal).
 Which stages run together changes no number: each is deterministic on its own thread.
 
+``--finer seeing`` replaces steps 4's FINER data and 5 with FINER's half on a base that sees per-instance
+attributes (``veritune.demo_seeing``, about 20 minutes), run on the second core from the start.
+
 The stages are public functions of this module (``build_world``, ``build_tiny_models``, ``build_data``,
 ``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``),
 so ``veritune demo-select`` (``veritune.demo_selection``) runs the same stages on the dev split; the command

@@ -91,16 +91,14 @@ def run_seeing_finer(out: Path, seed: int = 0, sizes: SeeingSizes = SeeingSizes(
     paths = seeing_paths(out)
     fresh, world = paths["fresh"], paths["world"]
 
+    def command_stage(name: str, command: list[str], upstream: list[str], output: Path, done: Path) -> None:
+        """A stage that is one ``veritune`` command, keyed by it and by the stages it reads."""
+        key = stage_key(command, *(recorded_key(out, stage) for stage in upstream))
+        run_stage(out, name, key, [output], done.is_file, lambda: _veritune(*command))
+
     def world_stage(name: str, folder: Path, arguments: list[str]) -> None:
         command = ["build", "synthetic-world", "--out", str(folder), *arguments, "--instance-attributes", "drawn"]
-        run_stage(
-            out,
-            name,
-            stage_key(command),
-            [folder],
-            lambda: (folder / "dev" / "coco_pope_random.json").is_file(),
-            lambda: _veritune(*command),
-        )
+        command_stage(name, command, [], folder, folder / "dev" / "coco_pope_random.json")
 
     world_stage(
         "seeing-fresh",
@@ -118,13 +116,8 @@ def run_seeing_finer(out: Path, seed: int = 0, sizes: SeeingSizes = SeeingSizes(
     model = ["tiny-model", "--size", "demo", "--format-warmup-steps", "0", "--patch-size", "8", "--seed", str(seed)]
     model += ["--pretrain-vision", str(fresh / "train"), "--pretrain-vision-steps", str(sizes.tower_steps)]
     model += ["--pretrain-vision-eval", str(world / "dev"), "--out", str(paths["model"])]
-    run_stage(
-        out,
-        "seeing-model",
-        stage_key(model, recorded_key(out, "seeing-fresh"), recorded_key(out, "seeing-world")),
-        [paths["model"]],
-        lambda: (paths["model"] / "model.safetensors").is_file(),
-        lambda: _veritune(*model),
+    command_stage(
+        "seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], paths["model"] / "model.safetensors"
     )
 
     warmstart = ["--model_name_or_path", str(paths["model"]), "--output_dir", str(paths["base"])]
@@ -143,25 +136,11 @@ def run_seeing_finer(out: Path, seed: int = 0, sizes: SeeingSizes = SeeingSizes(
     pairs = ["build", "finer-contrast", "--false-image", "random", "--seed", str(seed)]
     pairs += ["--scene-graphs", str(world / "train" / "scene_graphs.json")]
     pairs += ["--image-root", str(world / "train" / "images"), "--out", str(paths["pairs"])]
-    run_stage(
-        out,
-        "seeing-pairs",
-        stage_key(pairs, recorded_key(out, "seeing-world")),
-        [paths["pairs"]],
-        lambda: (paths["pairs"] / "manifest.json").is_file(),
-        lambda: _veritune(*pairs),
-    )
+    command_stage("seeing-pairs", pairs, ["seeing-world"], paths["pairs"], paths["pairs"] / "manifest.json")
     probe = ["build", "finer-bench", "--protocol", "yn", "--seed", str(seed)]
     probe += ["--scene-graphs", str(world / "val" / "scene_graphs.json")]
     probe += ["--image-root", str(world / "val" / "images"), "--out", str(paths["probe"])]
-    run_stage(
-        out,
-        "seeing-probe",
-        stage_key(probe, recorded_key(out, "seeing-world")),
-        [paths["probe"].parent],
-        paths["probe"].is_file,
-        lambda: _veritune(*probe),
-    )
+    command_stage("seeing-probe", probe, ["seeing-world"], paths["probe"].parent, paths["probe"])
 
     dpo = ["--model_name_or_path", str(paths["base"]), "--output_dir", str(paths["dpo"])]
     dpo += ["--dataset_path", str(paths["pairs"]), "--image_root", str(world / "train" / "images")]
