@@ -6,13 +6,16 @@ docs/RESULTS.md; this checks the wiring, not the outcome."""
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from veritune import demo_seeing
 from veritune.core.errors import UserError
 from veritune.demo import STAGE_STATUS, results_table
-from veritune.demo_seeing import RUN, TABLE, SeeingSizes, run_seeing_finer, seeing_paths
+from veritune.demo_seeing import DPO_THREADS, RUN, TABLE, SeeingSizes, dpo_threads, run_seeing_finer, seeing_paths
 
 TOY = SeeingSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
@@ -58,17 +61,51 @@ def test_the_table_reads_the_hooks_step_0_and_last_scores(seeing: Path) -> None:
     assert all(label in text for label in labels)
 
 
-def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(seeing: Path) -> None:
+def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
+    seeing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     dpo_state = seeing_paths(seeing)["dpo"] / "trainer_state.json"
     before = dpo_state.stat().st_mtime_ns
     STAGE_STATUS.clear()
     run_seeing_finer(seeing, 0, TOY, report=False)
     assert STAGE_STATUS == dict.fromkeys(STAGES, "reused")
     assert dpo_state.stat().st_mtime_ns == before
+    # the core left by the other half is set free: DPO, started after that, trains on two threads
+    launched, launch = [], demo_seeing._launch
+    monkeypatch.setattr(demo_seeing, "_launch", lambda *a, **k: (launched.append(k.get("threads")), launch(*a, **k)))
+    spare_core = threading.Event()
+    spare_core.set()
     STAGE_STATUS.clear()
-    run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False)
+    run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False, spare_core=spare_core)
     assert STAGE_STATUS == {**dict.fromkeys(STAGES[:-1], "reused"), "seeing-dpo": "run"}
     assert json.loads(dpo_state.read_text())["global_step"] == 3
+    assert launched == [DPO_THREADS]
+
+
+def test_dpo_takes_a_second_thread_only_once_the_core_beside_it_is_free() -> None:
+    spare_core = threading.Event()
+    assert dpo_threads(None) is None and dpo_threads(spare_core) is None
+    spare_core.set()
+    assert dpo_threads(spare_core) == DPO_THREADS == 2
+
+
+def test_a_command_started_on_more_threads_gets_them_and_its_log_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from veritune.demo import _OUTPUT, _run
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    log = tmp_path / "stage.log"
+    command = [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS'])"]
+    _OUTPUT.log = log
+    try:
+        _run(command, threads=2)
+        _run(command)
+    finally:
+        del _OUTPUT.log
+    lines = log.read_text().splitlines()
+    assert lines[0].startswith("$ OMP_NUM_THREADS=2 ") and lines[1] == "threads 2"
+    assert lines[2].startswith(f"$ {sys.executable}") and lines[3] == "threads 1"
 
 
 def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

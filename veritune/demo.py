@@ -90,19 +90,22 @@ SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:")  # a backg
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
-def _run(command: list[str]) -> None:
-    _wait([_start(command)])
+def _run(command: list[str], threads: int | None = None) -> None:
+    _wait([_start(command, threads)])
 
 
-def _start(command: list[str]) -> tuple[list[str], subprocess.Popen]:
-    """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log."""
+def _start(command: list[str], threads: int | None = None) -> tuple[list[str], subprocess.Popen]:
+    """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log;
+    with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s."""
     log = getattr(_OUTPUT, "log", None)
-    line = "$ " + " ".join(command)
+    line = "$ " + (f"OMP_NUM_THREADS={threads} " if threads is not None else "") + " ".join(command)
     if log is None:
         print(line, flush=True)
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")
     env.setdefault("OMP_NUM_THREADS", "1")  # pin_threads: one torch thread per process
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if log is None:
         return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env)
@@ -200,10 +203,10 @@ def recipe_accelerate_config(recipe: str) -> str:
     return resolve_recipe_path(REPO_ROOT / recipe, config, key="accelerate_config", required=True)
 
 
-def _launch(script: str, recipe: str, overrides: list[str]) -> None:
+def _launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
     launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     launcher += ["--config_file", recipe_accelerate_config(recipe)]
-    _run([*launcher, script, recipe, *overrides])
+    _run([*launcher, script, recipe, *overrides], threads)
 
 
 def pin_threads() -> None:
@@ -310,6 +313,9 @@ def run_demo(
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
+    # Set once the ORIC half has trained, so that a stage of the FINER half started after it may use the core it
+    # leaves (veritune.demo_seeing); not when OMP_NUM_THREADS is the user's to set
+    oric_done = None if "OMP_NUM_THREADS" in os.environ else threading.Event()
     pin_threads()
 
     out = out if out.is_absolute() else REPO_ROOT / out
@@ -330,7 +336,7 @@ def run_demo(
         seeing = _Background(
             "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
             out / "logs" / "finer-seeing.log",
-            lambda: run_seeing_finer(out, seed),
+            lambda: run_seeing_finer(out, seed, spare_core=oric_done),
         )
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
@@ -375,6 +381,8 @@ def run_demo(
     announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     train_grpo(paths, steps, seed)
     lap("GRPO")
+    if oric_done is not None:
+        oric_done.set()
     if dpo is not None:
         dpo.join()
         clock = time.monotonic()  # the wait for DPO, if any, is not counted

@@ -26,6 +26,7 @@ interrupted run resumes and a rerun reuses what is unchanged.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,17 @@ TABLE = [
 ]
 
 
+# DPO's torch threads when a second core is free. The trained weights and the hook's scores are the same bytes
+# as on one thread (cmp on seed 0's full run, docs/RESULTS.md), and a step is about 1.3 times cheaper; the
+# warm-start starts beside the ORIC half, so it keeps one thread.
+DPO_THREADS = 2
+
+
+def dpo_threads(spare_core: threading.Event | None) -> int | None:
+    """``DPO_THREADS`` once ``spare_core`` is set, else None (the demo's one thread per process)."""
+    return DPO_THREADS if spare_core is not None and spare_core.is_set() else None
+
+
 @dataclass(frozen=True)
 class SeeingSizes:
     """The measured path's sizes (docs/RESULTS.md: V8's warm-start, F15's DPO); tests pass smaller ones."""
@@ -85,9 +97,17 @@ def seeing_paths(out: Path) -> dict[str, Path]:
     }
 
 
-def run_seeing_finer(out: Path, seed: int = 0, sizes: SeeingSizes = SeeingSizes(), report: bool = True) -> Path:
+def run_seeing_finer(
+    out: Path,
+    seed: int = 0,
+    sizes: SeeingSizes = SeeingSizes(),
+    report: bool = True,
+    spare_core: threading.Event | None = None,
+) -> Path:
     """Every stage of this half under ``out`` (the demo's directory); returns the DPO run, whose eval hook holds
-    the step-0 and final scores. With ``report``, then the run's HTML report."""
+    the step-0 and final scores. With ``report``, then the run's HTML report. ``spare_core``: set once the
+    process beside this half has left its core; DPO, if it starts after that, trains on two torch threads
+    (``DPO_THREADS``)."""
     paths = seeing_paths(out)
     fresh, world = paths["fresh"], paths["world"]
 
@@ -159,7 +179,7 @@ def run_seeing_finer(out: Path, seed: int = 0, sizes: SeeingSizes = SeeingSizes(
         stage_key(dpo, _file_digest(REPO_ROOT / DPO_RECIPE), upstream),
         [paths["dpo"]],
         lambda: (paths["dpo"] / "trainer_state.json").is_file(),
-        lambda: _launch("finetune/dpo.py", DPO_RECIPE, dpo),
+        lambda: _launch("finetune/dpo.py", DPO_RECIPE, dpo, threads=dpo_threads(spare_core)),
     )
     if report:
         _run(_report_command(paths["dpo"]))
