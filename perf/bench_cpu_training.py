@@ -4,7 +4,8 @@ computed in the forward against given by the collator (``finetune/sft.py: Positi
 TRL's fused LM head scoring every position against only the labelled ones
 (``finetune/training.py: score_only_labelled_positions``), on the demo-size tiny Qwen3-VL, one torch
 thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen, attribute pairs)
-with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``).
+with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``), and its DPO
+on one torch thread against two, whose trained weights are compared byte for byte.
 
     python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--fb-batches 12]
                                       [--cache-steps 200] [--cache-images 400]
@@ -33,8 +34,9 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 
 
-def run(command: list[str]) -> None:
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+def run(command: list[str], threads: int = 1) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), WANDB_MODE="disabled", HF_HUB_OFFLINE="1")
+    env["OMP_NUM_THREADS"] = str(threads)
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"benchmark run failed: {' '.join(command)}\n{result.stderr[-2000:]}")
@@ -122,6 +124,9 @@ CACHED_DPO = (
 CACHED = "SFT step (batch 32), patch-8 tower frozen (recipes/tiny_sft_attributes.yaml), vision_feature_cache="
 
 
+THREADS_DPO = "DPO step (batch 4), tower frozen and cached (recipes/tiny_finer_contrast.yaml), torch threads="
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -138,6 +143,7 @@ def main() -> None:
     from veritune.tiny.models import build_tiny_model
 
     times: dict[str, list[float]] = {}
+    same_weights: list[bool] = []  # the one-thread and two-thread DPO runs' trained weights, byte for byte
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)
         model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0, format_warmup_steps=0, size="demo")
@@ -200,6 +206,21 @@ def main() -> None:
                 dpo += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
                 run(dpo)
                 times.setdefault(f"{CACHED_DPO}{cache}", []).append(sft_step_time(out))
+        # the same DPO (tower cached) on one torch thread and on two: `veritune demo --finer seeing` gives its DPO
+        # the second core once the ORIC half is done (veritune/demo_seeing.py: DPO_THREADS), on the premise that
+        # the trained weights are the same bytes; checked here on every pair of runs
+        for repeat in range(args.repeats):
+            weights = []
+            for threads in (1, 2):
+                out = tmp_path / f"dpo-threads-{threads}-{repeat}"
+                dpo = [sys.executable, "finetune/dpo.py", "recipes/tiny_finer_contrast.yaml", *common]
+                dpo[dpo.index("--model_name_or_path") + 1] = str(patch8)
+                dpo += ["--dataset_path", str(pairs), "--image_root", str(dpo_world["train_images"])]
+                dpo += ["--max_steps", str(args.cache_steps), "--output_dir", str(out)]
+                run(dpo, threads=threads)
+                times.setdefault(f"{THREADS_DPO}{threads}", []).append(sft_step_time(out))
+                weights.append((out / "model.safetensors").read_bytes())
+            same_weights.append(weights[0] == weights[1])
 
     print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
     for name, values in times.items():
@@ -228,6 +249,9 @@ def main() -> None:
     print(
         f"DPO step, frozen tower run / cached (median, {dpo_images} images, about 38 rows per image): {dpo_ratio:.2f}"
     )
+    print(f"DPO step, one torch thread / two (median): {median[f'{THREADS_DPO}1'] / median[f'{THREADS_DPO}2']:.2f}")
+    same = f"{sum(same_weights)} of {len(same_weights)}"
+    print(f"DPO trained weights, one thread against two: the same bytes in {same} pairs of runs")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,7 @@ follows on the terminal).
 Which stages run together changes no number: each is deterministic on its own thread.
 
 ``--finer seeing`` replaces steps 4's FINER data and 5 with FINER's half on a base that sees per-instance
-attributes (``veritune.demo_seeing``, about 20 minutes), run on the second core from the start.
+attributes (``veritune.demo_seeing``, about 18 minutes), run on the second core from the start.
 
 The stages are public functions of this module (``build_world``, ``build_tiny_models``, ``build_data``,
 ``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``),
@@ -64,7 +64,7 @@ STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output wa
 # the FINER hook's limit (120 q+/q- pairs, a seeded sample stratified over FINER's settings) and DPO steps
 FINER_QUESTIONS, DPO_STEPS = 240, 16
 # FINER's half of the demo: DPO on FINER-Tuning's tuples from the demo's base (the default), or on a base that
-# sees per-instance attributes (veritune.demo_seeing; about 20 minutes, beyond the demo's budget)
+# sees per-instance attributes (veritune.demo_seeing; about 18 minutes, beyond the demo's budget)
 FINER_HALVES = ("tuples", "seeing")
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
 DEV_IMAGES = 240  # a third split, held out from training and benchmarks: hyperparameters are selected on it
@@ -306,7 +306,7 @@ def run_demo(
 ) -> dict[str, Path]:
     """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and
     training). ``finer``: ``"tuples"``, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); or
-    ``"seeing"``, the FINER half on a base that sees per-instance attributes (``veritune.demo_seeing``, about 20
+    ``"seeing"``, the FINER half on a base that sees per-instance attributes (``veritune.demo_seeing``, about 18
     minutes, beside the whole ORIC half)."""
     if finer not in FINER_HALVES:
         raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")

@@ -20,7 +20,8 @@ tokens and a pretrained, frozen vision tower" (dev for the choices, val reported
    POPE on the val split before the first step and after the last.
 
 On one core this takes about 20 minutes, twice the demo's budget: ``veritune demo`` runs it beside the ORIC half
-only when asked (``--finer seeing``). The stages are keyed like the demo's (``veritune.demo.run_stage``), so an
+only when asked (``--finer seeing``), and gives its DPO a second torch thread once the ORIC half is done (about 18
+minutes in all from nothing cached). The stages are keyed like the demo's (``veritune.demo.run_stage``), so an
 interrupted run resumes and a rerun reuses what is unchanged.
 """
 
