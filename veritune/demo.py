@@ -313,9 +313,9 @@ def run_demo(
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
-    # Set once the ORIC half has trained, so that a stage of the FINER half started after it may use the core it
-    # leaves (veritune.demo_seeing); not when OMP_NUM_THREADS is the user's to set
-    oric_done = None if "OMP_NUM_THREADS" in os.environ else threading.Event()
+    # With --finer seeing: set once the ORIC half has trained, so that a stage of the FINER half started after it
+    # may use the core it leaves (veritune.demo_seeing); not when OMP_NUM_THREADS is the user's to set
+    oric_done = threading.Event() if finer == "seeing" and "OMP_NUM_THREADS" not in os.environ else None
     pin_threads()
 
     out = out if out.is_absolute() else REPO_ROOT / out
