@@ -49,12 +49,13 @@ from eval_hooks.evaluate import (
     parse_benchmark_limits,
     prepare_benchmark,
     require_judges,
+    resolve_paths,
 )
-from eval_hooks.registry import expand_presets
+from eval_hooks.registry import expand_presets, get_benchmark
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, check_limit
 from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
-from veritune.core.io import atomic_write_json
+from veritune.core.io import atomic_write_json, require_input_path
 from veritune.core.run_layout import WANDB_LOGGED_FILE, checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
@@ -241,11 +242,46 @@ class EvalHookCallback(TrainerCallback):
         self.check_benchmarks(state.is_world_process_zero)
         self.evaluate_baseline(args, state, control, kwargs.get("model"))
 
+    def check_data(self) -> None:
+        """Before any model loads (the entry scripts' first step, :func:`finetune.training.start_run`): the hook's
+        folders and every ``eval_data`` file exist, and every benchmark evaluated per save has its files where the
+        hook will read them (its layout under ``eval_data_root``: :func:`eval_hooks.evaluate.resolve_paths`), so
+        that a wrong path stops the run in seconds instead of failing each evaluation after the model and DeepSpeed
+        have loaded. A final benchmark without files under ``eval_data_root`` is left to :meth:`check_benchmarks`
+        (reported, then skipped at the end: the FINER recipes name the ``general`` suites, which a run may lack).
+        What the files hold, and their images, is checked before the first step (:meth:`check_benchmarks`).
+
+        Raises:
+            UserError: one line naming the recipe key, the benchmark and the path.
+        """
+        if self.data_root is not None:
+            require_input_path("eval_data_root", self.data_root, "dir")
+        if self.image_root is not None:
+            require_input_path("eval_image_root", self.image_root, "dir")
+        for name, path in self.data.items():
+            require_input_path(f"eval_data: {name}", path)
+        for name in self.benchmarks:
+            if name in self.data:
+                continue
+            layout = get_benchmark(name).data_layout or "the benchmark's file"
+            if self.data_root is None:
+                raise UserError(
+                    f"eval_benchmarks: {name}: its files are read under eval_data_root (as {layout}) or from "
+                    f"eval_data: [{name}=PATH], and the recipe sets neither"
+                )
+            data_path, _ = resolve_paths(name, self.data_root, self.data, self.image_root)
+            if not data_path.exists():
+                raise UserError(
+                    f"eval_data_root: {name}: {data_path}: no such file or directory (expected {layout}); or give "
+                    f"eval_data: [{name}=PATH]"
+                )
+
     def check_benchmarks(self, main_process: bool = True) -> None:
         """Before the first step: load every benchmark of the hook (per save and final) and check its images, so
         that a wrong ``eval_image_root`` stops the run in seconds with one ``error:`` line instead of drawing
-        zeros at every save (``eval_allow_partial``: a warning, and partial scores). A benchmark whose files
-        cannot be found is said now (it fails, logged, when its turn comes, and training goes on).
+        zeros at every save (``eval_allow_partial``: a warning, and partial scores). A benchmark that cannot be
+        loaded is said now (it fails, logged, when its turn comes, and training goes on); the entry scripts
+        refuse a per-save benchmark's missing files earlier, before the model loads (:meth:`check_data`).
 
         Raises:
             UserError: a benchmark's images are missing (some, without ``allow_partial``; all, in any case).

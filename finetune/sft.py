@@ -441,8 +441,6 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
             "dataset_path: required (a COCO-format instances.json of the train split, or prompt-completion rows), "
             "or dataset_name (a Hub dataset of prompt-completion rows)"
         )
-    if not script_args.dataset_name and not Path(script_args.dataset_path).exists():
-        raise UserError(f"dataset file not found: {script_args.dataset_path}")
     if not script_args.image_root and not is_example_table(script_args):
         raise UserError("image_root: required (the folder holding the annotation file's images)")
     if script_args.attribute_pairs_per_image and not script_args.scene_graph_file().is_file():

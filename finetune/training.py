@@ -20,6 +20,9 @@ from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
 from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
 from finetune.run_dir import claim_run_dir, run_settings
+from veritune.core.errors import UserError
+from veritune.core.hub import require_model_source
+from veritune.core.io import require_input_path
 from veritune.core.wandb_login import require_wandb_login
 
 logger = logging.getLogger("veritune")
@@ -73,33 +76,78 @@ def get_callbacks(
     settings = run_settings(script_args, training_args, model_args) if model_args is not None else None
     configure_wandb(script_args, training_args)
     callbacks: list[TrainerCallback] = [RunConfigCallback(script_args, settings)]
-    if (script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks:
-        from eval_hooks.callback import EvalHookCallback
-        from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
-
-        # The one parser of the CLI: comma-separated or listed names, NAME:N allowed; bad entries are refused.
-        benchmarks = parse_benchmark_names(script_args.eval_benchmarks, "eval_benchmarks", allow_limits=True)
-        data = {
-            name: str(path)
-            for name, path in parse_data_overrides(script_args.eval_data, "eval_data", benchmarks).items()
-        }
-        callbacks.append(
-            EvalHookCallback(
-                benchmarks if script_args.eval_on_save else [],
-                script_args.eval_data_root,
-                limit=script_args.eval_limit,
-                batch_size=script_args.eval_batch_size,
-                data=data,
-                image_root=script_args.eval_image_root,
-                final_benchmarks=script_args.eval_final_benchmarks,
-                at_start=script_args.eval_at_start,
-                backend=script_args.eval_backend,
-                allow_partial=script_args.eval_allow_partial,
-                limit_seed=script_args.eval_limit_seed,
-                limit_mode=script_args.eval_limit_mode,
-            )
-        )
+    hook = eval_hook(script_args)
+    if hook is not None:
+        callbacks.append(hook)
     return callbacks
+
+
+def eval_hook(script_args: ScriptArguments) -> TrainerCallback | None:
+    """The recipe's eval hook (``eval_on_save`` with ``eval_benchmarks``, or ``eval_final_benchmarks``), None
+    when it has none."""
+    if not ((script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks):
+        return None
+    from eval_hooks.callback import EvalHookCallback
+    from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
+
+    # The one parser of the CLI: comma-separated or listed names, NAME:N allowed; bad entries are refused. A
+    # recipe may name final benchmarks only.
+    benchmarks, final = (
+        parse_benchmark_names(names, key, allow_limits=True) if names else []
+        for key, names in (
+            ("eval_benchmarks", script_args.eval_benchmarks),
+            ("eval_final_benchmarks", script_args.eval_final_benchmarks),
+        )
+    )
+    overrides = parse_data_overrides(script_args.eval_data, "eval_data", [*benchmarks, *final])
+    data = {name: str(path) for name, path in overrides.items()}
+    return EvalHookCallback(
+        benchmarks if script_args.eval_on_save else [],
+        script_args.eval_data_root,
+        limit=script_args.eval_limit,
+        batch_size=script_args.eval_batch_size,
+        data=data,
+        image_root=script_args.eval_image_root,
+        final_benchmarks=script_args.eval_final_benchmarks,
+        at_start=script_args.eval_at_start,
+        backend=script_args.eval_backend,
+        allow_partial=script_args.eval_allow_partial,
+        limit_seed=script_args.eval_limit_seed,
+        limit_mode=script_args.eval_limit_mode,
+    )
+
+
+# The data paths a recipe may name and what each must be: "dir", or "any" where the reader takes a file or a
+# folder (finetune/data_sources.py; POPE's loader for replay_path).
+DATA_PATH_KEYS = {"dataset_path": "any", "eval_dataset_path": "any", "replay_path": "any", "image_root": "dir"}
+
+
+def check_run_paths(script_args: ScriptArguments | None, model_args: VerituneModelConfig | None) -> None:
+    """Check, before any model or DeepSpeed engine loads, that every path the recipe names exists as its reader
+    expects: the training data (:data:`DATA_PATH_KEYS`), the model (a local-looking ``model_name_or_path`` must
+    be a directory; a Hub id is left to the Hub, unless ``HF_HUB_OFFLINE`` is set and it is not cached:
+    :func:`veritune.core.hub.require_model_source`) and, when the eval hook runs, its folders and every
+    benchmark's files (:meth:`eval_hooks.callback.EvalHookCallback.check_data`). Paths are checked as the run
+    reads them: relative to the current directory, after the recipe's own resolution
+    (:func:`finetune.recipe.resolve_recipe_path`).
+
+    Raises:
+        UserError: ``"<key>: <path>: no such file"`` (or directory), one line.
+    """
+    if script_args is not None:
+        for key, kind in DATA_PATH_KEYS.items():
+            value = getattr(script_args, key, None)
+            if value:
+                require_input_path(key, value, kind)
+    if model_args is not None:
+        if not model_args.model_name_or_path:
+            raise UserError("model_name_or_path: required (a Hub id or a local model directory)")
+        require_model_source(
+            model_args.model_name_or_path, "model_name_or_path", revision=model_args.model_revision, probe_hub=False
+        )
+    hook = eval_hook(script_args) if script_args is not None else None
+    if hook is not None:
+        hook.check_data()
 
 
 def score_only_labelled_positions() -> None:
@@ -131,18 +179,21 @@ def start_run(
     script_args: ScriptArguments | None = None,
     model_args: VerituneModelConfig | None = None,
 ) -> bool:
-    """Set up logging and TRL's LM head (:func:`score_only_labelled_positions`); check that ``output_dir`` holds
+    """Check that every path the recipe names exists (:func:`check_run_paths`); set up logging and TRL's LM head
+    (:func:`score_only_labelled_positions`); check that ``output_dir`` holds
     no other run (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after
     saying so, when it already holds this run finished (the entry scripts then stop before loading a model).
     Then, for a run to train, that W&B can log where ``report_to`` names it.
 
     Raises:
         UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
-            (:func:`finetune.configs.require_generation_runtime`), ``output_dir`` holding a run with other settings,
+            (:func:`finetune.configs.require_generation_runtime`), a missing data file, folder or local model
+            (:func:`check_run_paths`), ``output_dir`` holding a run with other settings,
             or ``report_to: wandb`` without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`),
             all before any model loads.
     """
     require_generation_runtime(training_args)
+    check_run_paths(script_args, model_args)
     setup_logging(training_args)
     score_only_labelled_positions()
     if script_args is not None and model_args is not None:

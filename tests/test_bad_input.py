@@ -459,3 +459,168 @@ def test_sft_recipe_with_persistent_workers_and_no_worker_is_one_line(tmp_path: 
     assert "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more" in str(info.value)
     flags += ["--dataloader_persistent_workers", "false"]
     parse_recipe([str(REPO_ROOT / "recipes" / "tiny_sft_warmstart.yaml"), *flags], types)
+
+
+# ---- every path a recipe names is checked before any model loads (finetune.training.check_run_paths)
+
+ENTRY_RECIPES = {"grpo": "tiny_oric_demo", "dpo": "tiny_finer_demo", "sft": "tiny_sft_warmstart"}
+EVAL_HOOK = ["--eval_on_save", "true", "--eval_benchmarks", "pope"]
+PATH_CASES = [
+    ("dataset_path", ["--dataset_path", "{t}/gone/train.json"], "dataset_path: {t}/gone/train.json: no such file"),
+    ("dataset_folder", ["--dataset_path", "{t}/gone"], "dataset_path: {t}/gone: no such file or directory"),
+    ("image_root", ["--image_root", "{t}/no-images"], "image_root: {t}/no-images: no such directory"),
+    ("image_root_a_file", ["--image_root", "{t}/train.json"], "image_root: {t}/train.json: a file, not a directory"),
+    ("replay_path", ["--replay_path", "{t}/pope.json"], "replay_path: {t}/pope.json: no such file"),
+    ("eval_data", [*EVAL_HOOK, "--eval_data", "pope={t}/pope.json"], "eval_data: pope: {t}/pope.json: no such file"),
+    (
+        "eval_data_root",
+        [*EVAL_HOOK, "--eval_data_root", "{t}/benchmarks"],
+        "eval_data_root: {t}/benchmarks: no such directory",
+    ),
+    (
+        "eval_data_root_layout",
+        [*EVAL_HOOK, "--eval_data_root", "{t}"],
+        "eval_data_root: pope: {t}/pope: no such file or directory (expected pope/coco_pope_",
+    ),
+    (
+        "eval_image_root",
+        [*EVAL_HOOK, "--eval_data", "pope={t}/train.json", "--eval_image_root", "{t}/val-images"],
+        "eval_image_root: {t}/val-images: no such directory",
+    ),
+    (
+        "local_model",
+        ["--model_name_or_path", "{t}/models/tiny"],
+        "model_name_or_path: {t}/models/tiny: no such directory",
+    ),
+    (
+        "relative_model",
+        ["--model_name_or_path", "outputs/nowhere/qwen3vl"],
+        "model_name_or_path: outputs/nowhere/qwen3vl: no such directory",
+    ),
+    ("model_a_file", ["--model_name_or_path", "{t}/train.json"], "model_name_or_path: {t}/train.json: not a directory"),
+    (
+        "offline_hub_model",
+        ["--model_name_or_path", "someone/not-cached"],
+        "model_name_or_path: 'someone/not-cached' is not a local directory and not in the Hugging Face cache, and "
+        "HF_HUB_OFFLINE is set",
+    ),
+]
+
+
+@pytest.fixture()
+def run_inputs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Overrides naming paths that exist: an empty model folder (were it loaded, the error would name it), a
+    data file and an image folder; no model loader may run (each entry script's own binding is replaced)."""
+    import importlib
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "images").mkdir()
+    (tmp_path / "train.json").write_text("[]")
+
+    def loaded(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a model was loaded")
+
+    for script in ENTRY_RECIPES:
+        monkeypatch.setattr(importlib.import_module(f"finetune.{script}"), "get_model_and_processor", loaded)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(REPO_ROOT)
+    return ["--model_name_or_path", str(tmp_path / "model"), "--dataset_path", str(tmp_path / "train.json")] + [
+        "--image_root",
+        str(tmp_path / "images"),
+        "--output_dir",
+        str(tmp_path / "run"),
+        "--report_to",
+        "none",
+    ]
+
+
+def run_entry_in_process(script: str, argv: list[str], monkeypatch: pytest.MonkeyPatch) -> int:
+    """``finetune/<script>.py RECIPE argv`` as its ``__main__`` runs it; the exit code."""
+    import importlib
+
+    module = importlib.import_module(f"finetune.{script}")
+    names = {"grpo": "GRPOScriptArguments VerituneGRPOConfig", "dpo": "DPOScriptArguments VerituneDPOConfig"}
+    names["sft"] = "SFTScriptArguments SFTConfig"
+    types = tuple(getattr(module, name) for name in f"{names[script]} VerituneModelConfig".split())
+    monkeypatch.setattr(sys, "argv", [f"finetune/{script}.py", f"recipes/{ENTRY_RECIPES[script]}.yaml", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        module.run_entry_script(module.main, types)
+    return int(exit_info.value.code or 0)
+
+
+@pytest.mark.parametrize(("flags", "message"), [case[1:] for case in PATH_CASES], ids=[case[0] for case in PATH_CASES])
+def test_a_missing_path_of_the_recipe_stops_grpo_before_any_model_loads(
+    flags: list[str],
+    message: str,
+    run_inputs: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    flags = [flag.replace("{t}", str(tmp_path)) for flag in flags]
+    assert run_entry_in_process("grpo", [*run_inputs, *flags], monkeypatch) == 2
+    assert_one_error_line(capsys.readouterr().err, message.replace("{t}", str(tmp_path)))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("script", ["dpo", "sft"])
+def test_dpo_and_sft_check_the_recipes_paths_before_any_model_loads(
+    script: str,
+    run_inputs: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    for flags, message in (
+        (["--dataset_path", f"{tmp_path}/gone.jsonl"], f"dataset_path: {tmp_path}/gone.jsonl: no such file"),
+        (["--model_name_or_path", f"{tmp_path}/gone"], f"model_name_or_path: {tmp_path}/gone: no such directory"),
+    ):
+        assert run_entry_in_process(script, [*run_inputs, *flags], monkeypatch) == 2
+        assert_one_error_line(capsys.readouterr().err, message)
+    if script == "dpo":
+        flags = ["--eval_dataset_path", f"{tmp_path}/val.jsonl"]
+        assert run_entry_in_process(script, [*run_inputs, *flags], monkeypatch) == 2
+        assert_one_error_line(capsys.readouterr().err, f"eval_dataset_path: {tmp_path}/val.jsonl: no such file")
+
+
+def test_paths_the_run_will_not_read_and_hub_ids_pass_the_check(
+    run_inputs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eval paths without an eval hook, a final benchmark whose files are not under eval_data_root (reported
+    at the start, skipped at the end: docs/EVALUATION.md) and a Hub id online (left to the Hub, no probe)."""
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+    from finetune.training import check_run_paths
+
+    def parsed(*flags: str) -> tuple:
+        types = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+        script_args, _, model_args = parse_recipe(["recipes/tiny_oric_demo.yaml", *run_inputs, *flags], types)
+        return script_args, model_args
+
+    check_run_paths(*parsed("--eval_benchmarks", "pope", "--eval_data_root", str(tmp_path / "benchmarks")))
+    check_run_paths(*parsed("--eval_final_benchmarks", "general", "--eval_data_root", str(tmp_path)))
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr("veritune.core.hub.hub_reachable", lambda *_: pytest.fail("the Hub was probed"))
+    check_run_paths(*parsed("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct"))
+
+
+def test_grpo_with_a_missing_dataset_stops_in_one_line_before_the_model(tmp_path: Path) -> None:
+    """The real entry script: its model folder exists but is empty, so had the model (or its processor) been
+    loaded before the data were checked, the error would name the model."""
+    (tmp_path / "model").mkdir()
+    result = subprocess.run(
+        [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path"]
+        + [str(tmp_path / "model"), "--dataset_path", "data/oric/missing_train.json", "--image_root", str(tmp_path)]
+        + ["--output_dir", str(tmp_path / "run"), "--report_to", "none"],
+        cwd=REPO_ROOT,
+        env=entry_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 2
+    assert_one_error_line(result.stderr, "dataset_path: data/oric/missing_train.json: no such file")
+    assert "model" not in result.stderr.splitlines()[-1]
+

@@ -323,7 +323,7 @@ def test_entry_point_bad_dataset_is_one_line(tmp_path: Path) -> None:
         tmp_path / "run",
     )
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1] == f"error: preference data not found: {tmp_path / 'nope.jsonl'}"
+    assert result.stderr.strip().splitlines()[-1] == f"error: dataset_path: {tmp_path / 'nope.jsonl'}: no such file"
     assert "Traceback" not in result.stderr
 
 

@@ -33,11 +33,13 @@ def oric(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def grpo_run(
     tiny_qwen3vl: Path, oric: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Path, subprocess.CompletedProcess[str]]:
-    """Two GRPO steps, a checkpoint after each, the hook on ORIC-Bench and on POPE (whose files are absent)."""
+    """Two GRPO steps, a checkpoint after each, the hook on ORIC-Bench and on POPE (whose file is no POPE file:
+    it exists, so the run starts, and cannot be loaded)."""
     from conftest import write_oric_fixture
 
     tmp_path = tmp_path_factory.mktemp("grpo")
     train, train_images = write_oric_fixture(tmp_path / "train")
+    (tmp_path / "pope.json").write_text('{"question": "not in POPE\'s layout"}\n')
     result = run_entry(
         "grpo.py",
         "recipes/tiny_oric_demo.yaml",
@@ -60,6 +62,8 @@ def grpo_run(
         "pope",
         "--eval_data_root",
         oric,
+        "--eval_data",
+        f"pope={tmp_path / 'pope.json'}",
         "--eval_limit",
         "2",
     )

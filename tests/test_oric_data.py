@@ -92,6 +92,7 @@ def test_grpo_passes_max_train_samples_and_the_seed(
     recipe = Path(__file__).resolve().parent.parent / "recipes" / "tiny_oric_demo.yaml"
     flags = ["--dataset_path", str(oric_fixture[0]), "--image_root", str(oric_fixture[1])]
     flags += ["--output_dir", str(tmp_path / "run"), "--max_train_samples", "3", "--seed", "7", "--report_to", "none"]
+    flags += ["--model_name_or_path", str(tmp_path)]  # a folder that exists: the run checks it; none is loaded
     args = parse_recipe([str(recipe), *flags], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
     seen = {}
 

@@ -231,6 +231,10 @@ def test_entry_script_without_wandb_credentials_stops_in_one_line(
     recipe = {"grpo": "tiny_oric_demo", "dpo": "tiny_finer_demo", "sft": "tiny_sft_warmstart"}[script]
     monkeypatch.chdir(REPO_ROOT)
     argv = [f"recipes/{recipe}.yaml", "--output_dir", str(tmp_path / "run"), "--report_to", "wandb"]
+    (tmp_path / "model").mkdir()  # the recipe's paths must exist (checked first); the model is never loaded
+    (tmp_path / "train.json").write_text("[]")
+    argv += ["--model_name_or_path", str(tmp_path / "model"), "--dataset_path", str(tmp_path / "train.json")]
+    argv += ["--image_root", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", [f"finetune/{script}.py", *argv])
     types = {
         "grpo": lambda: GRPO_TYPES,

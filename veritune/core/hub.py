@@ -1,5 +1,6 @@
-"""Fail at once, in one line, when a Hub model is neither local nor cached and the Hub cannot be reached
-(instead of ``huggingface_hub`` retrying for about a minute before a long traceback)."""
+"""Fail at once, in one line, when a model is neither a local directory nor a Hub model that can be had: a
+local-looking path that is no directory (instead of the Hub's "Repo id must be in the form ..."), or a Hub model
+neither cached nor reachable (instead of ``huggingface_hub`` retrying for about a minute before a long traceback)."""
 
 from __future__ import annotations
 
@@ -31,24 +32,48 @@ def hub_reachable(timeout: float = 3.0) -> bool:
         return False
 
 
-def is_cached(repo_id: str, filename: str = "config.json") -> bool:
-    """Whether ``filename`` of the Hub model ``repo_id`` is in the local Hugging Face cache."""
+def is_cached(repo_id: str, filename: str = "config.json", revision: str | None = None) -> bool:
+    """Whether ``filename`` of the Hub model ``repo_id`` (at ``revision``, default ``main``) is in the local Hugging
+    Face cache."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(repo_id, filename), str)
+        return isinstance(try_to_load_from_cache(repo_id, filename, revision=revision), str)
     except ValueError:  # not a valid repo id (HFValidationError): not cached, and loading will say why
         return False
 
 
-def require_model_source(name: str, flag: str) -> None:
-    """Raise a one-line :class:`UserError` at once when ``name`` is not a local directory, not cached, and
-    the Hub is offline or unreachable; return quietly otherwise (loading then proceeds as usual)."""
-    if Path(name).exists() or is_cached(name):
+def looks_local(name: str) -> bool:
+    """Whether ``name`` is meant as a local directory rather than a Hub id (``namespace/name``, at most one
+    ``/``): it starts with ``./``, ``../``, ``/`` or ``~``, has more than one ``/``, or its first folder exists here
+    (``models/qwen`` beside a ``models/`` folder)."""
+    text = str(name)
+    if text in (".", "..") or text.startswith(("./", "../", "/", "~")) or text.count("/") > 1:
+        return True
+    head, slash, _ = text.partition("/")
+    return bool(slash) and Path(head).is_dir()
+
+
+def require_model_source(name: str, flag: str, *, revision: str | None = None, probe_hub: bool = True) -> None:
+    """Raise a one-line :class:`UserError` at once when ``name`` cannot be loaded: a path that is not a
+    directory, a local-looking name (:func:`looks_local`) with no directory there (``"<flag>: <name>: no such
+    directory"``), or a Hub model that is not cached while ``HF_HUB_OFFLINE`` is set or (``probe_hub``) the Hub
+    cannot be reached; return quietly otherwise (loading then proceeds as usual)."""
+    path = Path(name)
+    if path.is_dir():
         return
-    reason = (
-        "HF_HUB_OFFLINE is set" if hub_offline() else ("the Hub cannot be reached" if not hub_reachable() else None)
-    )
+    if path.exists():
+        raise UserError(f"{flag}: {name}: not a directory (a model is a folder holding config.json and its weights)")
+    if is_cached(name, revision=revision):
+        return
+    if looks_local(name):
+        # transformers reads the path as written: a leading ~ is no home directory to it
+        home = name.startswith("~") and path.expanduser().is_dir()
+        hint = "; ~ is not expanded here, write the full path" if home else ""
+        raise UserError(f"{flag}: {name}: no such directory{hint}")
+    reason = "HF_HUB_OFFLINE is set" if hub_offline() else None
+    if reason is None and probe_hub and not hub_reachable():
+        reason = "the Hub cannot be reached"
     if reason is None:
         return
     local = Path(name).name

@@ -466,6 +466,27 @@ def _check_writable(directory: Path) -> None:
         raise PermissionError(errno.EACCES, "Permission denied", str(directory))
 
 
+def require_input_path(key: str, path: str | os.PathLike[str], kind: str = "any") -> None:
+    """Check, before anything loads, that an input a key names exists as ``kind`` expects: ``"file"``, ``"dir"``,
+    or ``"any"`` (a reader that takes a file or a folder).
+
+    Raises:
+        UserError: ``"<key>: <path>: no such file"`` (``no such directory``; for ``any``, ``no such file`` when the
+            name has a suffix, else ``no such file or directory``), or ``"<key>: <path>: a file, not a directory"``
+            and the reverse.
+    """
+    if kind not in ("file", "dir", "any"):
+        raise ValueError(f"kind: expected file, dir or any, got {kind!r}")
+    path = Path(path)
+    if not path.exists():
+        what = {"file": "file", "dir": "directory"}.get(kind) or ("file" if path.suffix else "file or directory")
+        raise UserError(f"{key}: {path}: no such {what}")
+    if kind == "dir" and not path.is_dir():
+        raise UserError(f"{key}: {path}: a file, not a directory")
+    if kind == "file" and path.is_dir():
+        raise UserError(f"{key}: {path}: a directory, not a file")
+
+
 def check_output_path(out: str | os.PathLike[str], *, directory: bool = False) -> None:
     """Check ``--out`` as a flag, before the inputs are read: the right kind of path (a file, or a directory
     when ``directory``) under folders that exist or can be made and written. Creates nothing.
