@@ -284,7 +284,10 @@ def _prepare(args: argparse.Namespace) -> list:
 
 def _run(args: argparse.Namespace) -> int:
     from eval_hooks.runner import blind_label, get_backend, process_state
+    from veritune.core.wandb_login import require_wandb_login
 
+    # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
+    require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
     blind_fill = blind_fill_of(args)
     prepared = _prepare(args)  # before the model loads: a wrong path fails fast
     judge = _judge(args)

@@ -624,3 +624,27 @@ def test_grpo_with_a_missing_dataset_stops_in_one_line_before_the_model(tmp_path
     assert_one_error_line(result.stderr, "dataset_path: data/oric/missing_train.json: no such file")
     assert "model" not in result.stderr.splitlines()[-1]
 
+
+def test_eval_run_report_to_wandb_without_credentials_stops_before_the_model(tmp_path: Path) -> None:
+    """No WANDB_MODE, no key, a home without a netrc: one line before any benchmark or model loads (the model
+    folder is empty: loading it would fail naming --model) and no prediction written."""
+    from eval_fixtures import write_oric_bench
+
+    from veritune.core.wandb_login import LOGIN_HINT
+
+    data, _ = write_oric_bench(tmp_path / "bench", questions=2)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "home").mkdir()
+    env = entry_env(HOME=str(tmp_path / "home"), WANDB_CONFIG_DIR=str(tmp_path / "home" / ".config" / "wandb"))
+    for name in ("WANDB_MODE", "WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_DISABLED", "NETRC"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "veritune.cli", "eval", "run", "--model", str(tmp_path / "model")]
+    command += ["--benchmarks", "oric_bench", "--data", f"oric_bench={data}", "--out", str(tmp_path / "out")]
+    result = subprocess.run(
+        [*command, "--report-to", "wandb"], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"error: --report-to wandb, but W&B has no credentials here: {LOGIN_HINT}, or drop --report-to wandb"
+    )
+    assert not (tmp_path / "out").exists()
