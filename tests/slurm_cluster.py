@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -33,22 +34,25 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _node_lines(host: str, nodes: int, memory_mb: int) -> list[str]:
+def _node_lines(host: str, nodes: int, memory_mb: int, gpus: int = 0) -> list[str]:
     """One node named after the host, or ``nodes`` nodes ``vt1``..``vtN`` on this host (one slurmd each,
-    ``slurmd -N``), each reached at 127.0.0.1 on a port of its own."""
+    ``slurmd -N``), each reached at 127.0.0.1 on a port of its own; each with ``gpus`` GPUs when asked."""
+    gres = f" Gres=gpu:{gpus}" if gpus else ""
     if nodes == 1:
-        return [f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb} State=UNKNOWN"]
+        return [f"NodeName={host} CPUs={os.cpu_count()} RealMemory={memory_mb}{gres} State=UNKNOWN"]
     return [
         f"NodeName=vt{index} NodeHostname={host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs={os.cpu_count()} "
-        f"RealMemory={memory_mb // nodes} State=UNKNOWN"
+        f"RealMemory={memory_mb // nodes}{gres} State=UNKNOWN"
         for index in range(1, nodes + 1)
     ]
 
 
 @contextmanager
-def local_cluster(root: Path, nodes: int = 1) -> Iterator[dict[str, str]]:
+def local_cluster(root: Path, nodes: int = 1, gpus: int = 0) -> Iterator[dict[str, str]]:
     """Start the cluster under ``root`` with ``nodes`` nodes (all on this machine); yields the environment
-    that points Slurm commands at it."""
+    that points Slurm commands at it. With ``gpus``, each node has that many fake GPUs (``gres/gpu`` on
+    device files that are /dev/null): Slurm checks a job's GPU request against them, allocates and accounts
+    them, but the job finds no GPU to compute on."""
     root.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname().split(".")[0]
     names = [host] if nodes == 1 else [f"vt{index}" for index in range(1, nodes + 1)]
@@ -91,12 +95,21 @@ def local_cluster(root: Path, nodes: int = 1) -> Iterator[dict[str, str]]:
                 "ReturnToService=2",
                 "MpiDefault=none",
                 "MinJobAge=3600",
-                *_node_lines(host, nodes, memory_mb),
+                *(["GresTypes=gpu"] if gpus else []),
+                *_node_lines(host, nodes, memory_mb, gpus),
                 "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
                 "",
             ]
         )
     )
+    if gpus:
+        # slurmd drops a GPU without a device file, and refuses one that is not a character device: each
+        # fake GPU is a node with /dev/null's numbers (1, 3). gres.conf is read beside slurm.conf.
+        for index in range(gpus):
+            device = root / f"gpu{index}"
+            if not device.exists():
+                os.mknod(device, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        (root / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={root}/gpu[0-{gpus - 1}]\n")
     env = dict(os.environ, SLURM_CONF=str(config))
     pids = {name: root / f"{name}.pid" for name in ("munged", "slurmctld")}
     pids.update({f"slurmd-{name}": root / f"slurmd-{name}.pid" for name in names})

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 from helpers import REPO_ROOT
+from slurm_cluster import available, local_cluster
 
 from veritune import slurm_submit
 from veritune.cli import main
@@ -80,3 +83,118 @@ def test_run_directory_is_where_the_training_writes(
     assert f"run directory: {run_dir}\n" in out
     (evaluation,) = [shlex.split(line[2:]) for line in out.splitlines() if "eval.sbatch" in line]
     assert evaluation[evaluation.index("run") + 1] == run_dir and f"VERITUNE_RUN_DIR={run_dir}" in out
+
+
+# ---------------------------------------------------------------------------------------------- the eval job's GPUs
+
+
+def sbatch_lines(out: str) -> dict[str, list[str]]:
+    """The printed sbatch commands by stage (the name of the script each runs)."""
+    commands = [shlex.split(line[2:]) for line in out.splitlines() if line.startswith("$ sbatch")]
+    return {Path(next(w for w in command if w.endswith(".sbatch"))).stem: command for command in commands}
+
+
+def gpu_flags(command: list[str]) -> list[str]:
+    return [word for word in command if word.startswith("--gpus")]
+
+
+@pytest.mark.parametrize(
+    ("extra", "train", "evaluation"),
+    [
+        (["--gpus-per-node", "4"], ["--gpus-per-node=4"], ["--gpus-per-node=1"]),  # one eval run process: one GPU
+        (["--gpus-per-node", "4", "--eval-gpus", "2"], ["--gpus-per-node=4"], ["--gpus-per-node=2"]),
+        (["--gpus-per-node", "4", "--eval-gpus", "0"], ["--gpus-per-node=4"], []),  # asked for: a CPU node
+        ([], [], []),  # a CPU-only submission asks for no GPU anywhere
+        (["--eval-gpus", "1"], [], ["--gpus-per-node=1"]),
+    ],
+)
+def test_eval_job_asks_for_gpus_when_training_has_them(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: list[str],
+    train: list[str],
+    evaluation: list[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main([*CHAIN, *extra]) == 0
+    jobs = sbatch_lines(capsys.readouterr().out)
+    assert (gpu_flags(jobs["train"]), gpu_flags(jobs["eval"]), gpu_flags(jobs["build"])) == (train, evaluation, [])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--eval-gpus", "-1"], "error: --eval-gpus: must be 0 (a CPU node) or more, got -1"),
+        (["--eval-gpus", "1"], "error: --eval-gpus: there is no eval job without --eval-benchmarks"),
+    ],
+)
+def test_bad_eval_gpus_is_one_error_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    chain = CHAIN if "-1" in extra else [arg for arg in CHAIN if arg not in ("--eval-benchmarks", "pope")]
+    chain = chain if "-1" in extra else [arg for arg in chain if arg not in ("--eval-data-root", "data/benchmarks")]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*chain, *extra])
+    out, err = capsys.readouterr()
+    assert (exit_info.value.code, err.strip()) == (2, message) and "$ sbatch" not in out
+
+
+def test_submit_help_shows_each_default_once(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["slurm", "submit", "--help"])
+    options = capsys.readouterr().out.split("options:")[1]
+    entries = re.split(r"\n  (?=-)", options)  # one entry per option: its flags, then its help lines
+    helps = {entry.split()[0]: " ".join(entry.split()) for entry in entries if entry.strip()}
+    assert {flag: text.count("default") for flag, text in helps.items() if text.count("default") > 1} == {}
+    assert "(default: outputs)" in helps["--run-root"] and "default: 1 when --gpus-per-node" in helps["--eval-gpus"]
+
+
+@pytest.mark.skipif(available() is not None, reason=str(available()))
+def test_eval_job_gpu_request_reaches_slurm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The chain submitted for real, every job held, to a local cluster whose node has 2 fake GPUs: each job's
+    GPU request as Slurm holds it; then the GPU eval job alone, released: Slurm allocates it its GPU."""
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    chain = [arg for arg in CHAIN if arg != "--dry-run"] + ["--sbatch-arg=--hold"]
+    with local_cluster(tmp_path / "slurm", gpus=2) as env:
+        monkeypatch.setenv("SLURM_CONF", env["SLURM_CONF"])
+        submitted = {}
+        for extra, requests in (
+            (["--gpus-per-node", "2"], {"build": None, "train": "gres:gpu:2", "eval": "gres:gpu:1"}),
+            ([], {"build": None, "train": None, "eval": None}),
+            (
+                ["--gpus-per-node", "2", "--eval-gpus", "2"],
+                {"build": None, "train": "gres:gpu:2", "eval": "gres:gpu:2"},
+            ),
+        ):
+            assert main([*chain, *extra]) == 0
+            jobs = dict(part.split() for part in capsys.readouterr().out.splitlines()[-1][6:].split(", "))
+            shown = {stage: job_fields(job, env) for stage, job in jobs.items()}
+            assert {stage: fields.get("TresPerNode") for stage, fields in shown.items()} == requests, extra
+            assert all(fields["JobState"] == "PENDING" for fields in shown.values())
+            submitted[" ".join(extra)] = jobs
+        evaluation = submitted["--gpus-per-node 2"]["eval"]
+        others = [job for jobs in submitted.values() for job in jobs.values() if job != evaluation]
+        subprocess.run(["scancel", *others], env=env, check=True)
+        subprocess.run(["scontrol", "update", f"JobId={evaluation}", "Dependency="], env=env, check=True)
+        subprocess.run(["scontrol", "release", evaluation], env=env, check=True)
+        deadline = time.monotonic() + 120
+        while job_fields(evaluation, env)["JobState"] in ("PENDING", "CONFIGURING", "RUNNING"):
+            assert time.monotonic() < deadline, job_fields(evaluation, env)
+            time.sleep(0.5)
+        # It stops at once (there is no trained model in outputs/r), after Slurm gave it a node and a GPU.
+        allocated = job_fields(evaluation, env, "-d")
+    assert allocated["JOB_GRES"] == "gpu:1" and allocated["BatchHost"] != "(null)"
+    assert "error: not found: outputs/r" in next((tmp_path / "logs").glob(f"*-{evaluation}.out")).read_text()
+
+
+def job_fields(job: str, env: dict[str, str], *flags: str) -> dict[str, str]:
+    """``scontrol show job``'s KEY=VALUE fields."""
+    command = ["scontrol", "show", "job", *flags, job]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    return dict(field.split("=", 1) for field in out.split() if "=" in field)

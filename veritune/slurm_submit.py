@@ -6,6 +6,7 @@
 
 Each stage is one of the generic scripts in ``slurm/``; the run directory is chosen here and passed to
 every job, so the eval job knows where the trained model is. ``--dry-run`` prints the sbatch commands.
+The eval job asks for one GPU when training has GPUs (``--eval-gpus`` sets the count; 0: a CPU node).
 
 ``--nodes`` counts training nodes. A recipe that generates with a vLLM server (``use_vllm: true``,
 ``vllm_mode: server``) gets one node more for the server (``veritune.slurm_layout``; slurm/train.sbatch
@@ -184,10 +185,14 @@ def validate(args: argparse.Namespace) -> tuple[list[str], list[str]]:
     build = _split("--build", args.build) if args.build else []
     overrides = _split("--override", args.override) if args.override else []
     # The flags' own checks come before the recipe's paths, so none of them is masked by an accelerate config.
+    if args.eval_gpus is not None and args.eval_gpus < 0:
+        raise UserError(f"--eval-gpus: must be 0 (a CPU node) or more, got {args.eval_gpus}")
     if args.eval_benchmarks:
         check_benchmark_names(args.eval_benchmarks, "--eval-benchmarks")
         if not args.eval_data_root:
             raise UserError("--eval-benchmarks needs --eval-data-root")
+    elif args.eval_gpus is not None:
+        raise UserError("--eval-gpus: there is no eval job without --eval-benchmarks")
     if not args.dry_run and shutil.which("sbatch") is None:
         raise UserError("sbatch not found: run this on a Slurm login node (or use --dry-run)")
     if args.accelerate_config and not Path(args.accelerate_config).is_file():
@@ -237,6 +242,14 @@ def recipe_output_dir(recipe: str, overrides: list[str]) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
+def eval_gpus(args: argparse.Namespace) -> int:
+    """The eval job's GPUs: ``--eval-gpus``, else one when training has GPUs (``veritune eval run`` is one
+    process, and it computes on one device), else none."""
+    if args.eval_gpus is not None:
+        return args.eval_gpus
+    return 1 if args.gpus_per_node else 0
+
+
 def submit(args: argparse.Namespace) -> dict[str, str]:
     """Validate the submission, then submit the chain; returns the job id of each stage."""
     build, overrides = validate(args)
@@ -275,6 +288,7 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
             "--parsable",
             *common,
             f"--dependency=afterok:{jobs['train']}",
+            *([f"--gpus-per-node={eval_gpus(args)}"] if eval_gpus(args) else []),
             scripts["eval"],
             "run",
             run_dir,
@@ -303,14 +317,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--nodes", type=int, default=1, help="training nodes (a vLLM server-mode recipe gets one more, for the server)"
     )
-    parser.add_argument("--gpus-per-node", type=int, default=0)
+    parser.add_argument("--gpus-per-node", type=int, default=0, help="GPUs of each training node; 0: CPU nodes")
     parser.add_argument("--override", help='recipe overrides, e.g. "--learning_rate 1e-6"')
     parser.add_argument("--build", help="arguments of a `veritune build` job to run first")
     parser.add_argument("--eval-benchmarks", help="comma-separated benchmarks to run on the trained model")
     parser.add_argument("--eval-data-root", help="benchmark files for --eval-benchmarks (layout: docs/EVALUATION.md)")
     parser.add_argument(
-        "--run-root", default="outputs", help="where a run goes when the recipe names no output_dir (default: outputs)"
+        "--eval-gpus",
+        type=int,
+        help="GPUs of the eval job (one node). default: 1 when --gpus-per-node is set (`veritune eval run` is one "
+        "process on one GPU), else 0 (a CPU node)",
     )
+    parser.add_argument("--run-root", default="outputs", help="where a run goes when the recipe names no output_dir")
     parser.add_argument(
         "--run-dir",
         help="explicit run directory (default: the recipe's output_dir, or an --override '--output_dir DIR'; "
