@@ -2,8 +2,9 @@
 round serves R optimizer steps while each step keeps the small-batch run's prompts, completions and
 accumulation, and the first update equals the small-batch run's when both train on the same completions.
 
-Every run trains one epoch of 8 prompts at 2 prompts x G = 4 completions per optimizer step (2 micro-steps of
-4): 4 optimizer steps. The rollout runs generate 4 prompts per round (R = 2 steps per round).
+Each run trains 2 prompts x G = 4 completions per optimizer step (2 micro-steps of 4); the small-batch and
+rollout runs compared train one epoch of 8 prompts (4 optimizer steps), the rollout runs generating 4 prompts
+per round (R = 2 steps per round).
 tests/rollout_probe.py records each run's generation rounds and micro-steps.
 """
 
