@@ -280,6 +280,22 @@ class VerituneGRPOConfig(GRPOConfig):
             "whose process count cannot reach that batch exactly is refused."
         },
     )
+    # Rollout batch: generate once for several optimizer steps (TRL's steps_per_generation), in the same unit as
+    # global_batch_prompts so that the steps per round do not change with the GPU count.
+    rollout_batch_prompts: int | None = field(
+        default=None,
+        metadata={
+            "help": "Prompts generated per rollout round over all processes (each sampled num_generations "
+            "times), a multiple of global_batch_prompts: one `generate` call per process serves "
+            "rollout_batch_prompts / global_batch_prompts optimizer steps of global_batch_prompts prompts each "
+            "(steps_per_generation = gradient_accumulation_steps x that ratio). Counted in prompts over all "
+            "processes like global_batch_prompts, so the steps per round, and with them how off-policy the last "
+            "steps of a round are, do not change with the GPU count; each process decodes rollout_batch_prompts x "
+            "num_generations / processes completions per call. Costs one extra forward pass per round (the "
+            "old log-probs of the PPO ratio), and step k of a round trains on completions k steps old, which "
+            "the clip (epsilon) bounds. Unset: one round per optimizer step (on-policy)."
+        },
+    )
 
     # DAPO's dynamic sampling (Yu et al. 2025, arXiv 2503.14476, Sec. 3.2; finetune/grpo_trainer.py). Off by
     # default: the ORIC paper's recipe (Table 9) trains on every group; a recipe that turns it on departs from it.
@@ -324,11 +340,12 @@ class VerituneGRPOConfig(GRPOConfig):
             raise UserError(f"no_spread_warning_steps: must be at least 0, got {self.no_spread_warning_steps}")
         explicit_steps_per_generation = self.steps_per_generation
         written_accumulation = self.gradient_accumulation_steps
+        self._check_rollout_batch()
         if self.global_batch_prompts is not None:
             if self.generation_batch_size is not None:
                 raise UserError(
                     "generation_batch_size: cannot be set together with global_batch_prompts (the generation batch "
-                    "follows from it); set steps_per_generation instead to reuse a generation over several steps"
+                    "follows from it); set rollout_batch_prompts instead to reuse a generation over several steps"
                 )
             # Provisional, from the launcher's WORLD_SIZE (TRL checks the generation batch before the
             # process count is known here); recomputed below from the real process count.
@@ -348,8 +365,12 @@ class VerituneGRPOConfig(GRPOConfig):
         if self.global_batch_prompts is not None:
             processes = self._process_count()
             self.gradient_accumulation_steps = self._accumulation_for_global_batch(written_accumulation, processes)
-            self.steps_per_generation = explicit_steps_per_generation or self.gradient_accumulation_steps
+            self.steps_per_generation = explicit_steps_per_generation or (
+                self.gradient_accumulation_steps * self.steps_per_rollout
+            )
             self.generation_batch_size = self.per_device_train_batch_size * processes * self.steps_per_generation
+            if self.rollout_batch_prompts is not None:
+                self._note_rollout_batch(processes)
             if self.generation_batch_size % self.num_generations:
                 raise UserError(
                     f"steps_per_generation: {self.steps_per_generation} gives a generation batch of "
@@ -364,6 +385,75 @@ class VerituneGRPOConfig(GRPOConfig):
                 f"({self.steps_per_generation}) = {local} completions is not a multiple of num_generations "
                 f"({self.num_generations})"
             )
+
+    @property
+    def steps_per_rollout(self) -> int:
+        """Optimizer steps served by one rollout round (1 without ``rollout_batch_prompts``)."""
+        if self.rollout_batch_prompts is None or not self.global_batch_prompts:
+            return 1
+        return self.rollout_batch_prompts // self.global_batch_prompts
+
+    def _check_rollout_batch(self) -> None:
+        """``rollout_batch_prompts``: a positive multiple of ``global_batch_prompts``, the one key that sets the
+        generation batch, and checkpoints only between rounds."""
+        rollout = self.rollout_batch_prompts
+        if rollout is None:
+            return
+        if self.global_batch_prompts is None:
+            raise UserError(
+                f"rollout_batch_prompts: {rollout} needs global_batch_prompts (the optimizer batch in prompts that "
+                "it is a multiple of)"
+            )
+        if rollout <= 0 or rollout % self.global_batch_prompts:
+            raise UserError(
+                f"rollout_batch_prompts: {rollout} is not a positive multiple of global_batch_prompts "
+                f"({self.global_batch_prompts}), the prompts of one optimizer step"
+            )
+        if self.steps_per_generation is not None:  # generation_batch_size: refused with global_batch_prompts
+            raise UserError(
+                "rollout_batch_prompts: cannot be set together with steps_per_generation "
+                f"({self.steps_per_generation}); the generation batch follows from rollout_batch_prompts"
+            )
+        rounds = self.steps_per_rollout
+        saves_by_steps = getattr(self.save_strategy, "value", self.save_strategy) == "steps"
+        if rounds > 1 and saves_by_steps and self.save_steps >= 1 and int(self.save_steps) % rounds:
+            raise UserError(
+                f"save_steps: {int(self.save_steps)} is not a multiple of the {rounds} optimizer steps of a rollout "
+                f"round (rollout_batch_prompts {rollout} / global_batch_prompts {self.global_batch_prompts}); a run "
+                "resumed from a checkpoint inside a round would not line up with TRL's rounds"
+            )
+
+    def _note_rollout_batch(self, processes: int) -> None:
+        """Log what ``rollout_batch_prompts`` derived, as the accumulation change is logged."""
+        logging.getLogger("veritune.grpo").warning(
+            "steps_per_generation %d: rollout_batch_prompts %d = %d optimizer step(s) of %d prompts per rollout "
+            "round; each of %d process(es) decodes %d completions per generate call",
+            self.steps_per_generation,
+            self.rollout_batch_prompts,
+            self.steps_per_rollout,
+            self.global_batch_prompts,
+            processes,
+            self.per_device_train_batch_size * self.steps_per_generation,
+        )
+
+    def rollout_summary(self, prompts: int) -> str:
+        """One line on the rollout rounds of an epoch over ``prompts`` training prompts (TRL's RepeatSampler cuts
+        each epoch's permutation into rounds and drops the incomplete last one); a UserError when not even one
+        round fits."""
+        per_round = self.generation_batch_size // self.num_generations
+        rounds = prompts // per_round
+        if not rounds:
+            raise UserError(
+                f"rollout_batch_prompts: {per_round} prompts per rollout round, but the training data holds only "
+                f"{prompts}; lower it (a multiple of global_batch_prompts, {self.global_batch_prompts})"
+            )
+        steps = self.steps_per_rollout
+        return (
+            f"rollout: {per_round} prompts x {self.num_generations} per round, {steps} optimizer step(s) of "
+            f"{self.global_batch_prompts} prompts each; {rounds} round(s) = {rounds * steps} steps per epoch of "
+            f"{prompts} prompts ({prompts - rounds * per_round} left out, a new draw each epoch); the last step of "
+            f"a round trains on completions {steps - 1} step(s) old"
+        )
 
     def _process_count(self) -> int:
         """The processes of this launch. Accelerate reports one process at this point under a multi-process

@@ -6,7 +6,8 @@
 The recipe states its global batch in prompts (``global_batch_prompts``: Table 9's 16 prompts x G = 8 = 128
 completions per optimizer step); gradient accumulation is derived from it and the process count, and a
 launch whose process count cannot reach that batch exactly is refused with one ``error:`` line before any
-model loads. Any recipe key can be overridden on the command line (``--learning_rate 1e-6``). Each question is wrapped
+model loads. ``rollout_batch_prompts`` generates once for several such optimizer steps (README, "GRPO").
+Any recipe key can be overridden on the command line (``--learning_rate 1e-6``). Each question is wrapped
 in the R1-style prompt of ORIC Fig. 11; the reward is ``accuracy + format`` (both weight 1) as in the
 paper. Where this departs from the paper: TRL's GRPO computes the group z-score with the group's standard
 deviation plus a small constant (``scale_rewards: group``) and the per-sequence 1/|o_i| normalisation is
@@ -70,6 +71,8 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
     logger.info("data from %s: %s", source, report.summary())
     for line in report.dropped_bad_image[:10]:
         logger.warning("dropped %s", line)
+    if training_args.rollout_batch_prompts is not None:  # refused when not one round fits the data
+        logger.info("%s", training_args.rollout_summary(len(train_dataset)))
 
     # ---- Train
     trainer = VerituneGRPOTrainer(  # TRL's, with rollout tables W&B can store (finetune/grpo_trainer.py)

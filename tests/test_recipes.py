@@ -169,44 +169,149 @@ def completions_per_optimizer_step(args: VerituneGRPOConfig) -> int:
     return args.per_device_train_batch_size * args.world_size * args.gradient_accumulation_steps
 
 
-@pytest.mark.parametrize("recipe", ["qwen3vl_oric.yaml", "qwen3vl_oric_lora.yaml"])
-def test_grpo_recipe_steps_take_table_9_prompts_and_completions_on_4_gpus(recipe: str) -> None:
-    """ORIC Table 9 (paper's trainer counts prompts): 1 prompt x 4 accumulation x 4 GPUs = 16 prompts,
-    each sampled G = 8 times = 128 completions per optimizer step, one generation per step."""
+def oric_sampler(args: VerituneGRPOConfig, prompts: int = 600) -> list[int]:
+    """TRL's training sampler, built as GRPOTrainer builds it, over ``prompts`` prompts (ORIC: 600)."""
     from trl.trainer.utils import RepeatSampler
 
-    _, args, _ = parse_grpo(REPO_ROOT / "recipes" / recipe)
-    assert args.world_size == 4
-    assert completions_per_optimizer_step(args) == 128
-    assert args.steps_per_generation == args.gradient_accumulation_steps  # on-policy: one generation per step
-    assert args.generation_batch_size == 128
-    # TRL's own sampler, built as GRPOTrainer builds it: the first optimizer step's indices.
     sampler = RepeatSampler(
-        list(range(600)),
+        list(range(prompts)),
         mini_repeat_count=args.num_generations,
         batch_size=args.generation_batch_size // args.num_generations,
         repeat_count=args.steps_per_generation,
         seed=args.seed,
     )
-    first_generation = list(sampler)[: args.generation_batch_size]
-    assert len(first_generation) == 128
-    assert len(set(first_generation)) == 16
-    # 600 prompts at 16 per step: 37 full steps per epoch (the sampler drops an incomplete batch), 555 optimizer
-    # steps in 15 epochs, not the ~4,500 of 2 prompts per step.
-    # Each generation batch is yielded steps_per_generation times (one fetch per micro-step, all processes).
-    steps_per_epoch = len(sampler) // args.generation_batch_size // args.gradient_accumulation_steps
-    assert steps_per_epoch * args.num_train_epochs == 555
+    return list(sampler)
 
 
-@pytest.mark.parametrize(("processes", "accumulation"), [(1, 16), (2, 8), (8, 2), (16, 1)])
+@pytest.mark.parametrize("recipe", ["qwen3vl_oric.yaml", "qwen3vl_oric_lora.yaml"])
+def test_grpo_recipe_steps_take_table_9_prompts_and_completions_on_4_gpus(recipe: str) -> None:
+    """ORIC Table 9 (paper's trainer counts prompts): 1 prompt x 4 accumulation x 4 GPUs = 16 prompts,
+    each sampled G = 8 times = 128 completions per optimizer step; one rollout round of 144 prompts serves 9
+    such steps."""
+    _, args, _ = parse_grpo(REPO_ROOT / "recipes" / recipe)
+    assert args.world_size == 4
+    assert completions_per_optimizer_step(args) == 128
+    assert args.gradient_accumulation_steps == 4
+    assert args.rollout_batch_prompts == 144 and args.steps_per_rollout == 9
+    assert args.steps_per_generation == 4 * 9
+    assert args.generation_batch_size == 144 * 8
+    assert args.per_device_train_batch_size * args.steps_per_generation == 288  # per GPU per generate call
+    indices = oric_sampler(args)
+    first_round = indices[: args.generation_batch_size]
+    assert len(set(first_round)) == 144
+    # TRL draws the same seeded permutation whatever the round size: the round's first 16 prompts are the ones
+    # the paper's one-generation-per-step run trains its first step on.
+    _, paper, _ = parse_grpo(REPO_ROOT / "recipes" / recipe, "--rollout_batch_prompts", "16")
+    assert paper.steps_per_generation == paper.gradient_accumulation_steps == 4
+    assert first_round[:128] == oric_sampler(paper)[:128]
+    # 600 prompts in rounds of 144: 4 full rounds (the sampler drops the 24 left over), 36 steps per epoch and
+    # 540 in 15 epochs; the paper's 16-prompt steps give 37 and 555. Each round is yielded
+    # steps_per_generation times (one fetch per micro-step, all processes).
+    steps_per_epoch = len(indices) // args.generation_batch_size // args.gradient_accumulation_steps
+    assert steps_per_epoch * args.num_train_epochs == 540
+    assert len(oric_sampler(paper)) // paper.generation_batch_size // 4 * paper.num_train_epochs == 555
+    assert args.rollout_summary(600) == (
+        "rollout: 144 prompts x 8 per round, 9 optimizer step(s) of 16 prompts each; 4 round(s) = 36 steps per "
+        "epoch of 600 prompts (24 left out, a new draw each epoch); the last step of a round trains on "
+        "completions 8 step(s) old"
+    )
+
+
+@pytest.mark.parametrize(("processes", "accumulation"), [(1, 16), (2, 8), (4, 4), (8, 2), (16, 1)])
 def test_global_batch_prompts_recomputes_accumulation_per_process_count(
     monkeypatch: pytest.MonkeyPatch, processes: int, accumulation: int
 ) -> None:
     monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: processes))
     _, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
     assert args.gradient_accumulation_steps == accumulation
-    assert args.steps_per_generation == accumulation
-    assert completions_per_optimizer_step(args) == args.generation_batch_size == 16 * 8
+    assert completions_per_optimizer_step(args) == 16 * 8
+    # The rollout round stays 144 prompts = 9 optimizer steps on any process count; its completions split evenly.
+    assert args.steps_per_generation == accumulation * 9
+    assert args.generation_batch_size == 144 * 8
+    assert args.per_device_train_batch_size * args.steps_per_generation == 144 * 8 // processes
+    _, paper, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml", "--rollout_batch_prompts", "16")
+    assert paper.steps_per_generation == accumulation and paper.generation_batch_size == 16 * 8
+
+
+@pytest.mark.parametrize("processes", [1, 2, 4, 8])
+def test_rollout_batch_prompts_logs_what_it_derived(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, processes: int
+) -> None:
+    monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: processes))
+    with caplog.at_level("WARNING", logger="veritune.grpo"):
+        _, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
+    derived = [r.getMessage() for r in caplog.records if r.getMessage().startswith("steps_per_generation")]
+    assert derived == [
+        f"steps_per_generation {args.steps_per_generation}: rollout_batch_prompts 144 = 9 optimizer step(s) of 16 "
+        f"prompts per rollout round; each of {processes} process(es) decodes {1152 // processes} completions per "
+        "generate call"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["--rollout_batch_prompts", "100"],
+            r"rollout_batch_prompts: 100 is not a positive multiple of global_batch_prompts \(16\)",
+        ),
+        (["--rollout_batch_prompts", "0"], r"rollout_batch_prompts: 0 is not a positive multiple"),
+        (
+            ["--steps_per_generation", "8"],
+            r"rollout_batch_prompts: cannot be set together with steps_per_generation \(8\)",
+        ),
+        (
+            ["--save_strategy", "steps", "--save_steps", "10"],
+            r"save_steps: 10 is not a multiple of the 9 optimizer steps of a rollout round \(rollout_batch_prompts 144",
+        ),
+    ],
+)
+def test_bad_rollout_batch_is_one_line(overrides: list[str], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml", *overrides)
+
+
+def test_rollout_batch_needs_global_batch_prompts_tiny() -> None:
+    """The tiny recipe states no global_batch_prompts: a rollout round in prompts has nothing to be a multiple of."""
+    with pytest.raises(UserError, match=r"rollout_batch_prompts: 4 needs global_batch_prompts"):
+        parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--rollout_batch_prompts", "4")
+
+
+def test_rollout_round_larger_than_the_data_is_refused() -> None:
+    _, args, _ = parse_grpo(REPO_ROOT / "recipes/qwen3vl_oric.yaml")
+    with pytest.raises(UserError, match=r"rollout_batch_prompts: 144 prompts per rollout round, .* holds only 100"):
+        args.rollout_summary(100)
+
+
+def test_rollout_round_with_save_steps_between_rounds_and_dynamic_sampling() -> None:
+    """Checkpoints every 18 steps fall between rounds of 9; dynamic sampling works per generation batch, which is
+    the whole round (each process's 288 completions are 36 whole groups of 8)."""
+    _, args, _ = parse_grpo(
+        REPO_ROOT / "recipes/qwen3vl_oric.yaml",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "18",
+        "--dynamic_sampling",
+        "true",
+    )
+    assert args.steps_per_rollout == 9 and args.dynamic_sampling
+    assert args.per_device_train_batch_size * args.steps_per_generation % args.num_generations == 0
+
+
+def test_tiny_recipes_keep_one_generation_per_step() -> None:
+    """The CPU demo's and walkthrough's numbers stay as they were: no tiny recipe sets a rollout round."""
+    import yaml
+
+    for recipe in sorted((REPO_ROOT / "recipes").glob("tiny_*.yaml")):
+        assert "rollout_batch_prompts" not in yaml.safe_load(recipe.read_text()), recipe.name
+
+
+def test_finer_recipes_have_no_rollout() -> None:
+    """FINER-Tuning is DPO: no generation, so no rollout round (the key is GRPO's alone)."""
+    from finetune.configs import VerituneDPOConfig
+
+    assert "rollout_batch_prompts" not in VerituneDPOConfig.__dataclass_fields__
 
 
 @pytest.mark.parametrize("processes", [3, 32])

@@ -67,7 +67,7 @@ def test_colocated_recipe_is_table_9_plus_documented_vllm_settings(four_processe
     }
     assert differing_keys(base[0], script_args) - RUN_NAMES == set()
     assert differing_keys(base[2], model_args) == set()
-    assert args.gradient_accumulation_steps == 4 and args.generation_batch_size == 128
+    assert args.gradient_accumulation_steps == 4 and args.generation_batch_size == 144 * 8  # 9 steps per round
     assert script_args.eval_backend == "auto"  # the hook reuses the colocated engines
 
 
