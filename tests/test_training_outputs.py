@@ -176,6 +176,15 @@ def test_compact_line_for_dpo_logs() -> None:
     )
 
 
+def test_step_line_says_the_extra_sampling_rounds_against_their_limit() -> None:
+    """``dynamic_sampling/rounds`` counts the first sampling round too (4 at ``dynamic_sampling_max_rounds: 3``):
+    the step line shows the extra rounds, the number the recipe key bounds, beside that bound."""
+    logs = {"loss": 0.0, "dynamic_sampling/kept_share": 0.5, "dynamic_sampling/rounds": 4.0}
+    line = compact_log_line(logs, 2, 10, max_extra_rounds=3)
+    assert line == "step 2/10 | loss 0 | kept 0.5 | extra_rounds 3/3"
+    assert compact_log_line({**logs, "dynamic_sampling/rounds": 1.5}, 2, 10).endswith("| extra_rounds 0.5")
+
+
 # ---- `veritune eval run --report-to wandb`
 
 
