@@ -500,3 +500,38 @@ def test_builders_refuse_llm_flags_they_would_not_use(
         main([*argv, "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == message
+
+
+def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
+    """Ctrl-C reaches the launcher and its worker (one process group): the launcher says "interrupted" once and
+    exits 130; the worker, a veritune process started by it, exits without saying it again."""
+    import signal
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import time\n"
+        "from veritune.core.errors import exit_on_user_error\n"
+        "def main():\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(120)\n"
+        "exit_on_user_error(main)()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "veritune.cli", "launch", "--num_processes", "1", str(worker)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("interrupted:")]
+    assert lines == ["interrupted: finished work is kept; rerun the same command to resume"], stderr
