@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.models import count_parameters
+from veritune.core.quiet import use_cpu_accelerator_without_gpu
 
 logger = logging.getLogger("veritune")
 
@@ -27,16 +27,6 @@ def setup_logging(training_args: TrainingArguments) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=level, force=True)
     transformers.utils.logging.set_verbosity(level if level == logging.WARNING else logging.WARNING)
     use_cpu_accelerator_without_gpu()
-
-
-def use_cpu_accelerator_without_gpu() -> None:
-    """DeepSpeed warns on import, once per process, that it "was unable to detect" an accelerator when there
-    is none; on a CPU-only machine say so up front (``DS_ACCELERATOR=cpu``), which is what it falls back to."""
-    if "DS_ACCELERATOR" not in os.environ and "deepspeed" not in sys.modules:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["DS_ACCELERATOR"] = "cpu"
 
 
 # ---- console output: one compact line per logging step (the full dict goes to TRAIN_LOG_FILE and W&B)

@@ -535,3 +535,44 @@ def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
     assert process.returncode == 130, stderr
     lines = [line for line in stderr.splitlines() if line.startswith("interrupted:")]
     assert lines == ["interrupted: finished work is kept; rerun the same command to resume"], stderr
+
+
+# ---- what the libraries underneath print: nothing that tells the user nothing
+
+
+def test_offline_wandb_banner_is_not_printed_by_slurm_dry_run_or_an_entry_script(tmp_path: Path) -> None:
+    """transformers prints "[INFO] Running in WANDB offline mode" when its W&B integration is imported, which
+    parsing a recipe does: neither the CLI nor an entry script shows it."""
+    env = {"WANDB_MODE": "offline"}
+    dry_run = run_veritune(
+        "slurm", "submit", "--entry", "grpo", "--recipe", "recipes/tiny_oric_demo.yaml", "--dry-run", env=env
+    )
+    assert dry_run.returncode == 0, dry_run.stderr[-2000:]
+    assert "sbatch" in dry_run.stdout and "WANDB offline" not in dry_run.stdout + dry_run.stderr
+    entry = subprocess.run(  # stops at its first check (the recipe's tiny model is not built here): one line
+        [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--output_dir", str(tmp_path / "o")]
+        + ["--model_name_or_path", str(tmp_path / "no-model")],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+        capture_output=True,
+        text=True,
+    )
+    assert entry.returncode == 2 and entry.stderr.startswith("error: "), entry.stderr[-2000:]
+    assert "WANDB offline" not in entry.stdout + entry.stderr
+
+
+def test_tiny_clip_on_a_cpu_prints_no_deepspeed_accelerator_notice(tmp_path: Path) -> None:
+    """DeepSpeed, loaded by transformers, warns "Setting accelerator to CPU ... unable to detect it" unless told
+    up front that the machine has no GPU; `veritune tiny-clip` tells it."""
+    env = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
+    result = subprocess.run(
+        [sys.executable, "-m", "veritune.cli", "tiny-clip", "--out", str(tmp_path / "clip")],
+        cwd=REPO_ROOT,
+        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "tiny CLIP written to" in result.stdout
+    console = result.stdout + result.stderr  # DeepSpeed's logger writes to stdout
+    assert "Setting accelerator" not in console and "unable to detect" not in console, console
