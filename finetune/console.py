@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 from pathlib import Path
@@ -17,6 +16,7 @@ from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.models import count_parameters
+from veritune.core.quiet import use_cpu_accelerator_without_gpu
 
 logger = logging.getLogger("veritune")
 
@@ -29,20 +29,12 @@ def setup_logging(training_args: TrainingArguments) -> None:
     use_cpu_accelerator_without_gpu()
 
 
-def use_cpu_accelerator_without_gpu() -> None:
-    """DeepSpeed warns on import, once per process, that it "was unable to detect" an accelerator when there
-    is none; on a CPU-only machine say so up front (``DS_ACCELERATOR=cpu``), which is what it falls back to."""
-    if "DS_ACCELERATOR" not in os.environ and "deepspeed" not in sys.modules:
-        import torch
-
-        if not torch.cuda.is_available():
-            os.environ["DS_ACCELERATOR"] = "cpu"
-
-
 # ---- console output: one compact line per logging step (the full dict goes to TRAIN_LOG_FILE and W&B)
 
 TRAIN_LOG_FILE = "train_log.jsonl"
 # (key in TRL's logs, label on the console), in the order shown; `rewards/<name>/mean` are added after `reward`.
+# `dynamic_sampling/rounds` counts the step's sampling rounds, the first included; the console shows the extra
+# rounds (that count less 1), the number `dynamic_sampling_max_rounds` bounds, as `extra_rounds 3/3`.
 CONSOLE_KEYS = [
     ("loss", "loss"),
     ("reward", "reward"),
@@ -53,7 +45,7 @@ CONSOLE_KEYS = [
     ("entropy", "entropy"),
     ("frac_reward_zero_std", "zero_std"),
     ("dynamic_sampling/kept_share", "kept"),
-    ("dynamic_sampling/rounds", "rounds"),
+    ("dynamic_sampling/rounds", "extra_rounds"),
     ("dynamic_sampling/prompts_drawn", "drawn"),
     ("dynamic_sampling/filled_groups", "filled"),
     ("completions/mean_length", "len"),
@@ -62,9 +54,12 @@ CONSOLE_KEYS = [
 ]
 
 
-def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | None:
+def compact_log_line(
+    logs: dict[str, Any], step: int, max_steps: int, *, max_extra_rounds: int | None = None
+) -> str | None:
     """One short console line for a trainer log dict, or None for logs that are not per-step training logs
-    (the eval hooks' metrics print their own line once per checkpoint)."""
+    (the eval hooks' metrics print their own line once per checkpoint). ``max_extra_rounds``: the recipe's
+    ``dynamic_sampling_max_rounds``, shown beside the step's extra rounds (``extra_rounds 3/3``)."""
     if "eval_loss" in logs:  # the Trainer's own evaluation (DPO's validation split): one line, same keys
         line = compact_log_line({key.removeprefix("eval_"): value for key, value in logs.items()}, step, max_steps)
         return None if line is None else "eval " + line
@@ -79,7 +74,10 @@ def compact_log_line(logs: dict[str, Any], step: int, max_steps: int) -> str | N
     parts = [f"step {step}/{max_steps}"]
     for key, label in CONSOLE_KEYS:
         value = logs.get(key)
-        if isinstance(value, (int, float)):
+        if key == "dynamic_sampling/rounds" and isinstance(value, (int, float)):
+            limit = f"/{max_extra_rounds}" if isinstance(max_extra_rounds, int) else ""
+            parts.append(f"{label} {value - 1:.3g}{limit}")
+        elif isinstance(value, (int, float)):
             parts.append(f"{label} {value:.3g}" if label != "±" else f"± {value:.3g}")
         if key == "reward":
             for name, reward in logs.items():
@@ -105,7 +103,8 @@ class CompactProgressCallback(ProgressCallback):
                 handle.write(json.dumps(record, default=str) + "\n")
         except OSError as err:  # the console line still shows; the trainer state keeps the history
             logger.warning("could not append to %s: %s", TRAIN_LOG_FILE, err)
-        line = compact_log_line(logs, state.global_step, state.max_steps)
+        max_extra_rounds = getattr(args, "dynamic_sampling_max_rounds", None)  # GRPO's recipe key, else None
+        line = compact_log_line(logs, state.global_step, state.max_steps, max_extra_rounds=max_extra_rounds)
         if line is None:
             return
         if self.training_bar is not None:

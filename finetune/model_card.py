@@ -179,11 +179,10 @@ def _card_wandb_run() -> list[str]:
     try:
         import wandb
 
-        if wandb.run is not None:
-            return [
-                f"Training curves: [W&B run]({wandb.run.url})" if wandb.run.url else f"W&B run id: {wandb.run.id}",
-                "",
-            ]
+        run = wandb.run
+        if run is not None:
+            url = None if getattr(run, "offline", False) else run.url  # offline: none, and wandb warns at each ask
+            return [f"Training curves: [W&B run]({url})" if url else f"W&B run id: {run.id}", ""]
     except ImportError:
         pass
     return []

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -222,7 +223,8 @@ def train_with_hooks(
 
 
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
-    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor.
+    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor, end the W&B
+    run (:func:`finish_wandb_run`) and say, last, where the model was saved.
 
     A finished run never gets here (:func:`start_run` stops the entry script first); a run resumed from the
     checkpoint of its last step trains no further and saves that checkpoint's weights and history as the
@@ -256,9 +258,18 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
     trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
-    logger.info("model saved to %s", training_args.output_dir)
     if training_args.push_to_hub:
         # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above)
         # to hub_model_id.
         url = trainer.push_to_hub(commit_message=f"veritune: {Path(training_args.output_dir).name}")
         logger.info("pushed to the Hub: %s", getattr(url, "commit_url", url))
+    finish_wandb_run()
+    logger.info("model saved to %s", training_args.output_dir)
+
+
+def finish_wandb_run() -> None:
+    """End this process's W&B run, if it has one, now rather than at exit: its closing lines ("Find logs at
+    ...") come before the run's last line, which says where the model was saved."""
+    wandb = sys.modules.get("wandb")  # not imported: no run to finish
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        wandb.finish()

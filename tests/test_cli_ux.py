@@ -500,3 +500,79 @@ def test_builders_refuse_llm_flags_they_would_not_use(
         main([*argv, "--llm-base-url", "http://127.0.0.1:9/v1", "--llm-model", "m"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == message
+
+
+def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
+    """Ctrl-C reaches the launcher and its worker (one process group): the launcher says "interrupted" once and
+    exits 130; the worker, a veritune process started by it, exits without saying it again."""
+    import signal
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import time\n"
+        "from veritune.core.errors import exit_on_user_error\n"
+        "def main():\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(120)\n"
+        "exit_on_user_error(main)()\n"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "veritune.cli", "launch", "--num_processes", "1", str(worker)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's foreground job
+    )
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
+        _, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr
+    lines = [line for line in stderr.splitlines() if line.startswith("interrupted:")]
+    assert lines == ["interrupted: finished work is kept; rerun the same command to resume"], stderr
+
+
+# ---- what the libraries underneath print: nothing that tells the user nothing
+
+
+def test_offline_wandb_banner_is_not_printed_by_slurm_dry_run_or_an_entry_script(tmp_path: Path) -> None:
+    """transformers prints "[INFO] Running in WANDB offline mode" when its W&B integration is imported, which
+    parsing a recipe does: neither the CLI nor an entry script shows it."""
+    env = {"WANDB_MODE": "offline"}
+    dry_run = run_veritune(
+        "slurm", "submit", "--entry", "grpo", "--recipe", "recipes/tiny_oric_demo.yaml", "--dry-run", env=env
+    )
+    assert dry_run.returncode == 0, dry_run.stderr[-2000:]
+    assert "sbatch" in dry_run.stdout and "WANDB offline" not in dry_run.stdout + dry_run.stderr
+    entry = subprocess.run(  # stops at its first check (the recipe's tiny model is not built here): one line
+        [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--output_dir", str(tmp_path / "o")]
+        + ["--model_name_or_path", str(tmp_path / "no-model")],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+        capture_output=True,
+        text=True,
+    )
+    assert entry.returncode == 2 and entry.stderr.startswith("error: "), entry.stderr[-2000:]
+    assert "WANDB offline" not in entry.stdout + entry.stderr
+
+
+def test_tiny_clip_on_a_cpu_prints_no_deepspeed_accelerator_notice(tmp_path: Path) -> None:
+    """DeepSpeed, loaded by transformers, warns "Setting accelerator to CPU ... unable to detect it" unless told
+    up front that the machine has no GPU; `veritune tiny-clip` tells it."""
+    env = {key: value for key, value in os.environ.items() if key != "DS_ACCELERATOR"}
+    result = subprocess.run(
+        [sys.executable, "-m", "veritune.cli", "tiny-clip", "--out", str(tmp_path / "clip")],
+        cwd=REPO_ROOT,
+        env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "tiny CLIP written to" in result.stdout
+    console = result.stdout + result.stderr  # DeepSpeed's logger writes to stdout
+    assert "Setting accelerator" not in console and "unable to detect" not in console, console

@@ -103,7 +103,7 @@ def test_batch_keeps_its_size_and_sampling_is_logged(sampled_run: tuple[Path, st
         # Kept share = informative groups / groups drawn: at least the 2 trained on were informative.
         assert row["dynamic_sampling/kept_share"] * row["dynamic_sampling/prompts_drawn"] >= 2 - 1e-9
     assert any(row["dynamic_sampling/rounds"] > 1 for row in logs)  # a cat or apple question was replaced
-    assert "kept " in console and "rounds " in console and "zero_std " in console
+    assert "kept " in console and "extra_rounds " in console and "zero_std " in console
     wandb_rows = [row for row in offline_history(output_dir / "wandb") if "train/dynamic_sampling/rounds" in row]
     assert [row["train/global_step"] for row in wandb_rows] == [1, 2, 3]
     assert all(f"train/{key}" in row for row in wandb_rows for key in DS_KEYS)
@@ -127,7 +127,7 @@ def test_round_limit_is_honoured_and_said(tiny_qwen3vl: Path, tmp_path: Path) ->
     (table,) = tables(tmp_path / "run")
     assert len(table) == 2 * 4
     # The step line holds the step's facts; one summary line at the end, no WARNING per step.
-    assert "| filled 2 |" in result.stdout
+    assert "| extra_rounds 1/1 |" in result.stdout and "| filled 2 |" in result.stdout
     # (transformers may warn about the tiny tokenizer's special tokens; veritune itself warns about nothing here)
     assert not [line for line in result.stderr.splitlines() if " WARNING veritune" in line], result.stderr[-2000:]
     summary = [line for line in result.stderr.splitlines() if "dynamic sampling:" in line]

@@ -241,3 +241,51 @@ def test_report_and_demo_results_share_one_bootstrap(tmp_path: Path) -> None:
     (row,) = results_table({"grpo": run}, [("oric_bench", "macro/f1")])
     assert row["resamples"] == DEFAULT_RESAMPLES and row["low"] < row["difference"] < row["high"]
     assert f"<td>[{row['low']:.4g}, {row['high']:.4g}]</td>" in page
+
+
+def test_eval_only_report_shows_thumbnails_like_a_training_report(tmp_path: Path) -> None:
+    """An ``eval run --out`` folder's report shows each sample's image as a thumbnail (its path on hover only),
+    as a training run's report does, not the image's path as text."""
+    import shutil
+
+    from helpers import write_report_run
+
+    from eval_hooks.evaluate import results_record
+
+    run = write_report_run(tmp_path / "run", steps=(0, 1))
+    out = tmp_path / "out"
+    results = {}
+    for name in ("oric_bench", "pope"):
+        shutil.copytree(run / "eval" / "checkpoint-1" / name, out / name)
+        results[name] = json.loads((out / name / "metrics.json").read_text())
+    (out / "results.json").write_text(json.dumps(results_record(results, {"model": "fixed-answers"})))
+    assert main(["report", str(out)]) == 0
+    page = (out / "report.html").read_text()
+    assert "veritune eval report" in page
+    samples = page.split("<h3>Sample predictions</h3>")[1:]
+    assert len(samples) == 2  # oric_bench and pope
+    for table in samples:
+        table = table.split("</table>")[0]
+        assert "data:image/png;base64," in table
+        assert not re.search(">[^<]*" + re.escape(str(run.parent)), table)  # paths only on hover, never as text
+        assert "COCO_val2014_000000000005.jpg (missing)" in table  # the deleted image: its name, not a path
+
+
+def test_the_total_reward_of_one_reward_function_stays_visible_over_it(tmp_path: Path) -> None:
+    """With one reward function GRPO's total ``reward`` equals its mean at every step: the total is drawn dashed
+    over it (both lines show), with a note saying why they coincide; two functions get no note, no dash."""
+    one = [{"step": s, "reward": 0.1 * s, "rewards/accuracy_reward/mean": 0.1 * s} for s in (1, 2, 3)]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": one}))
+    page = write_report(tmp_path).read_text()
+    plot = re.search(r'<svg[^>]*aria-label="rewards".*?</svg>', page).group(0)
+    lines = re.findall(r'<polyline fill="none" stroke="([^"]+)" stroke-width="2"( stroke-dasharray="6 4")?', plot)
+    assert len(lines) == 2 and lines[0][1] == "" and lines[1][1]  # the function solid, the total dashed on top
+    assert lines[0][0] != lines[1][0]
+    legend = re.findall(r"<g><title>([^<]*)</title><line[^>]*?( stroke-dasharray=\"6 4\")?/>", plot)
+    assert legend == [("rewards/accuracy_reward/mean", ""), ("reward", ' stroke-dasharray="6 4"')]
+    assert "reward (the total, dashed) equals rewards/accuracy_reward/mean: the run has one reward function" in page
+
+    two = [{**row, "rewards/format_reward/mean": 0.5, "reward": row["reward"] + 0.5} for row in one]
+    (tmp_path / "trainer_state.json").write_text(json.dumps({"log_history": two}))
+    page = write_report(tmp_path).read_text()
+    assert "stroke-dasharray" not in page and "one reward function" not in page

@@ -74,8 +74,9 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "--eval_limit",
         "4",
     ]
-    env = entry_env()
+    env = entry_env(WANDB_SILENT="false")  # W&B's console lines as a user sees them
     env.pop("WANDB_PROJECT", None)
+    env.pop("DS_ACCELERATOR", None)
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     return {
@@ -97,6 +98,35 @@ def test_console_shows_one_compact_line_per_step(pushed_run: dict) -> None:
     assert "\x1b[" not in console  # no raw colour codes when the output is not a terminal
     assert "unable to detect" not in console  # DeepSpeed's accelerator notice
     assert console.count("eval at step 2") == 1  # eval metrics once per checkpoint
+
+
+def test_the_last_line_says_where_the_model_was_saved_after_wandbs_own(pushed_run: dict) -> None:
+    """W&B's closing lines ("Find logs at ...") come before the run's last line, which says where the model is;
+    an offline run is not warned at each save that it has no URL."""
+    lines = [line for line in pushed_run["stderr"].splitlines() if line.strip()]
+    assert lines[-1].endswith(f"model saved to {pushed_run['dir']}"), lines[-5:]
+    assert any("Find logs at" in line for line in lines[:-1]), lines[-5:]
+    assert "URL not available in offline run" not in pushed_run["stdout"] + pushed_run["stderr"]
+
+
+def test_model_card_of_an_offline_wandb_run_asks_no_url(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The card is written at every save: for an offline run it names the run id without asking wandb for the
+    run's URL, which an offline run has not (wandb warns "URL not available in offline run" at each ask)."""
+    import wandb
+
+    from finetune.model_card import _card_wandb_run
+
+    monkeypatch.setenv("WANDB_SILENT", "false")
+    run = wandb.init(mode="offline", dir=str(tmp_path), project="veritune-test")
+    try:
+        capfd.readouterr()
+        assert _card_wandb_run() == [f"W&B run id: {run.id}", ""]
+        printed = capfd.readouterr()
+        assert "URL not available" not in printed.out + printed.err
+    finally:
+        wandb.finish()
 
 
 def test_full_logs_go_to_the_log_file(pushed_run: dict) -> None:
@@ -174,6 +204,15 @@ def test_compact_line_for_dpo_logs() -> None:
         compact_log_line({"eval_loss": 0.69, "eval_rewards/accuracies": 0.25, "eval_runtime": 1.0}, 3, 10)
         == "eval step 3/10 | loss 0.69 | pref_acc 0.25"
     )
+
+
+def test_step_line_says_the_extra_sampling_rounds_against_their_limit() -> None:
+    """``dynamic_sampling/rounds`` counts the first sampling round too (4 at ``dynamic_sampling_max_rounds: 3``):
+    the step line shows the extra rounds, the number the recipe key bounds, beside that bound."""
+    logs = {"loss": 0.0, "dynamic_sampling/kept_share": 0.5, "dynamic_sampling/rounds": 4.0}
+    line = compact_log_line(logs, 2, 10, max_extra_rounds=3)
+    assert line == "step 2/10 | loss 0 | kept 0.5 | extra_rounds 3/3"
+    assert compact_log_line({**logs, "dynamic_sampling/rounds": 1.5}, 2, 10).endswith("| extra_rounds 0.5")
 
 
 # ---- `veritune eval run --report-to wandb`

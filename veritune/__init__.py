@@ -8,3 +8,7 @@ in ``rewards/``, data builders in ``data_builders/`` and benchmarks in ``eval_ho
 """
 
 __version__ = "0.1.0"
+
+from veritune.core.quiet import hide_wandb_offline_banner
+
+hide_wandb_offline_banner()  # every veritune process: transformers' banner says nothing the user set up

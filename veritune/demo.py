@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from veritune.core.cache import cache_root, publish_dir
-from veritune.core.errors import UserError
+from veritune.core.errors import PARENT_SAYS_INTERRUPTED_ENV, UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/tiny_oric_miniature.yaml"
@@ -104,6 +104,7 @@ def _start(command: list[str], threads: int | None = None) -> tuple[list[str], s
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")
     env.setdefault("OMP_NUM_THREADS", "1")  # pin_threads: one torch thread per process
+    env[PARENT_SAYS_INTERRUPTED_ENV] = "1"  # on Ctrl-C the demo says "interrupted", not each stage again
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))

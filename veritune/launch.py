@@ -26,7 +26,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from veritune.core.errors import USER_ERROR_EXIT_CODE, WORKER_ERROR_DIR_ENV, UserError, exit_on_user_error
+from veritune.core.errors import (
+    INTERRUPTED_EXIT_CODE,
+    PARENT_SAYS_INTERRUPTED_ENV,
+    USER_ERROR_EXIT_CODE,
+    WORKER_ERROR_DIR_ENV,
+    UserError,
+    exit_on_user_error,
+)
 
 VERITUNE_HELP = """\
 what veritune launch adds to accelerate launch:
@@ -165,13 +172,20 @@ def launch(argv: list[str]) -> int:
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="veritune-launch-") as error_dir:
         os.environ[WORKER_ERROR_DIR_ENV] = error_dir  # workers of rank > 0 leave their error line here
+        says_interrupted = PARENT_SAYS_INTERRUPTED_ENV not in os.environ  # else a veritune process above says it
+        os.environ[PARENT_SAYS_INTERRUPTED_ENV] = "1"  # on Ctrl-C the workers leave "interrupted" to the launcher
         try:
             launch_command(args)
         except subprocess.CalledProcessError as err:
+            if err.returncode == INTERRUPTED_EXIT_CODE:  # the worker's Ctrl-C, the launcher's missed (not a tty)
+                raise KeyboardInterrupt from None
             return _failed(err.returncode)
         except Exception as err:  # torch elastic's ChildFailedError (imported lazily: torch is heavy)
+            from torch.distributed.elastic.multiprocessing.api import SignalException
             from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
+            if isinstance(err, SignalException) and err.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None  # torch elastic's form of Ctrl-C in the launcher
             if not isinstance(err, ChildFailedError):
                 raise
             message = _worker_message(error_dir)
@@ -181,6 +195,8 @@ def launch(argv: list[str]) -> int:
             return _failed(failure.exitcode, rank)
         finally:
             os.environ.pop(WORKER_ERROR_DIR_ENV, None)
+            if says_interrupted:
+                os.environ.pop(PARENT_SAYS_INTERRUPTED_ENV, None)
     return 0
 
 

@@ -163,9 +163,17 @@ def svg_line_plot(
 
     Both axes are scaled to the data (a constant series is drawn mid-axis), ``log_y`` draws the y axis in
     log scale (all values must be positive), tick labels carry the digits that keep them distinct, and the
-    legend sits under the plot, a name too long for it shortened in the middle with the full name on hover.
+    legend sits under the plot, a name too long for it shortened in the middle with the full name on hover. A
+    series with exactly the points of an earlier one (GRPO's total ``reward`` with one reward function) is drawn
+    dashed with smaller dots, so that the one under it shows through.
     """
     series = {name: sorted(points) for name, points in series.items() if points}
+    earlier: list[list[tuple[float, float]]] = []
+    repeats = set()
+    for name, values in series.items():
+        if values in earlier:
+            repeats.add(name)
+        earlier.append(values)
     points = [p for values in series.values() for p in values]
     if not points:
         return ""
@@ -223,12 +231,13 @@ def svg_line_plot(
     )
     for index, (name, values) in enumerate(series.items()):
         colour = COLOURS[index % len(COLOURS)]
+        dash = ' stroke-dasharray="6 4"' if name in repeats else ""
         if len(values) > 1:
             path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in values)
-            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{path}"/>')
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2"{dash} points="{path}"/>')
         for x, y in values:
             parts.append(
-                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3" fill="{colour}">'
+                f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="{2 if dash else 3}" fill="{colour}">'
                 f"<title>{html.escape(name)} at {html.escape(x_label)} {_fmt(x)}: {y:.4g}</title></circle>"
             )
         if name in shown:
@@ -237,7 +246,7 @@ def svg_line_plot(
             parts.append(
                 f"<g><title>{html.escape(name)}</title>"
                 f'<line x1="{lx:.0f}" y1="{ly - 4}" x2="{lx + 14:.0f}" y2="{ly - 4}" '
-                f'stroke="{colour}" stroke-width="3"/>'
+                f'stroke="{colour}" stroke-width="3"{dash}/>'
                 f'<text x="{lx + 18:.0f}" y="{ly}" font-size="11">{html.escape(shown[name])}</text></g>'
             )
     parts.append("</svg>")
@@ -398,6 +407,8 @@ GRPO_ZERO_LOSS_NOTE = (
     "0 per group, whatever the gradient; read the rewards and gradient norm."
 )
 
+ONE_REWARD_NOTE = "reward (the total, dashed) equals {name}: the run has one reward function."
+
 
 def _figure(plot: str, note: str = "") -> str:
     """A plot with a one-line note under it (no wrapper when there is no note)."""
@@ -408,9 +419,16 @@ def _figure(plot: str, note: str = "") -> str:
 
 def training_section(history: list[dict[str, Any]], source: Path) -> list[str]:
     keys = list(dict.fromkeys(key for row in history for key in row))
-    rewards = [k for k in keys if k == "reward" or (k.startswith("rewards/") and not k.endswith("/std"))]
+    # the total last: drawn over the per-function means, dashed where it repeats one (svg_line_plot)
+    rewards = [k for k in keys if k.startswith("rewards/") and not k.endswith("/std")]
+    rewards += ["reward"] if "reward" in keys else []
+    curves = {k: _curve(history, k) for k in rewards}
+    functions = [k for k in rewards if k.startswith("rewards/") and k.endswith("/mean")]
+    note = ""
+    if len(functions) == 1 and curves.get("reward") and sorted(curves["reward"]) == sorted(curves[functions[0]]):
+        note = ONE_REWARD_NOTE.format(name=functions[0])
     parts = [f"<h2>Training</h2><p class='muted'>from {html.escape(str(source))}</p><div class='grid'>"]
-    parts.append(svg_line_plot("rewards", {k: _curve(history, k) for k in rewards}))
+    parts.append(_figure(svg_line_plot("rewards", curves), note))
     for title, candidates in TRAINING_CURVES.items():
         series = {k: _curve(history, k) for k in candidates if k in keys}
         values = [y for points in series.values() for _, y in points]
@@ -475,21 +493,27 @@ def benchmark_section(name: str, by_step: dict[int, dict[str, Any]]) -> list[str
     for table_name, rows in newest.get("tables", {}).items():
         if "confusion" not in table_name and rows:
             parts.append(f"<h3>{html.escape(table_name)} at step {newest_step}</h3>" + html_table(rows))
+    parts.append(samples_table(f"Sample predictions at step {newest_step}", newest.get("samples", []), blind))
+    return parts
+
+
+def samples_table(heading: str, samples: list[dict[str, Any]], blind: Any = None) -> str:
+    """A result's sample predictions under ``heading`` ("" when there are none): each image as a thumbnail (the
+    blank a blind control showed instead, where ``blind`` records its fill), its path only on hover; the
+    ``correct`` column dropped when the scorer gives no per-item verdict. A training run's report and an
+    ``eval run`` folder's report show them alike."""
     fill = tuple(blind["fill"]) if isinstance(blind, dict) and blind.get("fill") else None  # show the blank it saw
-    samples = [
+    rows = [
         {**row, "image": _image_cell(row["image"], fill), "prediction": str(row.get("prediction", ""))[:400]}
         if row.get("image")
         else {**row, "prediction": str(row.get("prediction", ""))[:400]}
-        for row in newest.get("samples", [])
+        for row in samples
     ]
-    if samples and all(row.get("correct") is None for row in samples):  # the scorer gives no per-item verdict
-        samples = [{k: v for k, v in row.items() if k != "correct"} for row in samples]
-    if samples:
-        parts.append(
-            f"<h3>Sample predictions at step {newest_step}</h3>"
-            + html_table(samples, text_columns=("prompt", "prediction", "id"))
-        )
-    return parts
+    if rows and all(row.get("correct") is None for row in rows):  # the scorer gives no per-item verdict
+        rows = [{k: v for k, v in row.items() if k != "correct"} for row in rows]
+    if not rows:
+        return ""
+    return f"<h3>{html.escape(heading)}</h3>" + html_table(rows, text_columns=("prompt", "prediction", "id"))
 
 
 def coverage_cells(result: dict[str, Any]) -> dict[str, Any]:
@@ -751,11 +775,7 @@ def eval_run_section(record: dict[str, Any], details: dict[str, dict[str, Any]])
         for table_name, rows in result.get("tables", {}).items():
             if "confusion" not in table_name and rows:
                 parts.append(f"<h3>{html.escape(table_name)}</h3>" + html_table(rows))
-        samples = [{**row, "prediction": str(row.get("prediction", ""))[:400]} for row in result.get("samples", [])]
-        if samples:
-            parts.append(
-                "<h3>Sample predictions</h3>" + html_table(samples, text_columns=("prompt", "prediction", "id"))
-            )
+        parts.append(samples_table("Sample predictions", result.get("samples", []), blind))
     return parts
 
 

@@ -10,4 +10,5 @@
 - :mod:`veritune.core.llm_client`: the cached OpenAI-compatible chat client;
 - :mod:`veritune.core.hub`: model-source checks (local path or Hugging Face Hub).
 - :mod:`veritune.core.sampling`: the seeded uniform subsample of ``max_train_samples``.
+- :mod:`veritune.core.quiet`: third-party console lines that tell a veritune user nothing, kept off the console.
 """

@@ -20,6 +20,11 @@ INTERRUPTED_EXIT_CODE = 130
 # (rank<N>.txt) instead of stderr, so that a mistake every rank meets is printed once, by rank 0, and the
 # launcher prints a non-main rank's line only when rank 0 printed none.
 WORKER_ERROR_DIR_ENV = "VERITUNE_WORKER_ERRORS"
+# Set by a veritune process for the veritune processes it starts (`veritune launch` for its workers, the demo
+# for its stages): Ctrl-C reaches the whole process group, and the parent, the command the user typed, says
+# "interrupted" once; a child exits with the same status without saying it again.
+PARENT_SAYS_INTERRUPTED_ENV = "VERITUNE_PARENT_SAYS_INTERRUPTED"
+INTERRUPTED_LINE = "interrupted: finished work is kept; rerun the same command to resume"
 
 
 class UserError(Exception):
@@ -114,7 +119,8 @@ def exit_on_user_error(func: F) -> F:
     OS errors (a path that cannot be read or written: missing, not a directory, a directory, no
     permission, disk full) and files that are not UTF-8 are user errors too: one line naming the path
     and what to do, exit 2. Ctrl-C prints one line and exits 130: builders and evaluators keep what they
-    finished, so a rerun resumes from there.
+    finished, so a rerun resumes from there (in a process started by another veritune process,
+    :data:`PARENT_SAYS_INTERRUPTED_ENV`, the parent prints that line).
     """
 
     @functools.wraps(func)
@@ -129,7 +135,8 @@ def exit_on_user_error(func: F) -> F:
             message = decode_error_message(err, _open_file_in(err.__traceback__))
         except KeyboardInterrupt:
             close_progress_bars()
-            print("interrupted: finished work is kept; rerun the same command to resume", file=sys.stderr)
+            if not os.environ.get(PARENT_SAYS_INTERRUPTED_ENV):
+                print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
             sys.exit(INTERRUPTED_EXIT_CODE)
         close_progress_bars()
         if _worker_error(message, printed=False):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from veritune.cli import command_help
 from veritune.core.errors import UserError
+from veritune.core.quiet import use_cpu_accelerator_without_gpu
 
 
 def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
@@ -72,6 +73,7 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _tiny_model(args: argparse.Namespace) -> int:
+    use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
     from veritune.tiny.models import build_tiny_model
 
     if args.warm_start_steps is not None and not args.warm_start:
@@ -180,6 +182,7 @@ def register_tiny_clip(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _tiny_clip(args: argparse.Namespace) -> int:
+    use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
     from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
 
     if (args.annotations is None) != (args.image_root is None):
