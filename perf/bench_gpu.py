@@ -173,6 +173,8 @@ def grpo_command(
         "sdpa",
         "--global_batch_prompts",  # one prompt group per optimizer step, as perf/plain_trl_grpo.py's oric-gpu:
         "1",  # 1 prompt x 8 generations, 8 micro-steps of 1 completion
+        "--rollout_batch_prompts",  # one generation per optimizer step (the recipe's rounds span 9 steps)
+        "1",
         "--per_device_train_batch_size",
         "1",
         "--max_pixels",
