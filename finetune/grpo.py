@@ -6,7 +6,8 @@
 The recipe states its global batch in prompts (``global_batch_prompts``: Table 9's 16 prompts x G = 8 = 128
 completions per optimizer step); gradient accumulation is derived from it and the process count, and a
 launch whose process count cannot reach that batch exactly is refused with one ``error:`` line before any
-model loads. ``rollout_batch_prompts`` generates once for several such optimizer steps (README, "GRPO").
+model loads. ``rollout_batch_prompts`` generates once for several such optimizer steps (docs/SCALING.md,
+"Rollout rounds").
 Any recipe key can be overridden on the command line (``--learning_rate 1e-6``). Each question is wrapped
 in the R1-style prompt of ORIC Fig. 11; the reward is ``accuracy + format`` (both weight 1) as in the
 paper. Where this departs from the paper: TRL's GRPO computes the group z-score with the group's standard
@@ -14,7 +15,7 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 ``loss_type: grpo``; with ``beta: 0`` no reference model is loaded, exactly as Eq. 6 reduces to.
 ``replay_path`` (not in the paper, off in its recipes) mixes conventional questions in POPE's layout into the
 data, ``replay_ratio`` per ORIC question: the tiny miniature needs them to keep its ordinary accuracy
-(docs/RESULTS.md).
+(docs/LAB_NOTEBOOK.md, "Fourth pass").
 """
 
 from __future__ import annotations

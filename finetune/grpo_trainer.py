@@ -101,7 +101,7 @@ def _group_rows(group: int, size: int) -> list[int]:
 
 class DynamicSamplingMixin:
     """DAPO's dynamic sampling on top of TRL's ``GRPOTrainer`` (recipe keys ``dynamic_sampling``,
-    ``dynamic_sampling_min_std``, ``dynamic_sampling_max_rounds``; README, "GRPO").
+    ``dynamic_sampling_min_std``, ``dynamic_sampling_max_rounds``; docs/TRAINING.md, "Dynamic sampling").
 
     A group whose G completions all earn the same reward has zero advantage and carries no gradient (DAPO
     Sec. 3.2). Each generation batch is sampled and scored by TRL as usual; groups whose reward spread (the
