@@ -13,7 +13,8 @@ questions right and is learned long before the fine object evidence that the res
 
 With ``attribute_pairs_per_image`` the data also ask about the objects' attributes in FINER's yes/no probe
 wording (:func:`attribute_pair_examples`, from the split's scene graphs): what a model needs to see to tell
-FINER's fine-grained negatives from the positives (docs/RESULTS.md).
+FINER's fine-grained negatives from the positives (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained,
+frozen vision tower").
 
 Training is TRL's ``SFTTrainer`` on prompt-completion conversations (loss on the completion only).
 

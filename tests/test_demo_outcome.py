@@ -1,10 +1,10 @@
 """The embedded default's outcome, measured: `veritune demo` end to end on fixed seed 0, from nothing cached.
 
-The miniature ORIC experiment (docs/RESULTS.md, its sections from "TRL's LM head scores only the labelled
+The miniature ORIC experiment (docs/LAB_NOTEBOOK.md, its sections from "TRL's LM head scores only the labelled
 positions" on): the conventionally warm-started base model answers POPE-random-style questions far better
 than ORIC-Bench's incongruous ones, and GRPO on ORIC's questions raises its ORIC-Bench macro-F1 (the paired
 bootstrap interval above zero), moves its yes-proportion toward 50 and keeps its POPE accuracy. The bounds
-sit inside the three seeds' spread (GAP_MIN, GAIN_MIN, POPE_DROP_MAX below; measured values in RESULTS.md).
+sit inside the three seeds' spread (GAP_MIN, GAIN_MIN, POPE_DROP_MAX below; measured values in docs/LAB_NOTEBOOK.md).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from helpers import REPO_ROOT, entry_env
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 GAP_MIN = 15.0  # the issue's bound on POPE accuracy minus ORIC-Bench macro-F1, base model
 # ORIC-Bench macro-F1 after GRPO minus before, with dynamic sampling (seeds 0, 1, 2: +14.7, +11.4, +7.6; without it
-# +15.9, +7.3, +7.2 on the same machine, docs/RESULTS.md, "Dynamic sampling on val")
+# +15.9, +7.3, +7.2 on the same machine, docs/LAB_NOTEBOOK.md, "Dynamic sampling on val")
 GAIN_MIN = 6.0
 # POPE accuracy points GRPO may cost (seeds 0, 1, 2: -2.3, +3.3, +1.0 with dynamic sampling; without it -3.6, +2.3, -0.1
 # on another 2-core machine; the target is 2, unmet on seed 0).
 # Float sums differ between CPU types and move a run's numbers: the same code gave seed 0 a POPE change of
-# -3.3 on one machine and -1.6 on another (docs/RESULTS.md, eighth pass), so the bound is seed 0's -3.6 less
+# -3.3 on one machine and -1.6 on another (docs/LAB_NOTEBOOK.md, "Eighth pass"), so the bound is seed 0's -3.6 less
 # that shift, rounded out
 POPE_DROP_MAX = 5.5
 
@@ -33,7 +33,7 @@ POPE_DROP_MAX = 5.5
 def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     out = tmp_path_factory.mktemp("demo")
     command = [sys.executable, "-m", "veritune.cli", "demo", "--out", str(out / "run"), "--seed", "0"]
-    # one thread (the demo's default too), as the runs in RESULTS.md: seed 0 then reproduces its row exactly
+    # one thread (the demo's default too), as the runs in docs/RESULTS.md: seed 0 then reproduces its row exactly
     env = entry_env(VERITUNE_CACHE=str(out / "cache"), OMP_NUM_THREADS="1")
     result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=2300)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -75,7 +75,7 @@ def test_demo_prints_the_before_after_table(demo: dict[str, object]) -> None:
 def test_demo_reports_finers_yes_no_probe_before_and_after_dpo(demo: dict[str, object]) -> None:
     # FINER's yes/no probe (FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1) from the DPO run's eval hook: the rows
     # are there and measured on the same pairs before and after. No gain is asserted: the miniature does not
-    # reach the +10 points a FINER effect needs (its base does not see per-instance attributes; docs/RESULTS.md,
+    # reach the +10 points a FINER effect needs (its base does not see per-instance attributes; docs/LAB_NOTEBOOK.md,
     # "Which attributes the tiny base can learn to see, and how fast").
     stdout = str(demo["stdout"])
     for metric in ("neg_accuracy_l3_l7", "paired_accuracy", "pos_accuracy"):

@@ -4,8 +4,8 @@ attributes (veritune.demo_seeing), with the ORIC half beside it.
 It takes about 18 minutes from nothing cached on a 2-core machine, beyond the suite's budget, so it runs only when
 asked: VERITUNE_SEEING_OUTCOME=1 runs the demo from nothing cached in a temporary directory;
 VERITUNE_SEEING_OUTCOME=PATH runs it with ``--out PATH``, reusing the stages an earlier run left there (its
-stage keys decide). The bounds are the ones the FINER rows are measured against in docs/RESULTS.md ("The demo
-with FINER's half on a base that sees"): after DPO, the L3-L7 pairs (both twins right) up by 10 points or more
+stage keys decide). The bounds are the ones the FINER rows are measured against in docs/LAB_NOTEBOOK.md ("FINER's
+half on a base that sees, in the demo"): after DPO, the L3-L7 pairs (both twins right) up by 10 points or more
 with the 95% interval above 0, the positives down by at most 2, the FINER base's POPE within 3; and ORIC's row of
 the default demo's outcome test.
 """
@@ -28,7 +28,7 @@ pytestmark = [
     pytest.mark.timeout(3600),
     pytest.mark.skipif(not ASKED, reason="about 18 minutes: set VERITUNE_SEEING_OUTCOME=1 (or an earlier --out)"),
 ]
-PAIRED_GAIN_MIN, POSITIVES_DROP_MAX, POPE_CHANGE_MAX = 10.0, 2.0, 3.0  # the DPO bound (docs/RESULTS.md)
+PAIRED_GAIN_MIN, POSITIVES_DROP_MAX, POPE_CHANGE_MAX = 10.0, 2.0, 3.0  # the DPO bound (docs/LAB_NOTEBOOK.md)
 
 
 @pytest.fixture(scope="module")

@@ -224,7 +224,7 @@ def test_missing_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 
 def test_the_contrast_recipe_is_the_measured_dpo() -> None:
-    # recipes/tiny_finer_contrast.yaml: F14 of docs/RESULTS.md (full parameters, tower frozen, sigmoid + SFT)
+    # recipes/tiny_finer_contrast.yaml: F14 of docs/LAB_NOTEBOOK.md (full parameters, tower frozen, sigmoid + SFT)
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 

@@ -385,7 +385,7 @@ def test_miniature_grpo_recipe_loads() -> None:
     )
     assert script_args.prompt_template == "plain" and script_args.reward_funcs == ["plain_accuracy"]
     assert script_args.replay_path == "outputs/demo/world/train/coco_pope_random.json"
-    assert script_args.replay_ratio == 0.5 and training_args.beta == 0.0  # chosen on dev (docs/RESULTS.md)
+    assert script_args.replay_ratio == 0.5 and training_args.beta == 0.0  # chosen on dev (docs/LAB_NOTEBOOK.md)
     assert training_args.bf16 is False  # bf16 autocast: ~8x slower on a CPU without bf16 instructions
 
 

@@ -274,7 +274,7 @@ def test_tiny_model_pretrain_vision_errors_are_one_line(
 
 
 def test_the_attribute_recipe_is_the_base_that_sees() -> None:
-    # recipes/tiny_sft_attributes.yaml: V8 of docs/RESULTS.md (V6 for 6,000 steps) through the committed options
+    # recipes/tiny_sft_attributes.yaml: V8 of docs/LAB_NOTEBOOK.md (V6 for 6,000 steps) through the committed options
     from trl import SFTConfig
 
     from finetune.recipe import parse_recipe

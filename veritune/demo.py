@@ -442,7 +442,8 @@ def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
 def _build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
     from veritune.tiny.models import build_tiny_model
 
-    # the "demo" size: wider than the tests' model, which never learned to use the image (docs/RESULTS.md)
+    # the "demo" size: wider than the tests' model, which never learned to use the image (docs/LAB_NOTEBOOK.md,
+    # "Diagnosis")
     run_stage(
         _out(paths),
         "tiny-qwen3vl",

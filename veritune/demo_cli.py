@@ -28,7 +28,7 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         default="tuples",
         help="FINER's half: tuples, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); seeing, a "
         "16-token base whose pretrained, frozen tower sees per-instance attributes, then DPO on image-contrast "
-        "pairs (veritune.demo_seeing; about 18 minutes, beside the whole ORIC half; docs/RESULTS.md)",
+        "pairs (veritune.demo_seeing; about 18 minutes, beside the whole ORIC half; its rows: docs/RESULTS.md)",
     )
     parser.set_defaults(handler=_demo)
 

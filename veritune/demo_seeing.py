@@ -2,8 +2,8 @@
 
 The default FINER half (``veritune.demo.train_dpo``) trains DPO on FINER-Tuning's tuples from the demo's base,
 which sees each 64-pixel image as four vision tokens and cannot tell one object's border or pattern from
-another's, so DPO has nothing to cure there. This half runs the path docs/RESULTS.md measures in "Sixteen vision
-tokens and a pretrained, frozen vision tower" (dev for the choices, val reported, three seeds), stage by stage:
+another's, so DPO has nothing to cure there. This half runs the path docs/LAB_NOTEBOOK.md measures in "Sixteen
+vision tokens and a pretrained, frozen vision tower" (dev for the choices, val reported, three seeds), stage by stage:
 
 1. two drawn worlds (``veritune build synthetic-world --instance-attributes drawn``): a fresh one of 12,000 train
    images for the warm-start (each image seen about 16 times in 6,000 steps of 32), and one of the demo's sizes
@@ -48,7 +48,9 @@ from veritune.demo import (
 
 SFT_RECIPE = "recipes/tiny_sft_attributes.yaml"
 DPO_RECIPE = "recipes/tiny_finer_contrast.yaml"
-FRESH_SEED_OFFSET = 100  # the fresh world of seed S is drawn with seed 100 + S (docs/RESULTS.md, rounds 5-9)
+# The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, as in the runs that
+# chose this path (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen vision tower", rounds 5-9)
+FRESH_SEED_OFFSET = 100
 RUN = "finer-seeing"  # the DPO run's name in the before/after table
 # The before/after rows of this half: the issue's DPO bound reads the L3-L7 pairs (both twins right), the
 # positives (an "always no" drift shows there) and POPE (the objects kept)
@@ -61,7 +63,8 @@ TABLE = [
 
 
 # DPO's torch threads when a second core is free. The trained weights and the hook's scores are the same bytes
-# as on one thread (cmp on seed 0's full run, docs/RESULTS.md), and a step is about 1.3 times cheaper; the
+# as on one thread (cmp on seed 0's full run, docs/LAB_NOTEBOOK.md, "The idle core, given to DPO"), and a step is
+# about 1.3 times cheaper; the
 # warm-start starts beside the ORIC half, so it keeps one thread.
 DPO_THREADS = 2
 
@@ -73,7 +76,8 @@ def dpo_threads(spare_core: threading.Event | None) -> int | None:
 
 @dataclass(frozen=True)
 class SeeingSizes:
-    """The measured path's sizes (docs/RESULTS.md: V8's warm-start, F15's DPO); tests pass smaller ones."""
+    """The measured path's sizes: V8's 6,000 warm-start steps, F15's 9,600 DPO steps at lr 2e-4 (docs/LAB_NOTEBOOK.md,
+    "FINER's half on a base that sees, in the demo"); tests pass smaller ones."""
 
     fresh_images: int = 12000
     world_images: tuple[int, int, int] = (TRAIN_IMAGES, VAL_IMAGES, DEV_IMAGES)  # train, val, dev: the demo's

@@ -93,7 +93,9 @@ class ContrastSettings:
     levels: tuple[int, ...] = LEVELS
     anchors_per_image: int = 4
     candidates: int = DEFAULT_CANDIDATES
-    false_image: str = "random"  # docs/RESULTS.md, DPO rounds 10-11: the nearest miss costs positives
+    # a random false image: the nearest miss cost the probe's positives (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens
+    # and a pretrained, frozen vision tower", rounds 10-11)
+    false_image: str = "random"
     max_tuples: int = 160_000
     validation_ratio: float = 0.005
 
