@@ -134,13 +134,15 @@ def start_run(
     """Set up logging and TRL's LM head (:func:`score_only_labelled_positions`); check that ``output_dir`` holds
     no other run (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after
     saying so, when it already holds this run finished (the entry scripts then stop before loading a model).
-    Then, for a run to train, that W&B can log where ``report_to`` names it.
+    Then, for a run to train, that W&B can log where ``report_to`` names it, and where it resumes from
+    (:func:`finetune.resume.resume_checkpoint`: the newest complete checkpoint of this run, with or without
+    ``resume_from_checkpoint: auto``).
 
     Raises:
         UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
             (:func:`finetune.configs.require_generation_runtime`), ``output_dir`` holding a run with other settings,
-            or ``report_to: wandb`` without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`),
-            all before any model loads.
+            ``report_to: wandb`` without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`),
+            or a ``resume_from_checkpoint`` that names no checkpoint, all before any model loads.
     """
     require_generation_runtime(training_args)
     setup_logging(training_args)
@@ -150,6 +152,7 @@ def start_run(
     if report_finished_run(training_args):
         return True
     require_wandb_login(training_args.report_to)
+    resume_checkpoint(training_args)  # resume this run, or start it over in one line (before anything is written)
     return False
 
 
@@ -171,7 +174,8 @@ def train_with_hooks(
 
 
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
-    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor.
+    """Train (from the checkpoint :func:`start_run` chose, if any), then save weights, processor, trainer state
+    and, last, the train metrics (``train_results.json``: what marks the run finished).
 
     A finished run never gets here (:func:`start_run` stops the entry script first); a run resumed from the
     checkpoint of its last step trains no further and saves that checkpoint's weights and history as the
@@ -181,7 +185,7 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
 
     from transformers.trainer_utils import speed_metrics
 
-    checkpoint = resume_checkpoint(training_args)
+    checkpoint = training_args.resume_from_checkpoint
     trainer.add_callback(StopAtLastStep())
     use_compact_progress(trainer)
     start = time.time()
@@ -199,11 +203,12 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
         trainer.control = trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
         trainer.is_in_train = False
     trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
+    # the metrics last: a run killed while saving is not taken for finished (finetune.resume.finished_run)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
+    trainer.save_state()
+    trainer.save_metrics("train", metrics)
     trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
     logger.info("model saved to %s", training_args.output_dir)
     if training_args.push_to_hub:
