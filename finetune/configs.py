@@ -115,8 +115,10 @@ class ScriptArguments:
     overwrite_output_dir: bool = field(
         default=False,
         metadata={
-            "help": "Replace the run output_dir holds when its settings differ from this run's (everything in it is "
-            "removed first); without it such a run is refused (finetune/run_dir.py)."
+            "help": "Start over: remove the run output_dir holds (everything in it), whatever its settings, then "
+            "train from step 0. Without it a run with the same settings resumes from its newest complete checkpoint "
+            "(or, finished, is reported and not trained again) and one with other settings is refused "
+            "(finetune/run_dir.py, finetune/resume.py)."
         },
     )
     wandb_project: str | None = field(default=None, metadata={"help": "W&B project (else WANDB_PROJECT)."})

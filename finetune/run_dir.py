@@ -6,9 +6,10 @@ entry script's three dataclasses, except the ones that change nothing the run co
 (:data:`NOT_RUN_SETTINGS` and :data:`NOT_RUN_PREFIXES`: where it is written, logging and tracking, the eval
 hooks, when checkpoints are saved, the Hub push, data-loader workers, whether to resume), plus the content of
 the training data (its manifest's SHA-256, or the file's own for a file without one) and of a local model
-(a fingerprint of its files). The same settings resume or report the finished run; other settings are refused
-unless ``overwrite_output_dir: true`` (a veritune key: transformers 5 dropped ``TrainingArguments``'s own),
-which clears the directory first. docs/ARCHITECTURE.md, "Run directories", states the rule.
+(a fingerprint of its files). The same settings resume or report the finished run (:mod:`finetune.resume`);
+other settings are refused. ``overwrite_output_dir: true`` (a veritune key: transformers 5 dropped
+``TrainingArguments``'s own; transformers' example scripts used it to train from scratch) clears a directory
+holding a run, this one or another, and starts over. docs/ARCHITECTURE.md, "Run directories", states the rule.
 """
 
 from __future__ import annotations
@@ -219,21 +220,32 @@ def clear_run_dir(output_dir: Path) -> None:
 
 def claim_run_dir(script_args: Any, training_args: Any, model_args: Any) -> None:
     """Check, before anything loads, that ``output_dir`` holds no run or this run (its recorded settings equal
-    :func:`run_settings`); with ``overwrite_output_dir: true`` a directory holding another run is cleared (by the
-    main process, before the others go on).
+    :func:`run_settings`: a rerun resumes it, :mod:`finetune.resume`); with ``overwrite_output_dir: true`` a
+    directory holding a run, this one or another, is cleared (by the main process, before the others go on) and
+    the run starts over.
 
     Raises:
-        UserError: one line naming the settings that differ and the ways on.
+        UserError: one line naming the settings that differ and the ways on; ``overwrite_output_dir`` with a
+            ``resume_from_checkpoint`` inside the directory it would clear.
     """
     output_dir = Path(training_args.output_dir)
     if getattr(script_args, "overwrite_output_dir", False):
+        resume = training_args.resume_from_checkpoint
+        if resume not in (None, "auto") and Path(resume).resolve().is_relative_to(output_dir.resolve()):
+            raise UserError(
+                f"overwrite_output_dir: true clears {output_dir}, which holds resume_from_checkpoint {resume}; drop "
+                "one of the two"
+            )
         # every process waits here while the main one clears the directory (none may read it half-cleared)
         with training_args.main_process_first(desc="clearing output_dir", local=False):
-            if training_args.process_index == 0:
+            if training_args.process_index == 0 and holds_run(output_dir):
                 difference = _difference_from_recorded(output_dir, script_args, training_args, model_args)
-                if difference:
-                    logger.warning("overwrite_output_dir: removing the earlier run in %s (%s)", output_dir, difference)
-                    clear_run_dir(output_dir)
+                logger.warning(
+                    "overwrite_output_dir: removing the earlier run in %s (%s); starting over",
+                    output_dir,
+                    difference or "the same settings",
+                )
+                clear_run_dir(output_dir)
         return
     difference = _difference_from_recorded(output_dir, script_args, training_args, model_args)
     if difference:

@@ -184,14 +184,16 @@ def start_run(
     (:func:`score_only_labelled_positions`); check that ``output_dir`` holds
     no other run (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after
     saying so, when it already holds this run finished (the entry scripts then stop before loading a model).
-    Then, for a run to train, that W&B can log where ``report_to`` names it.
+    Then, for a run to train, that W&B can log where ``report_to`` names it, and where it resumes from
+    (:func:`finetune.resume.resume_checkpoint`: the newest complete checkpoint of this run, with or without
+    ``resume_from_checkpoint: auto``).
 
     Raises:
         UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
             (:func:`finetune.configs.require_generation_runtime`), a missing data file, folder or local model
-            (:func:`check_run_paths`), ``output_dir`` holding a run with other settings,
-            or ``report_to: wandb`` without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`),
-            all before any model loads.
+            (:func:`check_run_paths`), ``output_dir`` holding a run with other settings, ``report_to: wandb``
+            without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`), or a
+            ``resume_from_checkpoint`` that names no checkpoint, all before any model loads.
     """
     require_generation_runtime(training_args)
     check_run_paths(script_args, model_args)
@@ -202,6 +204,7 @@ def start_run(
     if report_finished_run(training_args):
         return True
     require_wandb_login(training_args.report_to)
+    resume_checkpoint(training_args)  # resume this run, or start it over in one line (before anything is written)
     return False
 
 
@@ -223,8 +226,9 @@ def train_with_hooks(
 
 
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
-    """Train (resuming as the recipe says), then save metrics, trainer state, weights and processor, end the W&B
-    run (:func:`finish_wandb_run`) and say, last, where the model was saved.
+    """Train (from the checkpoint :func:`start_run` chose, if any), then save weights, processor, trainer state
+    and the train metrics (``train_results.json``: what marks the run finished), end the W&B run
+    (:func:`finish_wandb_run`) and say, last, where the model was saved.
 
     A finished run never gets here (:func:`start_run` stops the entry script first); a run resumed from the
     checkpoint of its last step trains no further and saves that checkpoint's weights and history as the
@@ -234,7 +238,7 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
 
     from transformers.trainer_utils import speed_metrics
 
-    checkpoint = resume_checkpoint(training_args)
+    checkpoint = training_args.resume_from_checkpoint
     trainer.add_callback(StopAtLastStep())
     use_compact_progress(trainer)
     start = time.time()
@@ -252,11 +256,12 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
         trainer.control = trainer.callback_handler.on_train_end(trainer.args, trainer.state, trainer.control)
         trainer.is_in_train = False
     trainer.log_metrics("train", metrics)
-    trainer.save_metrics("train", metrics)
-    trainer.save_state()
+    # the metrics last: a run killed while saving is not taken for finished (finetune.resume.finished_run)
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:
         processor.save_pretrained(training_args.output_dir)
+    trainer.save_state()
+    trainer.save_metrics("train", metrics)
     trainer.create_model_card()  # the final card: the last checkpoint's eval metrics included
     if training_args.push_to_hub:
         # TRL's own mechanism: Trainer.push_to_hub uploads output_dir (weights, processor, the card above)

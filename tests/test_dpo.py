@@ -119,13 +119,18 @@ def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VerituneDPOConfi
 def lora_run(tiny_qwen3vl: Path, preference_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """4 LoRA steps of the tiny recipe as written (W&B offline), the eval loss every 2 steps."""
     out = tmp_path_factory.mktemp("dpo-lora") / "run"
-    result = run_entry(
-        "dpo.py",
+    result = run_entry("dpo.py", *lora_command(tiny_qwen3vl, preference_dir, out), WANDB_MODE="offline")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out, result.stderr
+
+
+def lora_command(model: Path, data: Path, out: Path) -> list[str | Path]:
+    return [
         "recipes/tiny_finer_demo.yaml",
         "--model_name_or_path",
-        tiny_qwen3vl,
+        model,
         "--dataset_path",
-        preference_dir,
+        data,
         "--output_dir",
         out,
         "--max_steps",
@@ -136,10 +141,18 @@ def lora_run(tiny_qwen3vl: Path, preference_dir: Path, tmp_path_factory: pytest.
         "steps",
         "--eval_steps",
         "2",
-        WANDB_MODE="offline",
-    )
+    ]
+
+
+def test_the_finished_run_rerun_is_reported_and_not_trained_again(
+    lora_run: tuple[Path, str], tiny_qwen3vl: Path, preference_dir: Path
+) -> None:
+    out = lora_run[0]
+    before = {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()}
+    result = run_entry("dpo.py", *lora_command(tiny_qwen3vl, preference_dir, out), WANDB_MODE="offline")
     assert result.returncode == 0, result.stderr[-3000:]
-    return out, result.stderr
+    assert "already holds this run, finished at step 4 of 4: nothing to do" in result.stderr
+    assert {path: path.stat().st_mtime_ns for path in out.rglob("*") if path.is_file()} == before
 
 
 def test_lora_run_logs_loss_and_reward_margins(lora_run: tuple[Path, str]) -> None:

@@ -216,8 +216,7 @@ def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
 
 
 def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
-    result = run_entry(
-        "sft.py",
+    command = [
         "recipes/tiny_sft_warmstart.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
@@ -231,11 +230,19 @@ def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: 
         "2",
         "--per_device_train_batch_size",
         "4",
-    )
+    ]
+    result = run_entry("sft.py", *command)
     assert result.returncode == 0, result.stderr[-3000:]
     assert (tmp_path / "sft" / "model.safetensors").is_file()
     state = json.loads((tmp_path / "sft" / "trainer_state.json").read_text())
     assert state["global_step"] == 2
+
+    # the same command again (no resume_from_checkpoint): the finished run is reported, nothing is trained
+    before = {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*") if path.is_file()}
+    rerun = run_entry("sft.py", *command)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert "already holds this run, finished at step 2 of 2: nothing to do" in rerun.stderr
+    assert {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*") if path.is_file()} == before
 
 
 def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path: Path) -> None:

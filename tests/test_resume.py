@@ -1,5 +1,6 @@
 """Crash-safe resume: a GRPO run killed with SIGKILL resumes from its newest complete checkpoint and ends
-exactly where an uninterrupted run ends."""
+exactly where an uninterrupted run ends; the same command rerun resumes with or without
+``resume_from_checkpoint: auto``, and a run stopped before its first complete checkpoint starts over in one line."""
 
 from __future__ import annotations
 
@@ -16,14 +17,18 @@ import torch
 from helpers import REPO_ROOT, entry_env, run_entry
 from safetensors.torch import load_file
 
-from finetune.resume import find_resumable_checkpoint
+from finetune.console import TRAIN_LOG_FILE
+from finetune.resume import find_resumable_checkpoint, keep_train_log_until, resume_checkpoint
 from veritune.core.errors import UserError
 from veritune.core.run_layout import is_complete_checkpoint
 
 STEPS = 4
 
 
-def grpo_command(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str) -> list[str]:
+def grpo_command(
+    model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str, resume: tuple[str, ...] = ("auto",)
+) -> list[str]:
+    """The tiny GRPO run's arguments; ``resume=()`` leaves ``resume_from_checkpoint`` out."""
     return [
         "recipes/tiny_oric_demo.yaml",
         "--model_name_or_path",
@@ -40,8 +45,7 @@ def grpo_command(model: Path, data: tuple[Path, Path], output_dir: Path, *extra:
         "1",
         "--report_to",
         "none",
-        "--resume_from_checkpoint",
-        "auto",
+        *(("--resume_from_checkpoint", *resume) if resume else ()),
         "--data_seed",
         "0",
         *extra,
@@ -152,6 +156,104 @@ def test_killed_run_resumes_to_the_same_result(tiny_qwen3vl: Path, tmp_path: Pat
         ]
 
 
+def files_of(output_dir: Path) -> dict[Path, int]:
+    return {path: path.stat().st_mtime_ns for path in output_dir.rglob("*") if path.is_file()}
+
+
+def test_the_same_command_rerun_resumes_without_the_flag_then_reports_the_finished_run(
+    tiny_qwen3vl: Path, tmp_path: Path
+) -> None:
+    from conftest import write_oric_fixture
+
+    data = write_oric_fixture(tmp_path / "data")
+    run = tmp_path / "run"
+    command = grpo_command(tiny_qwen3vl, data, run, resume=())
+    kill_after_checkpoint(command, run, step=2)
+    resumed_from = find_resumable_checkpoint(run)
+    assert resumed_from is not None
+
+    result = run_entry("grpo.py", *command)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{run} holds this run: resuming from {resumed_from}" in result.stderr
+    state = json.loads((run / "trainer_state.json").read_text())
+    assert state["global_step"] == STEPS
+    assert [row["step"] for row in state["log_history"] if "loss" in row] == list(range(1, STEPS + 1))
+    rows = [json.loads(line) for line in (run / TRAIN_LOG_FILE).read_text().splitlines()]
+    assert [row["step"] for row in rows if "loss" in row] == list(range(1, STEPS + 1)), "a second run was appended"
+    assert [row["step"] for row in rows if "train_runtime" in row] == [STEPS]
+
+    before = files_of(run)
+    finished = run_entry("grpo.py", *command)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    assert f"already holds this run, finished at step {STEPS} of {STEPS}: nothing to do" in finished.stderr
+    assert files_of(run) == before, "the finished run was touched"
+
+
+def training_args(output_dir: Path, resume: str | None = None) -> object:
+    from transformers import TrainingArguments
+
+    return TrainingArguments(output_dir=str(output_dir), resume_from_checkpoint=resume, use_cpu=True, report_to="none")
+
+
+def complete_checkpoint(path: Path, step: int) -> Path:
+    path.mkdir(parents=True)
+    (path / "model.safetensors").write_text("x")
+    (path / "optimizer.pt").write_text("x")
+    (path / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    return path
+
+
+def write_train_log(output_dir: Path, steps: list[int]) -> None:
+    lines = [json.dumps({"loss": 1.0, "step": step}) for step in steps]
+    (output_dir / TRAIN_LOG_FILE).write_text("\n".join(lines) + '\n{"loss": 1.0, "st')  # the kill cut the last line
+
+
+def test_a_resumed_run_keeps_the_train_log_up_to_its_checkpoint(tmp_path: Path) -> None:
+    checkpoint = complete_checkpoint(tmp_path / "checkpoint-2", step=2)
+    write_train_log(tmp_path, [1, 2, 3])  # step 3 was logged, then the run was killed before checkpoint-3
+    args = training_args(tmp_path)
+    assert resume_checkpoint(args) == str(checkpoint) == args.resume_from_checkpoint
+    assert [json.loads(line)["step"] for line in (tmp_path / TRAIN_LOG_FILE).read_text().splitlines()] == [1, 2]
+
+
+def test_a_run_stopped_before_a_complete_checkpoint_starts_over_in_one_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "veritune_run.json").write_text(json.dumps({"settings": {}}))
+    (tmp_path / "checkpoint-1").mkdir()  # cut off mid-save: no trainer state
+    (tmp_path / "checkpoint-1" / "model.safetensors").write_text("x")
+    write_train_log(tmp_path, [1])
+    with caplog.at_level("INFO", logger="veritune"):
+        assert resume_checkpoint(training_args(tmp_path, "auto")) is None
+    assert [record.getMessage() for record in caplog.records if "starting over" in record.getMessage()] == [
+        f"{tmp_path} holds this run, stopped before a complete checkpoint: starting over"
+    ]
+    assert not (tmp_path / "checkpoint-1").exists() and not (tmp_path / TRAIN_LOG_FILE).exists()
+
+
+def test_an_empty_output_dir_starts_fresh_silently(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "notes.txt").write_text("mine")
+    with caplog.at_level("INFO", logger="veritune"):
+        assert resume_checkpoint(training_args(tmp_path)) is None
+    assert not caplog.records and (tmp_path / "notes.txt").is_file()
+
+
+@pytest.mark.parametrize("value", ["false", "None"])
+def test_no_resume_is_refused_with_the_way_to_start_over(tmp_path: Path, value: str) -> None:
+    with pytest.raises(
+        UserError,
+        match=f"resume_from_checkpoint: '{value}' is not a checkpoint directory; a rerun "
+        "resumes its run by default, add --overwrite_output_dir true to start over",
+    ):
+        resume_checkpoint(training_args(tmp_path, value))
+
+
+def test_keep_train_log_until_none_removes_it(tmp_path: Path) -> None:
+    write_train_log(tmp_path, [1, 2])
+    keep_train_log_until(tmp_path, None)
+    assert not (tmp_path / TRAIN_LOG_FILE).exists()
+
+
 def test_incomplete_checkpoints_are_skipped(tmp_path: Path) -> None:
     complete = tmp_path / "checkpoint-2"
     complete.mkdir()
@@ -163,10 +265,17 @@ def test_incomplete_checkpoints_are_skipped(tmp_path: Path) -> None:
     assert find_resumable_checkpoint(tmp_path) == complete
 
 
-def test_directory_with_only_incomplete_checkpoints_is_an_error(tmp_path: Path) -> None:
-    (tmp_path / "checkpoint-1").mkdir()
-    with pytest.raises(UserError, match="no complete checkpoint to resume from"):
+def test_checkpoints_saved_without_optimizer_state_are_an_error(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-1").mkdir()  # save_only_model: weights and trainer state, no optimizer state
+    for name in ("model.safetensors", "trainer_state.json"):
+        (tmp_path / "checkpoint-1" / name).write_text("x")
+    with pytest.raises(UserError, match=r"no checkpoint to resume from .*; add --overwrite_output_dir true to start"):
         find_resumable_checkpoint(tmp_path)
+
+
+def test_checkpoints_cut_off_mid_save_mean_a_fresh_start(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-1").mkdir()
+    assert find_resumable_checkpoint(tmp_path) is None
 
 
 def test_no_checkpoint_means_a_fresh_start(tmp_path: Path) -> None:

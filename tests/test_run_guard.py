@@ -14,7 +14,14 @@ from helpers import REPO_ROOT, run_entry
 
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe, recipe_report_to
-from finetune.run_dir import _difference_from_recorded, recorded_settings, run_settings, settings_difference
+from finetune.run_dir import (
+    _difference_from_recorded,
+    claim_run_dir,
+    recorded_settings,
+    run_settings,
+    settings_difference,
+)
+from veritune.core.errors import UserError
 
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 
@@ -90,6 +97,30 @@ def test_a_setting_an_older_veritune_did_not_record_counts_only_off_its_default(
         GRPO_TYPES,
     )
     assert _difference_from_recorded(tmp_path, *frozen) == "freeze_vision_tower: null -> true"
+
+
+def test_overwrite_output_dir_starts_the_same_run_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # the same settings would resume: overwrite_output_dir is the explicit way to start over instead
+    argv = ["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)]
+    args = parse_recipe([*argv, "--overwrite_output_dir", "true"], GRPO_TYPES)
+    (tmp_path / "veritune_run.json").write_text(json.dumps({"settings": run_settings(*args)}))
+    (tmp_path / "checkpoint-1").mkdir()
+    (tmp_path / "train_log.jsonl").write_text('{"step": 1}\n')
+    with caplog.at_level("WARNING", logger="veritune"):
+        claim_run_dir(*args)
+    assert list(tmp_path.iterdir()) == []
+    assert f"overwrite_output_dir: removing the earlier run in {tmp_path} (the same settings); starting over" in (
+        caplog.text
+    )
+
+
+def test_overwrite_output_dir_never_clears_the_checkpoint_it_is_asked_to_resume(tmp_path: Path) -> None:
+    (tmp_path / "checkpoint-1").mkdir()
+    argv = ["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)]
+    argv += ["--overwrite_output_dir", "true", "--resume_from_checkpoint", str(tmp_path / "checkpoint-1")]
+    with pytest.raises(UserError, match="overwrite_output_dir: true clears .* drop one of the two"):
+        claim_run_dir(*parse_recipe(argv, GRPO_TYPES))
+    assert (tmp_path / "checkpoint-1").is_dir()
 
 
 def digest(path: Path) -> str:
