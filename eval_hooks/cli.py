@@ -363,6 +363,7 @@ def write_results_file(
         "limit_mode": _limit_draw(args)[1],
         "strict_official": args.strict_official,
         "allow_partial": args.allow_partial,
+        "allow_unresolved": args.allow_unresolved,
         "judge": {"model": args.llm_model, "base_url": args.llm_base_url} if judge is not None else None,
         "blind": {"fill": list(blind_fill_of(args))} if args.blind else None,
         "data_root": str(args.data_root) if args.data_root else None,

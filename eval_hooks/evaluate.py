@@ -486,10 +486,11 @@ def _unresolved_cause(benchmark: Benchmark, items: list[EvalItem], resolution: d
         )
     budgets = sorted({item.max_new_tokens for item in items})
     budget = budgets[0] if budgets else benchmark.default_max_new_tokens
-    if budget < benchmark.default_max_new_tokens:
-        cut = f"--max-new-tokens {budget}, below {benchmark.name}'s default {benchmark.default_max_new_tokens}"
+    default = benchmark.default_max_new_tokens
+    if budget < default:
+        cut = f"--max-new-tokens {budget}, below {benchmark.name}'s default {default}"
     else:
-        cut = f"--max-new-tokens; {benchmark.name}'s default is {benchmark.default_max_new_tokens}"
+        cut = f"--max-new-tokens {budget}; {benchmark.name}'s default is {default}"
     judge = " (an LLM judge, --llm-base-url/--llm-model, reads free-form answers)" if benchmark.answer_format else ""
     return f"answers cut off by the generation budget ({cut}) or not in {benchmark.name}'s answer format{judge}"
 

@@ -468,7 +468,7 @@ def test_the_readmes_data_flow_builds_what_eval_run_reads(
         },
     )
     assert run[run.index("--data-root") + 1] == "data/benchmarks"
-    assert main(run[1:]) == 0
+    assert main([*run[1:], "--allow-unresolved"]) == 0  # the tiny model writes no <SOLUTION> block or letter
     out = Path(run[run.index("--out") + 1])
     for name in ("oric_bench_r1", "finer", "finer_yn"):
         result = json.loads((out / name / "metrics.json").read_text())
