@@ -151,6 +151,10 @@ class EvalHookCallback(TrainerCallback):
         allow_partial: score a benchmark whose images are partly missing on the items that have them,
             labelled partial (``eval_allow_partial``); by default such a benchmark stops the run before its
             first step (:meth:`check_benchmarks`).
+
+    A checkpoint whose answers are mostly unresolved (above :data:`eval_hooks.evaluate.UNRESOLVED_LIMIT`: a
+    format not learned yet, a budget too short) is never refused here, unlike ``eval run``: it is scored,
+    labelled ``mostly_unresolved`` (``eval/<benchmark>/coverage/mostly_unresolved`` = 1) and warned about.
     """
 
     def __init__(

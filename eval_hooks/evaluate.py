@@ -478,8 +478,8 @@ def _unresolved_cause(benchmark: Benchmark, items: list[EvalItem], resolution: d
     """The likely cause of a high unresolved share, for the refusal's line: the judge, when one read the
     answers, else the generation budget or the answer format."""
     resolution = resolution or {}
-    if resolution.get("model"):  # an LLM judge was asked
-        given = int(resolution.get("judge") or 0) + int(resolution.get("unresolved") or 0)
+    given = int(resolution.get("judge") or 0) + int(resolution.get("unresolved") or 0)
+    if resolution.get("model") and resolution.get("applies", True) and given:  # an LLM judge read the answers
         return (
             f"the judge: {resolution['model']} gave a readable verdict on {resolution.get('judge', 0)} of the {given} "
             "answers it was sent (check --llm-model and --llm-base-url, and its replies in the cache)"

@@ -214,3 +214,15 @@ def test_a_judge_no_benchmark_uses_is_refused_or_named(
     require_judges(names, judge)
     err = capsys.readouterr().err
     assert ("note: the LLM judge is not used by oric_bench_r1" in err) == (outcome == "note")
+
+
+def test_a_judge_that_reads_no_answer_of_the_benchmark_is_not_named_as_the_cause(tmp_path: Path) -> None:
+    from eval_fixtures import write_oric_bench
+
+    from eval_hooks.evaluate import prepare_benchmark, score_benchmark
+
+    data, _ = write_oric_bench(tmp_path, questions=1)
+    items = prepare_benchmark("oric_bench_r1", data={"oric_bench_r1": data}).items
+    judge = AnswerJudge("http://127.0.0.1:9/v1", "judge-1", cache_path=tmp_path / "judge.sqlite")  # never asked
+    with pytest.raises(UserError, match=r"4 of 4 answers .* likely cause: answers cut off by the generation budget"):
+        score_benchmark("oric_bench_r1", items, {item.id: "<REASONING> The" for item in items}, judge)
