@@ -65,7 +65,8 @@ def recipe_settings(name: str, elsewhere: Path) -> dict[str, Any]:
     the repository's path written ``<repo>`` for the paths that must exist, dropped from the others, which
     resolve there only when this checkout holds their data) and every dataclass field, as the entry script
     parses it on one CPU process."""
-    from finetune.recipe import REQUIRED_PATH_KEYS, load_recipe, parse_recipe
+    from finetune.recipe import load_recipe, parse_recipe
+    from veritune.core.recipe_file import REQUIRED_PATH_KEYS
 
     types = recipe_types(name)
     recipe = Path("recipes") / name
