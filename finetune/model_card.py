@@ -13,7 +13,8 @@ from transformers import TrainerCallback, TrainingArguments
 
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.run_dir import PROVENANCE_FILE, SETTINGS_KEY
-from veritune.core.io import atomic_write_json, atomic_write_text, dataset_manifest, read_yaml, sha256_file
+from veritune.core.io import atomic_write_json, atomic_write_text, dataset_manifest, sha256_file
+from veritune.core.recipe_file import load_recipe_file, read_recipe
 from veritune.core.run_layout import WANDB_RUN_FILE
 
 
@@ -157,11 +158,12 @@ def _card_evaluation(log_history: list[dict[str, Any]]) -> list[str]:
 
 
 def _card_recipe(recipe_path: str | None) -> list[str]:
-    """The card's copy of the recipe file with its sha256 (nothing when there is no recipe file)."""
+    """The card's copy of the recipe file with its sha256, then of each base it includes (nothing when there
+    is no recipe file)."""
     if not recipe_path or not Path(recipe_path).is_file():
         return []
-    recipe = Path(recipe_path)
-    return [
+    recipe, *bases = load_recipe_file(recipe_path).files
+    lines = [
         "## Recipe",
         "",
         f"`{recipe_path}` (sha256 {sha256_file(recipe)[:12]}; command-line overrides are in "
@@ -172,6 +174,16 @@ def _card_recipe(recipe_path: str | None) -> list[str]:
         "```",
         "",
     ]
+    for base in bases:
+        lines += [
+            f"`{base}`, included (sha256 {sha256_file(base)[:12]}):",
+            "",
+            "```yaml",
+            base.read_text(encoding="utf-8").strip(),
+            "```",
+            "",
+        ]
+    return lines
 
 
 def _card_wandb_run() -> list[str]:
@@ -214,11 +226,11 @@ def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: Ve
 
 
 def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
-    """What a run was made from: the script settings, the recipe file's contents and the dataset's
+    """What a run was made from: the script settings, the recipe's values (its includes merged) and the dataset's
     manifest (written by veritune's builders beside their output), when present."""
     provenance: dict[str, Any] = {"script_args": vars(script_args)}
     if script_args.recipe and Path(script_args.recipe).is_file():
-        provenance["recipe"] = read_yaml(script_args.recipe)
+        provenance["recipe"] = read_recipe(script_args.recipe)
     manifest = dataset_manifest(script_args.dataset_path)
     if manifest is not None:
         provenance["dataset_manifest"] = json.loads(manifest.read_text(encoding="utf-8"))

@@ -1,7 +1,8 @@
 """Recipe parsing: ``script.py RECIPE.yaml [--key value ...]`` into TRL-style dataclasses.
 
-A recipe is flat YAML, one key per dataclass field. Command-line flags override recipe keys. A key or
-flag that no dataclass knows is a one-line error naming the closest valid key.
+A recipe is flat YAML, one key per dataclass field, which may start from shared bases (``include:``,
+:mod:`veritune.core.recipe_file`). Command-line flags override recipe keys. A key or flag that no dataclass
+knows is a one-line error naming the file that set it and the closest valid key.
 
 Where a recipe is checked, all before any model loads (:func:`parse_recipe`): a value's type
 (:func:`check_value_types`); what one field alone allows, in the dataclass that owns it (``__post_init__`` of
@@ -26,7 +27,7 @@ from typing import Any, NoReturn
 from transformers import HfArgumentParser
 
 from veritune.core.errors import UserError, exit_on_user_error
-from veritune.core.io import read_yaml
+from veritune.core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_paths
 
 
 def valid_keys(dataclass_types: tuple[type, ...]) -> set[str]:
@@ -47,81 +48,19 @@ def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
 
 
 def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    """Read a recipe and check every key against the dataclasses' fields and every value against its type;
-    relative paths in :data:`RECIPE_PATH_KEYS` are resolved by :func:`resolve_recipe_path`."""
-    recipe = read_yaml(path, what="recipe file")
+    """Read a recipe with its ``include:`` bases merged (:func:`veritune.core.recipe_file.load_recipe_file`) and
+    check every key against the dataclasses' fields and every value against its type, each error naming the
+    file that set the key; its relative paths are resolved against that file
+    (:func:`veritune.core.recipe_file.resolve_recipe_paths`)."""
+    recipe = load_recipe_file(path)
     keys = valid_keys(dataclass_types)
-    for key in recipe:
+    for key, source in recipe.sources.items():
         if key not in keys:
-            raise UserError(_unknown_key_message(str(path), str(key), keys))
-    check_value_types(recipe, dataclass_types, str(path))
-    for key in RECIPE_PATH_KEYS:
-        if isinstance(recipe.get(key), str) and recipe[key]:
-            recipe[key] = resolve_recipe_path(path, recipe[key], key=key, required=key in REQUIRED_PATH_KEYS)
-    return recipe
-
-
-# ---------------------------------------------------------------------------------------------- recipe paths
-#
-# One rule for a relative path written in a recipe file, whoever reads it (the entry scripts, `veritune slurm
-# submit`, `veritune demo`; docs/DATA_FORMATS.md, "Paths in recipes"): it is looked up in the current
-# directory, then in the recipe's repository (the nearest folder above the recipe holding pyproject.toml or
-# .git), then in the recipe's own folder; the first place that has it wins (the current directory keeps the
-# path as written). A path found nowhere is kept as written (an output to be made there, or a hub id), except
-# for keys that must exist (accelerate_config), where the error lists every place looked in.
-
-RECIPE_PATH_KEYS = (
-    "accelerate_config",
-    "model_name_or_path",
-    "dataset_path",
-    "image_root",
-    "eval_data_root",
-    "eval_image_root",
-)
-REQUIRED_PATH_KEYS = ("accelerate_config",)
-
-
-def recipe_repository(recipe: str | os.PathLike[str]) -> Path | None:
-    """The repository a recipe file belongs to: the nearest folder above it holding pyproject.toml or .git."""
-    for folder in Path(recipe).resolve().parents:
-        if (folder / "pyproject.toml").is_file() or (folder / ".git").exists():
-            return folder
-    return None
-
-
-def recipe_path_candidates(recipe: str | os.PathLike[str], value: str) -> list[Path]:
-    """Where a relative path ``value`` of ``recipe`` is looked for, in order (see the rule above)."""
-    places = [Path(value)]
-    repository = recipe_repository(recipe)
-    if repository is not None:
-        places.append(repository / value)
-    places.append(Path(recipe).resolve().parent / value)
-    unique: list[Path] = []
-    for place in places:
-        if place not in unique:
-            unique.append(place)
-    return unique
-
-
-def resolve_recipe_path(recipe: str | os.PathLike[str], value: str, *, key: str, required: bool = False) -> str:
-    """``value`` of the recipe key ``key`` as a path that works from the current directory: unchanged when it is
-    absolute or exists here, else the first of :func:`recipe_path_candidates` that exists.
-
-    Raises:
-        UserError: ``required`` and the path exists nowhere (the message lists where it looked).
-    """
-    if Path(value).is_absolute():
-        if required and not Path(value).exists():
-            raise UserError(f"{recipe}: {key}: {value} does not exist")
-        return value
-    candidates = recipe_path_candidates(recipe, value)
-    for place in candidates:
-        if place.exists():
-            return value if place == Path(value) else str(place)
-    if required:
-        looked = ", ".join(str(place if place.is_absolute() else Path.cwd() / place) for place in candidates)
-        raise UserError(f"{recipe}: {key}: {value} does not exist (looked in: {looked})")
-    return value
+            raise UserError(_unknown_key_message(str(source), str(key), keys))
+    for source in dict.fromkeys(recipe.sources.values()):
+        own = {key: value for key, value in recipe.values.items() if recipe.sources[key] == source}
+        check_value_types(own, dataclass_types, str(source))
+    return resolve_recipe_paths(recipe)
 
 
 # ---------------------------------------------------------------------------------------------- value checks
@@ -402,8 +341,25 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
         raise UserError(_unknown_key_message("command line", unknown[0][2:].split("=")[0], valid_keys(dataclass_types)))
     if remaining:
         raise UserError(f"command line: unexpected argument '{remaining[0]}' (flags are --key value)")
+    if recipe_path is not None:
+        check_recipe_names_model(recipe_path, instances)
     check_recipe_values(tuple(instances))
     return tuple(instances)
+
+
+def check_recipe_names_model(recipe_path: Path, instances: list[Any]) -> None:
+    """A recipe run names its model (in the file, a base it includes, or ``--model_name_or_path``). The bases
+    under recipes/base/ name none, so one run by mistake stops here, before anything loads.
+
+    Raises:
+        UserError: ``"<recipe>: model_name_or_path: required ..."``.
+    """
+    for instance in instances:
+        if hasattr(instance, "model_name_or_path") and not instance.model_name_or_path:
+            hint = ""
+            if recipe_path.parent.name == "base":
+                hint = f"; {recipe_path.parent} holds bases that recipes include (`include:`), not recipes to run"
+            raise UserError(f"{recipe_path}: model_name_or_path: required (a Hub id or a local model directory{hint})")
 
 
 def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...]) -> None:
@@ -422,7 +378,7 @@ def recipe_report_to(argv: list[str]) -> Any:
     recipe_path = pop_recipe_path(args)
     value: Any = "none"
     if recipe_path is not None and recipe_path.suffix in (".yaml", ".yml") and recipe_path.is_file():
-        value = read_yaml(recipe_path, what="recipe file").get("report_to", value)
+        value = read_recipe(recipe_path).get("report_to", value)
     index = 0
     while index < len(args):
         flag, eq, inline = args[index].partition("=")

@@ -130,7 +130,7 @@ def check_run_paths(script_args: ScriptArguments | None, model_args: VerituneMod
     :func:`veritune.core.hub.require_model_source`) and, when the eval hook runs, its folders and every
     benchmark's files (:meth:`eval_hooks.callback.EvalHookCallback.check_data`). Paths are checked as the run
     reads them: relative to the current directory, after the recipe's own resolution
-    (:func:`finetune.recipe.resolve_recipe_path`).
+    (:func:`veritune.core.recipe_file.resolve_recipe_path`).
 
     Raises:
         UserError: ``"<key>: <path>: no such file"`` (or directory), one line.

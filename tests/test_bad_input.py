@@ -365,7 +365,9 @@ GRPO_CASES = [
 def write_recipe(tmp_path: Path, base: str, changes: dict) -> Path:
     import yaml
 
-    recipe = yaml.safe_load((REPO_ROOT / "recipes" / base).read_text())
+    from veritune.core.recipe_file import read_recipe
+
+    recipe = read_recipe(REPO_ROOT / "recipes" / base)  # its includes merged: the copy stands alone
     recipe.update(changes)
     path = tmp_path / "recipe.yaml"
     path.write_text(yaml.safe_dump(recipe))

@@ -16,7 +16,7 @@ import pytest
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe
 from veritune.core.errors import UserError
-from veritune.core.io import read_yaml
+from veritune.core.recipe_file import read_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
@@ -81,7 +81,7 @@ def test_lora_equals_table_10(name: str) -> None:
 
 @pytest.mark.parametrize("name", sorted(TABLE_10_LORA) + sorted(FULL))
 def test_global_batch_is_64_on_the_stated_gpu_count(name: str) -> None:
-    raw = read_yaml(REPO_ROOT / "recipes" / f"{name}.yaml")
+    raw = read_recipe(REPO_ROOT / "recipes" / f"{name}.yaml")  # its bases merged
     gpus = {**TABLE_10_LORA, **FULL}[name][2]
     assert launch_processes(name) == gpus
     assert raw["per_device_train_batch_size"] * raw["gradient_accumulation_steps"] * gpus == GLOBAL_BATCH

@@ -41,8 +41,9 @@ def stubs(tmp_path: Path) -> tuple[Path, Path]:
     return bin_dir, record
 
 
-def launched(tmp_path: Path, *args: str, nodes: int = 1, gpus: int = 0) -> list[str]:
-    """Run slurm/train.sbatch on ``nodes`` nodes of ``gpus`` GPUs; the arguments it gave veritune.launch."""
+def launched(tmp_path: Path, *args: str, nodes: int = 1, gpus: int = 0, recipe: str = RECIPE) -> list[str]:
+    """Run slurm/train.sbatch with ``recipe`` on ``nodes`` nodes of ``gpus`` GPUs; the arguments it gave
+    veritune.launch."""
     bin_dir, record = stubs(tmp_path)
     env = {
         **entry_env(),
@@ -59,7 +60,7 @@ def launched(tmp_path: Path, *args: str, nodes: int = 1, gpus: int = 0) -> list[
     if gpus:
         env["SLURM_GPUS_ON_NODE"] = str(gpus)
     result = subprocess.run(
-        ["bash", str(SCRIPT), "grpo", RECIPE, *args], cwd=tmp_path, env=env, capture_output=True, text=True
+        ["bash", str(SCRIPT), "grpo", recipe, *args], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(record.read_text())
@@ -116,3 +117,12 @@ def test_gpu_nodes_are_unchanged(tmp_path: Path) -> None:
     assert "--cpu" not in argv and "--multi_gpu" not in argv
     assert value(argv, "--num_processes") == "8"
     assert "--use_cpu" not in argv[argv.index("finetune/grpo.py") :]
+
+
+def test_a_recipe_that_includes_its_accelerate_config_launches_with_it(tmp_path: Path) -> None:
+    """The batch script reads the recipe as the entry point does: a key set by an included base counts."""
+    recipe = tmp_path / "inherits.yaml"
+    recipe.write_text(f"include: {REPO_ROOT / RECIPE}\nmax_steps: 2\n")
+    argv = launched(tmp_path, recipe=str(recipe))
+    assert value(argv, "--config_file") == "recipes/accelerate/single.yaml"  # from the base, found from the repo
+    assert argv[argv.index("finetune/grpo.py") + 1] == str(recipe)

@@ -193,15 +193,11 @@ def _veritune(*args: str) -> None:
 
 
 def recipe_accelerate_config(recipe: str) -> str:
-    """The recipe's ``accelerate_config`` key, or one process (``recipes/accelerate/single.yaml``)."""
-    import yaml
+    """The recipe's ``accelerate_config`` key (its includes merged), or one process
+    (``recipes/accelerate/single.yaml``)."""
+    from veritune.core.recipe_file import recipe_path_value
 
-    from finetune.recipe import resolve_recipe_path
-
-    config = (yaml.safe_load((REPO_ROOT / recipe).read_text()) or {}).get("accelerate_config")
-    if not config:
-        return ACCELERATE_CONFIG
-    return resolve_recipe_path(REPO_ROOT / recipe, config, key="accelerate_config", required=True)
+    return recipe_path_value(REPO_ROOT / recipe, "accelerate_config") or ACCELERATE_CONFIG
 
 
 def _launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
@@ -273,6 +269,19 @@ def run_stage(
 
 def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def recipe_files(recipe: Path) -> list[Path]:
+    """The files a recipe is made of: itself, then the bases it includes."""
+    from veritune.core.recipe_file import load_recipe_file
+
+    return load_recipe_file(recipe).files
+
+
+def recipe_digest(recipe: Path) -> str:
+    """A stage key's hash of a recipe: its file's, or with included bases, of every file it is made of."""
+    files = recipe_files(recipe)
+    return _file_digest(recipe) if len(files) == 1 else warmstart_key(*files)
 
 
 def warmstart_key(*files: Path) -> str:
@@ -498,7 +507,7 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, ov
     further recipe keys, e.g. ``--max_steps 2`` for a smoke test; part of the cache key)."""
     world = paths["world"]
     key = warmstart_key(
-        REPO_ROOT / SFT_RECIPE,  # names its accelerate config
+        *recipe_files(REPO_ROOT / SFT_RECIPE),  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
         REPO_ROOT / "finetune" / "training.py",  # how TRL's LM head scores (score_only_labelled_positions)
         world / "train" / "instances.json",
@@ -632,7 +641,7 @@ def train_grpo(
     key = stage_key(
         "grpo",
         overrides,
-        _file_digest(REPO_ROOT / RECIPE),
+        recipe_digest(REPO_ROOT / RECIPE),
         [recorded_key(out, name) for name in ("world", "base", "oric", "oric-bench" if split == "val" else "oric-dev")],
     )
     run_stage(
@@ -731,7 +740,7 @@ def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
     key = stage_key(
         "dpo",
         overrides,
-        _file_digest(REPO_ROOT / DPO_RECIPE),
+        recipe_digest(REPO_ROOT / DPO_RECIPE),
         [recorded_key(out, name) for name in ("world", "base", "finer", "finer-bench")],
     )
     run_stage(

@@ -114,8 +114,8 @@ def launch_parser() -> argparse.ArgumentParser:
 def recipe_accelerate_config(script_args: list[str]) -> str | None:
     """The ``accelerate_config`` of the recipe among a training script's arguments (an ``--accelerate_config``
     override first), resolved as the entry scripts resolve recipe paths; None without a recipe or the key."""
-    from finetune.recipe import pop_recipe_path, resolve_recipe_path
-    from veritune.core.io import read_yaml
+    from finetune.recipe import pop_recipe_path
+    from veritune.core.recipe_file import recipe_path_value
 
     args = list(script_args)
     for index, arg in enumerate(args):
@@ -128,10 +128,7 @@ def recipe_accelerate_config(script_args: list[str]) -> str | None:
     recipe = pop_recipe_path(args)
     if recipe is None or not recipe.is_file():
         return None  # the entry script reports a missing recipe itself
-    value = read_yaml(recipe, what="recipe file").get("accelerate_config")
-    if not isinstance(value, str) or not value:
-        return None
-    return resolve_recipe_path(recipe, value, key="accelerate_config", required=True)
+    return recipe_path_value(recipe, "accelerate_config")
 
 
 def _choose_config(args: argparse.Namespace) -> None:

@@ -2,9 +2,10 @@
 ``vllm_mode: server``): one node runs ``trl vllm-serve``, the others train and send it their rollouts.
 
 ``slurm/train.sbatch`` reads the layout from here (``python -m veritune.slurm_layout RECIPE [-- overrides]``
-prints shell assignments) and ``veritune slurm submit`` asks for one node more than the trainers need. Only
-the recipe's YAML and the ``--key value`` overrides are read (no model, no TRL import: this runs on the
-batch host in a second); the full recipe checks are the entry point's.
+prints shell assignments, the recipe's accelerate config among them) and ``veritune slurm submit`` asks for
+one node more than the trainers need. Only the recipe's YAML (its ``include:`` bases merged) and the
+``--key value`` overrides are read (no model, no TRL import: this runs on the batch host in a second); the
+full recipe checks are the entry point's.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from veritune.core.errors import UserError, exit_on_user_error
-from veritune.core.io import read_yaml
+from veritune.core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_path
 
 DEFAULT_PORT = 8000  # TRL's vllm_server_port default
 _TRUE, _FALSE = {"true", "yes", "1", "y", "t"}, {"false", "no", "0", "n", "f"}
@@ -65,7 +66,7 @@ def vllm_server_layout(recipe: str, overrides: list[str] | None = None) -> VLLMS
         UserError: the recipe cannot be read, names no model, sets ``vllm_server_base_url`` (the job starts
             its own server), or has a malformed port.
     """
-    values: dict[str, Any] = dict(read_yaml(recipe, what="recipe file") or {})
+    values: dict[str, Any] = dict(read_recipe(recipe))
     values.update(_flag_values(list(overrides or [])))
     if not _as_bool("use_vllm", values.get("use_vllm", False)) or values.get("vllm_mode", "colocate") != "server":
         return None
@@ -106,13 +107,25 @@ def shell_assignments(layout: VLLMServerLayout | None) -> str:
     )
 
 
+def recipe_accelerate_config(recipe: str) -> str:
+    """The recipe's ``accelerate_config`` (its includes merged), resolved as the entry scripts resolve it; as
+    written when it is found nowhere (the batch script then names it as missing); empty when unset."""
+    loaded = load_recipe_file(recipe)
+    value = loaded.values.get("accelerate_config")
+    if not isinstance(value, str) or not value:
+        return ""
+    return resolve_recipe_path(loaded.sources["accelerate_config"], value, key="accelerate_config")
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m veritune.slurm_layout RECIPE [--] [--key value ...]``: the layout as shell assignments."""
+    """``python -m veritune.slurm_layout RECIPE [--] [--key value ...]``: the layout as shell assignments, and
+    the recipe's accelerate config as ``RECIPE_ACCELERATE_CONFIG``."""
     args = list(sys.argv[1:] if argv is None else argv)
     if not args:
         raise UserError("usage: python -m veritune.slurm_layout RECIPE [-- --key value ...]")
     recipe, overrides = args[0], [a for a in args[1:] if a != "--"]
     print(shell_assignments(vllm_server_layout(recipe, overrides)), end="")
+    print(f"RECIPE_ACCELERATE_CONFIG={shlex.quote(recipe_accelerate_config(recipe))}")
     return 0
 
 

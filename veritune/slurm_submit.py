@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from veritune.core.errors import UserError
-from veritune.core.io import read_yaml
+from veritune.core.recipe_file import read_recipe, recipe_path_value
 
 # slurm/*.sbatch of the repository holding this package: given to sbatch as absolute paths, so that a
 # submission works from any directory.
@@ -121,7 +121,7 @@ def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: in
 
     types = _entry_types(entry)
     other = "dpo" if entry == "grpo" else "grpo"
-    keys = {str(key) for key in read_yaml(recipe, what="recipe file")}
+    keys = {str(key) for key in read_recipe(recipe)}
     if not keys <= valid_keys(types) and keys <= valid_keys(_entry_types(other)):
         raise UserError(
             f"--entry {entry}: {recipe} is a {other} recipe "
@@ -223,12 +223,8 @@ def check_wandb_login(recipe: str, overrides: list[str]) -> None:
 def _recipe_accelerate_config(recipe: str) -> str | None:
     """The recipe's ``accelerate_config`` resolved as every entry point resolves it (finetune.recipe), when the
     path as written is not found from here (then the train job is given the resolved path)."""
-    from finetune.recipe import resolve_recipe_path
-
-    value = read_yaml(recipe, what="recipe file").get("accelerate_config")
-    if not isinstance(value, str) or not value or Path(value).is_file():
-        return None
-    return resolve_recipe_path(recipe, value, key="accelerate_config", required=True)
+    resolved = recipe_path_value(recipe, "accelerate_config")
+    return None if resolved == read_recipe(recipe).get("accelerate_config") else resolved
 
 
 def recipe_output_dir(recipe: str, overrides: list[str]) -> str | None:
@@ -238,7 +234,7 @@ def recipe_output_dir(recipe: str, overrides: list[str]) -> str | None:
         flag, eq, value = arg.partition("=")
         if flag == "--output_dir":
             return value if eq else (overrides[index + 1] if index + 1 < len(overrides) else None)
-    value = read_yaml(recipe, what="recipe file").get("output_dir")
+    value = read_recipe(recipe).get("output_dir")
     return value if isinstance(value, str) and value else None
 
 
