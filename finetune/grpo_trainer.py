@@ -10,6 +10,9 @@ get the same text. Everything else, the per-reward columns and the advantage inc
 With ``dynamic_sampling: true`` the trainer also does DAPO's dynamic sampling (Yu et al. 2025, "DAPO: An
 Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476, Sec. 3.2), which TRL 1.16 lacks:
 see :class:`DynamicSamplingMixin`.
+
+With ``compiled_decode: true`` the rollout's ``generate`` uses a static KV cache and a compiled decode step
+(:meth:`VerituneGRPOTrainer._compile_decode`).
 """
 
 from __future__ import annotations
@@ -362,6 +365,26 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             kwargs["train_dataset"] = dataset.add_column(DS_ROW_COLUMN, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
         self._ds_setup()
+        if getattr(self.args, "compiled_decode", False):
+            self._compile_decode()
+
+    def _compile_decode(self) -> None:
+        """``compiled_decode``: TRL's ``GenerationConfig`` with a static KV cache and a compiled decode step.
+
+        TRL 1.16 builds the config with ``disable_compile=True``; transformers' ``generate`` compiles the
+        decode step (``get_compiled_call``; the prefill stays eager) only with a compileable cache, on CUDA/XPU
+        unless ``CompileConfig._compile_all_devices`` is set, which the recipe key sets so that it means the
+        same on every device. ``dynamic=False``: a new cache shape gets its own graph, not a dynamic one that
+        CUDA graphs cannot capture. The prompt bucket (``pad_to_multiple_of``, set by the config) keeps the
+        cache shape fixed; transformers keeps the longest cache seen, so a longer bucket recompiles once."""
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(fullgraph=False, dynamic=False, mode="reduce-overhead")
+        compile_config._compile_all_devices = True
+        self.generation_config.cache_implementation = "static"
+        self.generation_config.disable_compile = False
+        self.generation_config.compile_config = compile_config
+        self.generation_kwargs["cache_implementation"] = "static"  # TRL also writes these onto the model's config
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.log_completions:
