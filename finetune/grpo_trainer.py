@@ -353,6 +353,26 @@ class DynamicSamplingMixin:
         return tuple(joined)
 
 
+def keep_one_input_grad_hook(model: Any) -> None:
+    """Make re-enabling gradient checkpointing replace the input-embedding hook instead of adding one more.
+
+    transformers 5.20's ``gradient_checkpointing_enable`` registers a new ``make_inputs_require_grads`` forward
+    hook on the input embeddings each time it runs, and ``gradient_checkpointing_disable`` removes it only under
+    PEFT. TRL turns checkpointing off and on around every rollout, so a full-parameter run gains one hook per
+    rollout: every forward (each decode step included) runs all of them, and a compiled decode is recompiled at
+    every rollout (torch.compile guards on the hook count)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    enable = getattr(base, "enable_input_require_grads", None)
+    if enable is None or not hasattr(base, "disable_input_require_grads"):
+        return
+
+    def enable_once() -> None:
+        base.disable_input_require_grads()
+        enable()
+
+    base.enable_input_require_grads = enable_once
+
+
 class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """``GRPOTrainer`` whose completion tables hold text, with optional dynamic sampling (module docstring)."""
 
@@ -365,6 +385,7 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             kwargs["train_dataset"] = dataset.add_column(DS_ROW_COLUMN, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
         self._ds_setup()
+        keep_one_input_grad_hook(self.model)
         if getattr(self.args, "compiled_decode", False):
             self._compile_decode()
 

@@ -88,7 +88,8 @@ def test_trl_still_refuses_continuous_batching_for_vision_language_models(tiny_q
 
 def test_a_grpo_run_compiles_the_decode_once(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     """Two optimizer steps (a rollout of 2 prompts x 4 completions each) with the decode compiled on the CPU: valid
-    completions, prompts of different lengths padded to one 64-token bucket, one compiled graph, no recompile."""
+    completions, prompts of different lengths padded to one 64-token bucket, one compiled graph, no recompile
+    (gradient checkpointing on, as in the GPU recipes)."""
     from conftest import write_oric_fixture
 
     dataset, images = write_oric_fixture(tmp_path / "data")
@@ -116,6 +117,8 @@ def test_a_grpo_run_compiles_the_decode_once(tiny_qwen3vl: Path, tmp_path: Path)
         "no",
         "--compiled_decode",
         "true",
+        "--gradient_checkpointing",  # as the GPU recipes: TRL turns it off and on around each rollout
+        "true",
         PYTHONPATH=f"{REPO_ROOT / 'tests' / 'compile_probe'}:{REPO_ROOT}",
         VERITUNE_COMPILE_PROBE=str(probe),
         TORCH_LOGS="recompiles",
@@ -129,3 +132,21 @@ def test_a_grpo_run_compiles_the_decode_once(tiny_qwen3vl: Path, tmp_path: Path)
     assert len(calls) == 2 and {call["width"] % 64 for call in calls} == {0}
     assert len({length for call in calls for length in call["lengths"]}) > 1  # the prompts' own lengths differ
     assert recorded["counters"]["stats"]["unique_graphs"] == 1
+
+
+def _embedding_hooks(trainer) -> int:
+    return len(trainer.model.get_input_embeddings()._forward_hooks)
+
+
+def test_checkpointing_around_each_rollout_keeps_one_embedding_hook(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    """TRL turns gradient checkpointing off and on around every rollout, and transformers adds an input-embedding
+    hook each time it is turned on: without keep_one_input_grad_hook a full-parameter run gains one per rollout
+    (each forward runs them all; a compiled decode recompiles at each rollout)."""
+    from finetune.grpo_trainer import VerituneGRPOTrainer
+
+    args = ["--output_dir", str(tmp_path), "--report_to", "none", "--save_strategy", "no", "--max_steps", "3"]
+    config = _config(*args, "--gradient_checkpointing", "true", "--logging_steps", "1")
+    trainer = _trainer(tiny_qwen3vl, VerituneGRPOTrainer, config)
+    trainer.train()
+    assert trainer.state.global_step == 3
+    assert _embedding_hooks(trainer) == 1
