@@ -150,3 +150,14 @@ def test_checkpointing_around_each_rollout_keeps_one_embedding_hook(tiny_qwen3vl
     trainer.train()
     assert trainer.state.global_step == 3
     assert _embedding_hooks(trainer) == 1
+
+
+def test_trl_grpo_still_has_no_padding_free() -> None:
+    """docs/PERFORMANCE.md (rollout) says GRPO micro-batches are padded, not packed: TRL 1.16's GRPOConfig has no
+    padding_free (SFT's collator has one; DPO's is switched off). When this fails, a TRL upgrade added it: measure
+    it beside padded micro-batches (`perf/bench_rollout.py --grpo-args "--padding_free true"`) and update both."""
+    from dataclasses import fields
+
+    from trl import GRPOConfig
+
+    assert "padding_free" not in {field.name for field in fields(GRPOConfig)}, "TRL's GRPO now has padding_free"
