@@ -338,6 +338,7 @@ def sweep(runs, size, name, peak_flops, bandwidth, estimate, deadline, start, tm
         steps.setdefault((script, batch, micro), []).append(
             {
                 "step": r["step_time"],
+                "train": train_s,
                 "completion tokens/s": completion / r["step_time"],
                 "all tokens/s": r["all_tokens"] / r["step_time"],
                 "actor MFU": 100 * 6 * n_lm * r["all_tokens"] / train_s / peak_flops,
@@ -355,11 +356,15 @@ def sweep(runs, size, name, peak_flops, bandwidth, estimate, deadline, start, tm
             flush=True,
         )
     if args.repeat > 1:
-        print("\n| run | B | micro | min step (s) | median step (s) | measured |\n" + "| --- " * 6 + "|")
+        print(
+            "\n| run | B | micro | min step (s) | median step (s) | min step less rollout (s) | median step less "
+            "rollout (s) | measured |\n" + "| --- " * 8 + "|"
+        )
         for (script, batch, micro), measured in steps.items():
-            times = [m["step"] for m in measured]
+            times, train = [m["step"] for m in measured], [m["train"] for m in measured]
             print(
-                f"| {script} | {batch} | {micro} | {min(times):.3f} | {statistics.median(times):.3f} | {len(times)} |"
+                f"| {script} | {batch} | {micro} | {min(times):.3f} | {statistics.median(times):.3f} | "
+                f"{min(train):.3f} | {statistics.median(train):.3f} | {len(times)} |"
             )
     print("\n" + figures_table(figure_rows(steps, size, args.lora)), flush=True)
 

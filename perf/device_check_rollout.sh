@@ -36,8 +36,8 @@ micro) # 2B at B = 256 with micro-batches of 2 and 32 completions (the main call
     --deadline-s "$(left_until 200)" --json "$OUT/micro.json" 2>&1 | log
   exit ;;
 esac
-# 1. 2B full-parameter, in priority order: B = 256 veritune, compiled_decode, plain TRL; then B = 64, 8; mark 320 s
-python3 perf/bench_rollout.py --size 2b --runs veritune:256,compiled:256,plain:256,veritune:64,veritune:8 \
+# 1. 2B full-parameter, in priority order: B = 256 veritune, plain TRL, compiled_decode; then B = 64, 8; mark 320 s
+python3 perf/bench_rollout.py --size 2b --runs veritune:256,plain:256,compiled:256,veritune:64,veritune:8 \
   --estimate-s 8:38,64:42,256:62 --compile-s 90 --deadline-s "$(left_until 320)" --json "$OUT/2b.json" 2>&1 | log
 # 2. 8B LoRA (rank 32 on q_proj/v_proj, as bench_gpu.py --lora): B = 256, 64, 8; mark 530 s
 python3 perf/bench_rollout.py --size 8b --lora --runs veritune:256,veritune:64,veritune:8 \
