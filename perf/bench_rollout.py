@@ -98,7 +98,8 @@ def run_one(
     out = Path(tempfile.mkdtemp(prefix=f"{script}-{batch}-{micro}-", dir=paths["tmp"]))
     env = bg.profiled_env(out)
     if script in ("veritune", "compiled"):
-        extra = ("--global_batch_prompts", str(batch // GROUP), "--per_device_train_batch_size", str(micro))
+        extra = ("--global_batch_prompts", str(batch // GROUP), "--rollout_batch_prompts", str(batch // GROUP))
+        extra += ("--per_device_train_batch_size", str(micro))  # one generate call of B per optimizer step
         extra += ("--max_completion_length", str(args.completion))
         extra += ("--compiled_decode", "true") if script == "compiled" else ()
         extra += tuple(args.grpo_args.split())
