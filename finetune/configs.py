@@ -333,7 +333,28 @@ class VerituneGRPOConfig(GRPOConfig):
         },
     )
 
+    # The compiled rollout decode (finetune/grpo_trainer.py, VerituneGRPOTrainer._compile_decode). Off by default:
+    # no device measurement has shown it faster yet (docs/PERFORMANCE.md, "rollout").
+    compiled_decode: bool = field(
+        default=False,
+        metadata={
+            "help": "Generate the rollout with a static KV cache and a torch.compile'd decode step (transformers' "
+            "`generate` with cache_implementation static and a CompileConfig; TRL 1.16 passes disable_compile). "
+            "Compiles on any device, the CPU included; the first rollout pays the compilation. Not with use_vllm "
+            "or use_transformers_continuous_batching."
+        },
+    )
+    decode_prompt_bucket: int = field(
+        default=64,
+        metadata={
+            "help": "With compiled_decode: prompts are left-padded to a multiple of this many tokens (TRL's "
+            "pad_to_multiple_of, which also pads the training batch; padding is masked), so the static cache "
+            "keeps its shape from step to step and the decode step is not recompiled. 0 keeps pad_to_multiple_of."
+        },
+    )
+
     def __post_init__(self) -> None:
+        self._check_compiled_decode()
         require_optional_packages(self)
         if self.dynamic_sampling_min_std < 0:
             raise UserError(f"dynamic_sampling_min_std: must be at least 0, got {self.dynamic_sampling_min_std}")
@@ -457,6 +478,18 @@ class VerituneGRPOConfig(GRPOConfig):
             f"{prompts} prompts ({prompts - rounds * per_round} left out, a new draw each epoch); the last step of "
             f"a round trains on completions {steps - 1} step(s) old"
         )
+
+    def _check_compiled_decode(self) -> None:
+        """Refuse ``compiled_decode`` beside another generation engine; apply its prompt bucket."""
+        if self.decode_prompt_bucket < 0:
+            raise UserError(f"decode_prompt_bucket: must be at least 0, got {self.decode_prompt_bucket}")
+        if not self.compiled_decode:
+            return
+        for engine in ("use_vllm", "use_transformers_continuous_batching"):
+            if getattr(self, engine, False):
+                raise UserError(f"compiled_decode: cannot be set together with {engine} (it replaces `generate`)")
+        if self.decode_prompt_bucket:
+            self.pad_to_multiple_of = self.decode_prompt_bucket
 
     def _process_count(self) -> int:
         """The processes of this launch. Accelerate reports one process at this point under a multi-process

@@ -10,6 +10,9 @@ get the same text. Everything else, the per-reward columns and the advantage inc
 With ``dynamic_sampling: true`` the trainer also does DAPO's dynamic sampling (Yu et al. 2025, "DAPO: An
 Open-Source LLM Reinforcement Learning System at Scale", arXiv 2503.14476, Sec. 3.2), which TRL 1.16 lacks:
 see :class:`DynamicSamplingMixin`.
+
+With ``compiled_decode: true`` the rollout's ``generate`` uses a static KV cache and a compiled decode step
+(:meth:`VerituneGRPOTrainer._compile_decode`).
 """
 
 from __future__ import annotations
@@ -350,6 +353,26 @@ class DynamicSamplingMixin:
         return tuple(joined)
 
 
+def keep_one_input_grad_hook(model: Any) -> None:
+    """Make re-enabling gradient checkpointing replace the input-embedding hook instead of adding one more.
+
+    transformers 5.20's ``gradient_checkpointing_enable`` registers a new ``make_inputs_require_grads`` forward
+    hook on the input embeddings each time it runs, and ``gradient_checkpointing_disable`` removes it only under
+    PEFT. TRL turns checkpointing off and on around every rollout, so a full-parameter run gains one hook per
+    rollout: every forward (each decode step included) runs all of them, and a compiled decode is recompiled at
+    every rollout (torch.compile guards on the hook count)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    enable = getattr(base, "enable_input_require_grads", None)
+    if enable is None or not hasattr(base, "disable_input_require_grads"):
+        return
+
+    def enable_once() -> None:
+        base.disable_input_require_grads()
+        enable()
+
+    base.enable_input_require_grads = enable_once
+
+
 class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """``GRPOTrainer`` whose completion tables hold text, with optional dynamic sampling (module docstring)."""
 
@@ -362,6 +385,27 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
             kwargs["train_dataset"] = dataset.add_column(DS_ROW_COLUMN, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
         self._ds_setup()
+        keep_one_input_grad_hook(self.model)
+        if getattr(self.args, "compiled_decode", False):
+            self._compile_decode()
+
+    def _compile_decode(self) -> None:
+        """``compiled_decode``: TRL's ``GenerationConfig`` with a static KV cache and a compiled decode step.
+
+        TRL 1.16 builds the config with ``disable_compile=True``; transformers' ``generate`` compiles the
+        decode step (``get_compiled_call``; the prefill stays eager) only with a compileable cache, on CUDA/XPU
+        unless ``CompileConfig._compile_all_devices`` is set, which the recipe key sets so that it means the
+        same on every device. ``dynamic=False``: a new cache shape gets its own graph, not a dynamic one that
+        CUDA graphs cannot capture. The prompt bucket (``pad_to_multiple_of``, set by the config) keeps the
+        cache shape fixed; transformers keeps the longest cache seen, so a longer bucket recompiles once."""
+        from transformers import CompileConfig
+
+        compile_config = CompileConfig(fullgraph=False, dynamic=False, mode="reduce-overhead")
+        compile_config._compile_all_devices = True
+        self.generation_config.cache_implementation = "static"
+        self.generation_config.disable_compile = False
+        self.generation_config.compile_config = compile_config
+        self.generation_kwargs["cache_implementation"] = "static"  # TRL also writes these onto the model's config
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.log_completions:

@@ -12,6 +12,7 @@ the language model's q_proj and v_proj, as ``bench_gpu.py --lora`` gives veritun
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -63,6 +64,21 @@ PROFILES = {
 MAX_PIXELS = {"tiny": 4096, "oric-gpu": 200704, "oric-smoke": 4096}
 
 
+def profile_args(profile: str) -> dict:
+    """The profile's settings; BENCH_ROLLOUT_BATCH (completions per generation) and BENCH_MICRO_BATCH
+    (per_device_train_batch_size) resize its batch as perf/bench_rollout.py's veritune side is resized:
+    accumulation = rollout batch / micro-batch, one generation per optimizer step; BENCH_COMPLETION sets
+    max_completion_length."""
+    settings = dict(PROFILES[profile])
+    if os.environ.get("BENCH_COMPLETION"):
+        settings["max_completion_length"] = int(os.environ["BENCH_COMPLETION"])
+    batch = os.environ.get("BENCH_ROLLOUT_BATCH")
+    if batch:
+        micro = int(os.environ.get("BENCH_MICRO_BATCH") or settings["per_device_train_batch_size"])
+        settings.update(per_device_train_batch_size=micro, gradient_accumulation_steps=int(batch) // micro)
+    return settings
+
+
 def main(
     model_dir: str, data_file: str, image_root: str, output_dir: str, steps: int, profile: str = "tiny", lora: str = ""
 ) -> None:
@@ -96,7 +112,7 @@ def main(
         save_strategy="no",
         report_to="none",
         seed=0,
-        **PROFILES[profile],
+        **profile_args(profile),
     )
     dtype = "bfloat16" if profile == "oric-gpu" else "float32"
     trainer = GRPOTrainer(

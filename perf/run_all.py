@@ -62,6 +62,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "eval run on both backends (7.5)",
     ),
     (
+        "rollout",
+        ["perf/bench_rollout.py"],
+        "GRPO step at rollout batches of 8 to 256 completions with Qwen3-VL's real pixel budget: veritune, its "
+        "compiled decode and plain TRL, micro-batches (issue 53)",
+    ),
+    (
         "cli_help",
         ["perf/bench_cli_help.py"],
         "`veritune --help` start-up time: commands are imported only when they run",
