@@ -189,3 +189,22 @@ def test_start_run_checks_the_trl_version_first(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr(trl_adapter, "installed_trl", lambda: "2.0.0")
     with pytest.raises(UserError, match=r"^trl 2\.0\.0 installed; .*pip install trl==1\.16\.0$"):
         start_run(TrainingArguments(output_dir=str(tmp_path), report_to="none"))
+
+
+@pytest.mark.parametrize("asked", [True, False])
+def test_start_run_applies_the_lm_head_patch_only_where_the_recipe_asks(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: object, asked: bool
+) -> None:
+    """``cpu_compact_lm_head`` decides, run by run: true (the default) patches TRL's check, false restores TRL's."""
+    import torch
+    import trl.trainer.utils as trl_utils
+    from transformers import TrainingArguments
+
+    from finetune.configs import ScriptArguments
+    from finetune.training import start_run
+
+    monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after the test
+    trl_adapter.set_cpu_compact_lm_head(not asked)  # the state an earlier run of this process left
+    assert ScriptArguments().cpu_compact_lm_head is True
+    start_run(TrainingArguments(output_dir=str(tmp_path), report_to="none"), ScriptArguments(cpu_compact_lm_head=asked))
+    assert trl_utils._use_triton(torch.device("cpu")) is asked
