@@ -43,6 +43,7 @@ from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
 from veritune.core.io import iter_jsonl
 from veritune.core.progress import progress_bar
+from veritune.core.trl_adapter import mark_vllm_weights_sleeping
 
 logger = logging.getLogger("veritune.eval")
 
@@ -476,7 +477,7 @@ class ColocatedVLLMBackend:
         finally:
             if sleeping:  # as after a rollout: level 2 drops the weights, the next rollout pushes them again
                 self.llm.sleep(level=2)
-                self.generation._llm_weights_sleeping = True
+                mark_vllm_weights_sleeping(self.generation)
 
     def generate(self, batch: list[EvalItem]) -> list[str]:
         size = int(getattr(self.generation, "tensor_parallel_size", 1) or 1)

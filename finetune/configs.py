@@ -108,6 +108,14 @@ class ScriptArguments:
         default=False,
         metadata={"help": "Drop rows whose image is missing or unreadable instead of stopping before training."},
     )
+    cpu_compact_lm_head: bool = field(
+        default=True,
+        metadata={
+            "help": "On the CPU, TRL's fused LM head scores only the labelled positions, as TRL does where Triton "
+            "runs (the same log-probabilities up to float rounding; a third of the tiny warm-start's step saved); "
+            "false leaves TRL's head as it ships, scoring every position (veritune/core/trl_adapter.py)."
+        },
+    )
     accelerate_config: str | None = field(
         default=None,
         metadata={"help": "The accelerate config this recipe is meant for (read by the Slurm scripts)."},

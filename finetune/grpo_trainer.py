@@ -29,7 +29,9 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
+from veritune.core import trl_adapter
 from veritune.core.errors import UserError
+from veritune.core.trl_adapter import Generated, pack_generated, unpack_generated
 
 ds_logger = logging.getLogger("veritune.grpo")
 
@@ -145,7 +147,7 @@ class DynamicSamplingMixin:
             if value:
                 raise UserError(f"dynamic_sampling: not supported together with {name} (set dynamic_sampling: false)")
 
-    # -- TRL's hooks, replayed or interrupted during dynamic sampling
+    # -- TRL's hooks, replayed or interrupted during dynamic sampling (their TRL signatures: trl_adapter.GRPO_OVERRIDES)
 
     def _generate(self, prompts: list[Any]) -> tuple[Any, ...]:
         if self._ds_replay is not None:
@@ -158,8 +160,7 @@ class DynamicSamplingMixin:
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
         if self._ds_replay is not None:
             _, rewards, extra_logs = self._ds_replay
-            self._pending_extra_logs.clear()
-            self._pending_extra_logs.update(extra_logs)
+            trl_adapter.put_extra_logs(self, extra_logs)
             return rewards
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
@@ -186,10 +187,9 @@ class DynamicSamplingMixin:
             raise RuntimeError("dynamic sampling: TRL did not generate")
         finally:
             self._ds_probing = False
-        completions, completion_ids = generated[3], generated[1]
-        rewards = self._calculate_rewards(rows, prompts, completions, completion_ids)
-        extra_logs = {column: list(values) for column, values in self._pending_extra_logs.items()}
-        self._pending_extra_logs.clear()
+        named = unpack_generated(generated)
+        rewards = self._calculate_rewards(rows, prompts, named.completions, named.completion_ids)
+        extra_logs = trl_adapter.take_extra_logs(self)
         weighted = (rewards * self.reward_weights.to(rewards.device).unsqueeze(0)).nansum(dim=1)
         weighted[torch.isnan(rewards).all(dim=1)] = torch.nan
         spread = nanstd(weighted.view(-1, self.num_generations), dim=1)
@@ -291,7 +291,7 @@ class DynamicSamplingMixin:
         drawn_groups = sum(found.spread.numel() for found in rounds)
         informative_groups = sum(int(self._ds_informative(found.spread).sum()) for found in rounds)
         filled = sum(max(0, wanted - len(groups)) for groups in kept)
-        metrics = self._metrics["train"]
+        metrics = trl_adapter.train_metrics(self)
         metrics["dynamic_sampling/kept_share"].append(informative_groups / drawn_groups)
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["dynamic_sampling/prompts_drawn"].append(float(drawn_groups))
@@ -333,24 +333,23 @@ class DynamicSamplingMixin:
     @staticmethod
     def _ds_join(rounds: list[_Round], local: list[list[int]]) -> tuple[Any, ...]:
         """TRL's ``_generate`` output for the chosen rows of each round, in order (one tuple, as if one call)."""
-        joined: list[Any] = []
-        for field_index in range(len(rounds[0].generated)):
-            parts = [found.generated[field_index] for found in rounds]
-            if field_index == 5:  # extra_fields: only rollout_func fills them (refused with dynamic sampling)
-                joined.append({})
-            elif field_index == 7:  # tool_images: only tools fill them (refused)
-                joined.append([])
+        generated = [unpack_generated(found.generated) for found in rounds]
+        joined: dict[str, Any] = {}
+        for name in Generated._fields:
+            parts = [getattr(found, name) for found in generated]
+            if name == "extra_fields":  # only rollout_func fills them (refused with dynamic sampling)
+                joined[name] = {}
+            elif name == "tool_images":  # only tools fill them (refused)
+                joined[name] = []
             elif all(part is None for part in parts):
-                joined.append(None)
+                joined[name] = None
             else:
-                joined.append(
-                    [
-                        v
-                        for part, rows in zip(parts, local, strict=True)
-                        for v in (_take(part, rows) if part is not None else [None] * len(rows))
-                    ]
-                )
-        return tuple(joined)
+                joined[name] = [
+                    v
+                    for part, rows in zip(parts, local, strict=True)
+                    for v in (_take(part, rows) if part is not None else [None] * len(rows))
+                ]
+        return pack_generated(Generated(**joined))
 
 
 def keep_one_input_grad_hook(model: Any) -> None:
@@ -377,6 +376,7 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     """``GRPOTrainer`` whose completion tables hold text, with optional dynamic sampling (module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        trl_adapter.check_trl_version()  # the overrides below are TRL 1.16.0's private methods
         config = kwargs.get("args")
         dataset = kwargs.get("train_dataset")
         if getattr(config, "dynamic_sampling", False) and dataset is not None:
@@ -410,7 +410,7 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         if self.log_completions:
             for key in ("prompt", "completion"):
-                column = self._logs[key]
+                column = trl_adapter.logged_column(self, key)
                 if any(not isinstance(entry, str) for entry in column):
                     texts = [conversation_text(entry) for entry in column]
                     column.clear()

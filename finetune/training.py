@@ -24,6 +24,7 @@ from finetune.run_dir import claim_run_dir, run_settings
 from veritune.core.errors import UserError
 from veritune.core.hub import require_model_source
 from veritune.core.io import require_input_path
+from veritune.core.trl_adapter import check_trl_version, set_cpu_compact_lm_head
 from veritune.core.wandb_login import require_wandb_login
 
 logger = logging.getLogger("veritune")
@@ -151,54 +152,35 @@ def check_run_paths(script_args: ScriptArguments | None, model_args: VerituneMod
         hook.check_data()
 
 
-def score_only_labelled_positions() -> None:
-    """Make TRL's fused LM head score only the labelled positions on the CPU too.
-
-    SFT, GRPO and DPO compute per-token log-probabilities through ``trl.trainer.utils.add_fused_lm_head``. On
-    devices with Triton it projects only the positions whose label is not -100; elsewhere it projects every
-    position of the batch and zeroes the unlabelled ones, so that a compiler (Neuron, XLA) sees one tile
-    shape per sequence length. Eager CPU compiles nothing, and in a vision-language batch most positions are
-    image and prompt tokens: the tiny warm-start spent a third of its step projecting them. The result is the
-    same log-probabilities (the masked positions were zeroed anyway) up to float rounding. A TRL without the
-    hook (``_use_triton`` moved or renamed) keeps its own behaviour.
-    """
-    import trl.trainer.utils as trl_utils
-
-    has_triton = getattr(trl_utils, "_use_triton", None)
-    if has_triton is None or getattr(has_triton, "veritune_cpu_compact", False):
-        return
-
-    def compact_on(device: Any) -> bool:
-        return has_triton(device) or device.type == "cpu"
-
-    compact_on.veritune_cpu_compact = True  # type: ignore[attr-defined]
-    trl_utils._use_triton = compact_on
-
-
 def start_run(
     training_args: TrainingArguments,
     script_args: ScriptArguments | None = None,
     model_args: VerituneModelConfig | None = None,
 ) -> bool:
-    """Check that every path the recipe names exists (:func:`check_run_paths`); set up logging and TRL's LM head
-    (:func:`score_only_labelled_positions`); check that ``output_dir`` holds
-    no other run (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after
-    saying so, when it already holds this run finished (the entry scripts then stop before loading a model).
+    """Check the installed TRL (:func:`veritune.core.trl_adapter.check_trl_version`) and that every path the recipe
+    names exists (:func:`check_run_paths`); set up logging and TRL's LM head (``cpu_compact_lm_head``:
+    :func:`veritune.core.trl_adapter.set_cpu_compact_lm_head`); check that ``output_dir`` holds no other run
+    (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after saying so, when
+    it already holds this run finished (the entry scripts then stop before loading a model).
     Then, for a run to train, that W&B can log where ``report_to`` names it, and where it resumes from
     (:func:`finetune.resume.resume_checkpoint`: the newest complete checkpoint of this run, with or without
     ``resume_from_checkpoint: auto``).
 
     Raises:
-        UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
-            (:func:`finetune.configs.require_generation_runtime`), a missing data file, folder or local model
-            (:func:`check_run_paths`), ``output_dir`` holding a run with other settings, ``report_to: wandb``
-            without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`), or a
-            ``resume_from_checkpoint`` that names no checkpoint, all before any model loads.
+        UserError: a TRL other than the one veritune's TRL adapter is written for, ``use_vllm: true`` where
+            vLLM is not installed or no GPU is visible (:func:`finetune.configs.require_generation_runtime`), a
+            missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` holding a run with
+            other settings, ``report_to: wandb`` without W&B credentials
+            (:func:`veritune.core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
+            checkpoint, all before any model loads.
     """
+    check_trl_version()
     require_generation_runtime(training_args)
     check_run_paths(script_args, model_args)
     setup_logging(training_args)
-    score_only_labelled_positions()
+    # On by default: every shipped recipe and the CPU demo train with it (their numbers depend on it up to float
+    # rounding); on a GPU it changes nothing. Set by every run, so one process's runs follow their own recipes.
+    set_cpu_compact_lm_head(getattr(script_args, "cpu_compact_lm_head", True))
     if script_args is not None and model_args is not None:
         claim_run_dir(script_args, training_args, model_args)
     if report_finished_run(training_args):

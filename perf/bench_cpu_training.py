@@ -2,10 +2,10 @@
 warm-start with and without a data worker, and the SFT forward + backward with the M-RoPE position ids
 computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), and with
 TRL's fused LM head scoring every position against only the labelled ones
-(``finetune/training.py: score_only_labelled_positions``), on the demo-size tiny Qwen3-VL, one torch
-thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen, attribute pairs)
-with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``), and its DPO
-on one torch thread against two, whose trained weights are compared byte for byte.
+(``cpu_compact_lm_head``, ``veritune/core/trl_adapter.py: set_cpu_compact_lm_head``), on the demo-size tiny
+Qwen3-VL, one torch thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen,
+attribute pairs) with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``),
+and its DPO on one torch thread against two, whose trained weights are compared byte for byte.
 
     python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--fb-batches 12]
                                       [--cache-steps 200] [--cache-images 400]
@@ -60,17 +60,12 @@ def forward_backward_times(
     alternately: position ids computed in the forward, given by the collator, and given by the collator with
     the head scoring only the labelled positions."""
     import torch
-    import trl.trainer.utils as trl_utils
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
     from trl.trainer.utils import add_fused_lm_head
 
     from finetune.sft import conventional_examples, examples_dataset, with_position_ids
-    from finetune.training import score_only_labelled_positions
-
-    every_position = trl_utils._use_triton
-    score_only_labelled_positions()
-    labelled_only = trl_utils._use_triton
+    from veritune.core.trl_adapter import set_cpu_compact_lm_head
 
     torch.set_num_threads(1)
     examples = conventional_examples(
@@ -98,7 +93,7 @@ def forward_backward_times(
         ]
 
     def step(batch: dict, labelled: bool) -> float:
-        trl_utils._use_triton = labelled_only if labelled else every_position
+        set_cpu_compact_lm_head(labelled)
         start = time.perf_counter()
         out = model(**batch, fused_lm_head=True)
         (-out.log_probs.sum() / out.label_mask.sum()).backward()
@@ -109,7 +104,7 @@ def forward_backward_times(
     for _ in range(repeats):
         for name, batch, labelled in sides:
             times.setdefault(name, []).append(step(batch, labelled))
-    trl_utils._use_triton = every_position
+    set_cpu_compact_lm_head(False)
     return times
 
 

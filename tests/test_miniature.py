@@ -167,16 +167,16 @@ def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
 def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
     world: dict[str, Path], tiny_qwen3vl: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """After ``score_only_labelled_positions`` TRL's fused LM head projects, on the CPU, only the positions that
-    carry a label (the answer tokens), not every image and prompt token: the same loss, log-probabilities,
-    entropies and LM-head gradient up to float rounding."""
+    """With ``cpu_compact_lm_head`` (``set_cpu_compact_lm_head(True)``) TRL's fused LM head projects, on the CPU,
+    only the positions that carry a label (the answer tokens), not every image and prompt token: the same loss,
+    log-probabilities, entropies and LM-head gradient up to float rounding; ``False`` restores TRL's own head."""
     import torch
     import trl.trainer.utils as trl_utils
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
     from finetune.sft import examples_dataset
-    from finetune.training import score_only_labelled_positions
+    from veritune.core.trl_adapter import set_cpu_compact_lm_head
 
     monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after the test
     rows_scored: list[int] = []
@@ -201,12 +201,15 @@ def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
         outputs.loss.backward()
         return outputs, model.get_output_embeddings().weight.grad.clone()
 
+    set_cpu_compact_lm_head(False)
     every, every_grad = scored()
-    score_only_labelled_positions()
-    score_only_labelled_positions()  # idempotent
+    set_cpu_compact_lm_head(True)
+    set_cpu_compact_lm_head(True)  # idempotent
     labelled, labelled_grad = scored()
+    set_cpu_compact_lm_head(False)  # TRL's own rule again
+    scored()
     labels = batch["labels"][:, 1:]
-    assert rows_scored == [labels.numel(), int((labels != -100).sum())]
+    assert rows_scored == [labels.numel(), int((labels != -100).sum()), labels.numel()]
     assert rows_scored[1] < rows_scored[0] / 4  # the answers are a few tokens of each sequence
     torch.testing.assert_close(labelled.loss, every.loss)
     torch.testing.assert_close(labelled.log_probs, every.log_probs)

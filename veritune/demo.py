@@ -509,7 +509,8 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, ov
     key = warmstart_key(
         *recipe_files(REPO_ROOT / SFT_RECIPE),  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
-        REPO_ROOT / "finetune" / "training.py",  # how TRL's LM head scores (score_only_labelled_positions)
+        REPO_ROOT / "finetune" / "training.py",  # whether TRL's LM head scores only labelled positions (start_run)
+        REPO_ROOT / "veritune" / "core" / "trl_adapter.py",  # how it does (set_cpu_compact_lm_head)
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
     )

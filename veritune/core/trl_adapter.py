@@ -1,0 +1,181 @@
+"""Every TRL private name veritune relies on, in one place (docs/ARCHITECTURE.md, "TRL's private internals").
+
+TRL's ``GRPOTrainer`` offers no public hook for what veritune adds (text rollout tables, DAPO's dynamic
+sampling, a compiled decode), so veritune overrides some of its private methods, reads some of its private
+attributes and patches one private function. This module names each of them: the production code goes
+through the functions below and never spells a TRL private name itself, and ``tests/test_trl_contract.py``
+checks each name, signature and the order of ``_generate``'s tuple against the installed TRL, so an upgrade
+fails there, naming what moved, before a run fails halfway. It lives in the bottom layer because both
+``finetune/`` (the trainers) and ``eval_hooks/`` (the colocated vLLM engine) need it; it imports TRL only
+inside its functions, so importing it costs nothing.
+
+On a TRL upgrade: install the new TRL, run ``pytest tests/test_trl_contract.py``, update what it names here
+(and the overrides in ``finetune/grpo_trainer.py``), then :data:`REQUIRED_TRL` and pyproject's pin together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableSequence
+from typing import Any, NamedTuple
+
+from veritune.core.errors import UserError
+
+# The one TRL release this adapter was written against and checked by tests/test_trl_contract.py (pyproject
+# pins the same): TRL changes its private methods between releases, patch releases included.
+REQUIRED_TRL = "1.16.0"
+
+# GRPOTrainer's private methods veritune overrides (finetune/grpo_trainer.py, DynamicSamplingMixin), with the
+# parameter names (``self`` first) TRL 1.16.0 defines and calls them with.
+GRPO_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "_generate": ("self", "prompts"),
+    "_calculate_rewards": ("self", "inputs", "prompts", "completions", "completion_ids_list"),
+    "_generate_and_score_completions": ("self", "inputs"),
+}
+
+# GRPOTrainer's instance attributes veritune reads or writes, each set in TRL's ``GRPOTrainer.__init__``:
+# the metrics, the rollout-table columns and the per-sample reward logs (the accessors below), and the
+# generation settings that ``compiled_decode`` rewrites (VerituneGRPOTrainer._compile_decode).
+GRPO_ATTRIBUTES: tuple[str, ...] = (
+    "_metrics",
+    "_logs",
+    "_pending_extra_logs",
+    "generation_config",
+    "generation_kwargs",
+)
+
+# ``trl.generation.vllm_generation.VLLMGeneration``'s flag that the colocated engine's weights are asleep (level 2
+# dropped them): set, its next ``generate`` calls ``sync_weights`` first, which wakes them and pushes the weights.
+VLLM_SLEEP_FLAG = "_llm_weights_sleeping"
+
+# ``trl.trainer.utils``'s name for "this device scores only the labelled positions" in its fused LM head
+# (``add_fused_lm_head``), imported there from ``trl.kernels.chunked_logprob``.
+COMPACT_LM_HEAD_CHECK = "_use_triton"
+
+
+class UnsupportedTRL(UserError):
+    """The installed TRL is not the release this adapter was written for."""
+
+
+def installed_trl() -> str:
+    """The installed TRL's version string."""
+    from importlib.metadata import version
+
+    return version("trl")
+
+
+def check_trl_version(installed: str | None = None) -> None:
+    """Refuse, in one line, a TRL other than :data:`REQUIRED_TRL` (called where the trainers are built).
+
+    Raises:
+        UnsupportedTRL: another TRL is installed.
+    """
+    installed = installed_trl() if installed is None else installed
+    if installed != REQUIRED_TRL:
+        raise UnsupportedTRL(
+            f"trl {installed} installed; veritune's TRL adapter is written for {REQUIRED_TRL}: "
+            f"pip install trl=={REQUIRED_TRL}"
+        )
+
+
+# ---- GRPOTrainer._generate's output
+
+
+class Generated(NamedTuple):
+    """``GRPOTrainer._generate``'s tuple, by name, in TRL 1.16.0's return order."""
+
+    prompt_ids: Any  # list of token-id lists, one per row
+    completion_ids: Any  # list of token-id lists, one per row
+    tool_mask: Any  # None unless tools or rollout_func's env_mask
+    completions: Any  # decoded completions (text, or one assistant message per row)
+    logprobs: Any  # sampling log-probs per token (None without vLLM or rollout_func)
+    extra_fields: Any  # dict: rollout_func's further keys ({} otherwise)
+    images: Any  # per-row images (None for text prompts)
+    tool_images: Any  # list: images returned by tools ([] without tools)
+
+
+def unpack_generated(generated: tuple[Any, ...]) -> Generated:
+    """Name the fields of ``GRPOTrainer._generate``'s tuple."""
+    if len(generated) != len(Generated._fields):
+        raise RuntimeError(
+            f"TRL's GRPOTrainer._generate returned {len(generated)} values, veritune's adapter expects "
+            f"{len(Generated._fields)} ({', '.join(Generated._fields)}): run tests/test_trl_contract.py and update "
+            "veritune/core/trl_adapter.py for this TRL"
+        )
+    return Generated(*generated)
+
+
+def pack_generated(generated: Generated) -> tuple[Any, ...]:
+    """The plain tuple TRL's ``_generate_and_score_completions`` unpacks."""
+    return tuple(generated)
+
+
+# ---- GRPOTrainer's metrics and logs
+
+
+def train_metrics(trainer: Any) -> dict[str, list[float]]:
+    """The trainer's training metrics: each key's values since the last log, averaged by TRL's ``log``."""
+    return trainer._metrics["train"]
+
+
+def logged_column(trainer: Any, key: str) -> MutableSequence[Any]:
+    """A column of the rollout table TRL logs with ``log_completions`` (``"prompt"``, ``"completion"``, ...)."""
+    return trainer._logs[key]
+
+
+def take_extra_logs(trainer: Any) -> dict[str, list[Any]]:
+    """The per-sample reward logs (``log_extra`` of the reward functions) of the last ``_calculate_rewards``,
+    taken away from the trainer (TRL would add them to its table at its next scoring)."""
+    pending = trainer._pending_extra_logs
+    taken = {column: list(values) for column, values in pending.items()}
+    pending.clear()
+    return taken
+
+
+def put_extra_logs(trainer: Any, extra_logs: dict[str, list[Any]]) -> None:
+    """Make ``extra_logs`` the per-sample reward logs TRL adds to its table (replacing any pending)."""
+    pending = trainer._pending_extra_logs
+    pending.clear()
+    pending.update(extra_logs)
+
+
+# ---- TRL's colocated vLLM engine
+
+
+def mark_vllm_weights_sleeping(generation: Any) -> None:
+    """Tell TRL's ``VLLMGeneration`` that its engine's weights were put to sleep (``llm.sleep(level=2)`` drops
+    them), so that its next ``generate`` pushes the training model's weights again first, as after a rollout."""
+    setattr(generation, VLLM_SLEEP_FLAG, True)
+
+
+# ---- TRL's fused LM head
+
+
+def set_cpu_compact_lm_head(enabled: bool) -> None:
+    """With ``enabled``, TRL's fused LM head scores only the labelled positions on the CPU too; without, TRL's
+    own rule (only on Triton devices) is restored. Idempotent.
+
+    ``trl.trainer.utils.add_fused_lm_head`` projects only the positions whose label is not -100 on devices with
+    Triton; elsewhere it projects every position and zeroes the unlabelled ones, so that a compiler (Neuron, XLA)
+    sees one tile shape per sequence length. Eager CPU compiles nothing, and in a vision-language batch most
+    positions are image and prompt tokens: the tiny warm-start spent a third of its step projecting them. The
+    log-probabilities are the same up to float rounding. A TRL without the check leaves its own behaviour.
+    """
+    import trl.trainer.utils as trl_utils
+
+    current: Callable[[Any], bool] | None = getattr(trl_utils, COMPACT_LM_HEAD_CHECK, None)
+    if current is None:
+        return
+    original = getattr(current, "veritune_original", None)
+    if not enabled:
+        if original is not None:
+            setattr(trl_utils, COMPACT_LM_HEAD_CHECK, original)
+        return
+    if original is not None:
+        return
+    trl_check = current
+
+    def compact_on(device: Any) -> bool:
+        return trl_check(device) or device.type == "cpu"
+
+    compact_on.veritune_original = trl_check  # type: ignore[attr-defined]
+    setattr(trl_utils, COMPACT_LM_HEAD_CHECK, compact_on)
