@@ -45,6 +45,7 @@ from transformers.trainer_callback import CallbackHandler
 from eval_hooks.evaluate import (
     PreparedBenchmark,
     check_images,
+    coverage_text,
     evaluate_prepared,
     parse_benchmark_limits,
     prepare_benchmark,
@@ -64,15 +65,18 @@ PARTIAL_KEY = "eval_allow_partial: true"  # the recipe's opt-in to partial score
 
 def flat_metrics(name: str, result: dict[str, Any]) -> dict[str, float]:
     """``{"eval/<benchmark>/<metric>": value}`` of one benchmark's result, with its coverage beside the metrics
-    (``coverage/answered_share``, ``coverage/missing_images``, ``coverage/unresolved_share`` and
-    ``coverage/partial``: 1 when only the answered items were scored)."""
+    (``coverage/answered`` and ``coverage/expected`` items, ``coverage/units``: the questions, or pairs, they
+    are; ``coverage/answered_share``, ``coverage/missing_images``, ``coverage/unresolved_share``,
+    ``coverage/partial``: 1 when only the answered items were scored, and ``coverage/mostly_unresolved``: 1
+    when more answers than the limit were unresolved, scored anyway)."""
     flat = {f"eval/{name}/{key}": float(value) for key, value in result["metrics"].items()}
     coverage = result.get("coverage") or {}
-    for key in ("answered", "expected", "answered_share", "missing_images", "unresolved_share"):
-        if isinstance(coverage.get(key), (int, float)):
+    for key in ("answered", "expected", "units", "answered_share", "missing_images", "unresolved_share"):
+        if isinstance(coverage.get(key), (int, float)) and not isinstance(coverage.get(key), bool):
             flat[f"eval/{name}/coverage/{key}"] = float(coverage[key])
     if coverage:
         flat[f"eval/{name}/coverage/partial"] = float(bool(result.get("partial")))
+        flat[f"eval/{name}/coverage/mostly_unresolved"] = float(bool(result.get("mostly_unresolved")))
     return flat
 
 
@@ -148,6 +152,10 @@ class EvalHookCallback(TrainerCallback):
         allow_partial: score a benchmark whose images are partly missing on the items that have them,
             labelled partial (``eval_allow_partial``); by default such a benchmark stops the run before its
             first step (:meth:`check_benchmarks`).
+
+    A checkpoint whose answers are mostly unresolved (above :data:`eval_hooks.evaluate.UNRESOLVED_LIMIT`: a
+    format not learned yet, a budget too short) is never refused here, unlike ``eval run``: it is scored,
+    labelled ``mostly_unresolved`` (``eval/<benchmark>/coverage/mostly_unresolved`` = 1) and warned about.
     """
 
     def __init__(
@@ -319,6 +327,9 @@ class EvalHookCallback(TrainerCallback):
                 allow_partial=self.allow_partial,
                 limit_seed=self.limit_seed,
                 limit_mode=self.limit_mode,
+                # never refused here: a checkpoint whose answers are mostly unresolved (a format not learned yet,
+                # a budget too short) is a point of the curve, scored, labelled and warned about
+                allow_unresolved=True,
             )
         return self._prepared[key]
 
@@ -459,9 +470,15 @@ class EvalHookCallback(TrainerCallback):
             if (key.count("/") == 2 or "/macro/" in key) and not key.endswith("/status/failed")
         )
         marks = [
-            f"{name} partial ({r['coverage']['answered']}/{r['coverage']['expected']} answered)"
+            f"{name} partial ({coverage_text(r['coverage'])} answered)"
             for name, r in results.items()
             if r.get("partial")
+        ]
+        marks += [
+            f"{name} MOSTLY UNRESOLVED ({r['coverage']['unresolved_share']:.0f}% of answers unread: its metrics "
+            "describe the answer format)"
+            for name, r in results.items()
+            if r.get("mostly_unresolved")
         ]
         marks += [f"{name} FAILED" for name in failed]
         logger.info(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,10 @@ from data_builders.cli import add_llm_arguments, llm_client_options
 from eval_hooks.evaluate import (
     METRICS_FILE,
     RESULTS_FILE,
+    UNRESOLVED_LIMIT,
+    benchmark_label,
     check_images,
+    coverage_text,
     evaluate,
     headline_metrics,
     parse_benchmark_limits,
@@ -43,17 +47,19 @@ def _percent(value: Any) -> str:
 
 def summary_table(results: dict[str, dict[str, Any]]) -> str:
     """A plain-text table: one row per benchmark and headline metric, with its coverage (answered of expected
-    items, their share, items with missing images, the share of answers no grader could read) and a
-    ``(partial)`` mark on a benchmark scored on its answered items only. Every number is printed with two
-    decimals (the metrics, like the shares, are in percent unless the benchmark's own unit is a score)."""
+    items, naming the limit's questions or pairs where they differ: :func:`coverage_text`; their share, items
+    with missing images, the share of answers no grader could read) and the marks of
+    :func:`benchmark_label`. Every number is printed with two decimals (the metrics, like the shares, are in
+    percent unless the benchmark's own unit is a score)."""
     rows = [("benchmark", "answered", "coverage %", "missing img", "unresolved %", "metric", "value")]
     for name, result in results.items():
         coverage = result.get("coverage") or {}
         counts = result.get("counts", {})
-        expected = coverage.get("expected", counts.get("items", ""))
+        if not coverage:  # a result written before coverage was recorded
+            coverage = {"answered": counts.get("predicted", ""), "expected": counts.get("items", "")}
         first = (
-            f"{name} (partial)" if result.get("partial") else name,
-            f"{coverage.get('answered', counts.get('predicted', ''))}/{expected}",
+            benchmark_label(name, result),
+            coverage_text(coverage),
             _percent(coverage.get("answered_share")),
             str(coverage.get("missing_images", counts.get("missing_images", 0))),
             _percent(coverage.get("unresolved_share")),
@@ -166,16 +172,19 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
         "--limit",
         type=int,
         help="at most N questions per benchmark: a seeded sample stratified over the benchmark's subsets, "
-        "paraphrases and pairs kept whole (recorded as `selection` in metrics.json)",
+        "paraphrases and pairs kept whole (recorded as `selection` in metrics.json; eval score reads it from "
+        "the run's metrics.json or results.json, so it needs no --limit)",
     )
     parser.add_argument(
-        "--limit-seed", type=int, default=DEFAULT_LIMIT_SEED, help="seed of the limit's sample (same seed: same items)"
+        "--limit-seed",
+        type=int,
+        help=f"seed of the limit's sample (same seed: same items; default {DEFAULT_LIMIT_SEED}; eval score: the run's)",
     )
     parser.add_argument(
         "--limit-mode",
         choices=LIMIT_MODES,
-        default=DEFAULT_LIMIT_MODE,
-        help="stratified: the seeded sample; first: the first N questions in file order (quick debugging)",
+        help=f"stratified: the seeded sample; first: the first N questions in file order (quick debugging); "
+        f"default {DEFAULT_LIMIT_MODE} (eval score: the run's)",
     )
     parser.add_argument(
         "--allow-partial",
@@ -183,6 +192,17 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
         help="score the answered items only when the predictions miss some, or some images are missing (by "
         "default: refused, exit 2); the result is labelled partial in metrics.json, results.json, the table, "
         "W&B and the report",
+    )
+
+
+def _add_allow_unresolved(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--allow-unresolved",
+        action="store_true",
+        help=f"score a benchmark even when more than {UNRESOLVED_LIMIT:g}%% of its answers are unresolved (no grader "
+        "can read them: cut off by --max-new-tokens, not in the answer format, or an unreadable judge; by "
+        "default: refused, exit 2); the result is labelled mostly unresolved (eval watch and the training hook "
+        "always score and label it)",
     )
 
 
@@ -197,6 +217,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--force", action="store_true", help="start over predictions in OUT made by another model, data or settings"
     )
+    _add_allow_unresolved(run)
     run.add_argument(
         "--blind",
         action="store_true",
@@ -245,21 +266,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         ),
     )
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
+    _add_allow_unresolved(score)
     _add_judge_arguments(score)
     score.set_defaults(handler=_score)
 
 
 def _benchmarks_and_limits(args: argparse.Namespace) -> tuple[list[str], dict[str, int | None]]:
     """``--benchmarks`` (``NAME`` or ``NAME:N``) -> the names and each one's limit (``N``, else ``--limit``)."""
-    check_limit(args.limit, args.limit_mode)
+    check_limit(args.limit, args.limit_mode or DEFAULT_LIMIT_MODE)
     names, limits = parse_benchmark_limits(parse_benchmark_names(args.benchmarks))
     return names, {name: limits.get(name, args.limit) for name in names}
 
 
-def _prepare(args: argparse.Namespace) -> list:
+def _limit_draw(args: argparse.Namespace) -> tuple[int, str]:
+    """``--limit-seed`` and ``--limit-mode`` of ``eval run`` / ``eval watch``, their defaults when not given."""
+    seed = DEFAULT_LIMIT_SEED if args.limit_seed is None else args.limit_seed
+    return seed, args.limit_mode or DEFAULT_LIMIT_MODE
+
+
+def _prepare(args: argparse.Namespace, *, allow_unresolved: bool) -> list:
     """The benchmarks of ``eval run`` / ``eval watch``, loaded (``NAME:N`` or ``--limit``: the limit's sample),
     their images checked (:func:`check_images`): every wrong path or missing image is refused before a model
-    loads."""
+    loads. ``allow_unresolved``: a mostly unresolved result is scored and labelled, not refused."""
     names, limits = _benchmarks_and_limits(args)
     data = parse_data_overrides(args.data, benchmarks=names)
     image_roots = parse_image_roots(args.image_root, benchmarks=names)
@@ -273,8 +301,9 @@ def _prepare(args: argparse.Namespace) -> list:
             max_new_tokens=args.max_new_tokens,
             strict_official=args.strict_official,
             allow_partial=args.allow_partial,
-            limit_seed=args.limit_seed,
-            limit_mode=args.limit_mode,
+            limit_seed=_limit_draw(args)[0],
+            limit_mode=_limit_draw(args)[1],
+            allow_unresolved=allow_unresolved,
         )
         for name in names
     ]
@@ -289,32 +318,41 @@ def _run(args: argparse.Namespace) -> int:
     # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
     require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
     blind_fill = blind_fill_of(args)
-    prepared = _prepare(args)  # before the model loads: a wrong path fails fast
+    prepared = _prepare(args, allow_unresolved=args.allow_unresolved)  # before the model loads: fails fast
     judge = _judge(args)
     from eval_hooks.evaluate import require_judges
 
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
     backend = get_backend(args.backend, args.model, args.dtype, blind_fill=blind_fill)
-    results = evaluate(backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force)
+    refused: dict[str, str] = {}  # benchmarks refused for their unresolved answers: the others still run
+    results = evaluate(
+        backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force, refused=refused
+    )
     state = process_state()
     if state.is_main_process:
         if blind_fill is not None:
             print(blind_label(blind_fill))
-        results_path = write_results_file(args, results, judge)
-        print(summary_table(results))
-        print(f"per benchmark: {', '.join(str(Path(args.out) / name / METRICS_FILE) for name in results)}")
+        results_path = write_results_file(args, results, judge, refused)
+        if results:
+            print(summary_table(results))
+            print(f"per benchmark: {', '.join(str(Path(args.out) / name / METRICS_FILE) for name in results)}")
         print(f"results: {results_path}")
-        if args.report_to == "wandb":
+        if args.report_to == "wandb" and results:
             log_eval_to_wandb(Path(args.model), results, args.out, blind_fill=blind_fill)
     if state.num_processes > 1:
         # Under `accelerate launch`, no process leaves while the main one still writes: a worker exiting with
         # the gloo process group alive was aborted ("terminate called without an active exception").
         state.wait_for_everyone()
         state.destroy_process_group()
+    if refused:  # after the others are written; the refused ones' answers stay in OUT/<benchmark>/predictions.jsonl
+        kept = [f"{message} (answers kept in {Path(args.out) / name})" for name, message in refused.items()]
+        raise UserError(" | ".join(kept))
     return 0
 
 
-def write_results_file(args: argparse.Namespace, results: dict[str, dict[str, Any]], judge: Any) -> Path:
+def write_results_file(
+    args: argparse.Namespace, results: dict[str, dict[str, Any]], judge: Any, refused: dict[str, str] | None = None
+) -> Path:
     """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.evaluate.results_record`), written atomically."""
     settings = {
         "model": str(args.model),
@@ -324,15 +362,16 @@ def write_results_file(args: argparse.Namespace, results: dict[str, dict[str, An
         "batch_size": args.batch_size,
         "max_new_tokens": args.max_new_tokens,
         "limit": getattr(args, "limit", None),
-        "limit_seed": args.limit_seed,
-        "limit_mode": args.limit_mode,
+        "limit_seed": _limit_draw(args)[0],
+        "limit_mode": _limit_draw(args)[1],
         "strict_official": args.strict_official,
         "allow_partial": args.allow_partial,
+        "allow_unresolved": args.allow_unresolved,
         "judge": {"model": args.llm_model, "base_url": args.llm_base_url} if judge is not None else None,
         "blind": {"fill": list(blind_fill_of(args))} if args.blind else None,
         "data_root": str(args.data_root) if args.data_root else None,
     }
-    return atomic_write_json(Path(args.out) / RESULTS_FILE, results_record(results, settings))
+    return atomic_write_json(Path(args.out) / RESULTS_FILE, results_record(results, settings, refused))
 
 
 def log_eval_to_wandb(
@@ -380,7 +419,8 @@ def _watch(args: argparse.Namespace) -> int:
         raise UserError(f"run directory not found: {args.run_dir}")
     from eval_hooks.evaluate import require_judges
 
-    prepared, judge = _prepare(args), _judge(args)
+    # a checkpoint's mostly unresolved answers are a point of the curve (a format not learned yet): labelled
+    prepared, judge = _prepare(args, allow_unresolved=True), _judge(args)
     require_judges([entry.name for entry in prepared], judge)
     steps = watch(
         args.run_dir,
@@ -430,7 +470,16 @@ def _score(args: argparse.Namespace) -> int:
             allow_partial=args.allow_partial,
             limit_seed=args.limit_seed,
             limit_mode=args.limit_mode,
+            allow_unresolved=args.allow_unresolved,
         )
+        selection = result.get("selection") or {}
+        if result.get("selection_source") and selection.get("mode") != "all":
+            print(
+                f"{name}: the run's selection, read from {result['selection_source']}: {selection.get('units')} "
+                f"{selection.get('unit')}s ({selection.get('mode')}, limit {selection.get('limit')}"
+                + (f", seed {selection.get('seed')})" if selection.get("seed") is not None else ")"),
+                file=sys.stderr,
+            )
         # Beside the predictions by default, never over `eval run`'s own metrics.json (it records the generation).
         metrics_path = (
             args.out / name / "metrics.json" if args.out else predictions.with_name(f"{predictions.stem}.metrics.json")

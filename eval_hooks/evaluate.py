@@ -27,7 +27,7 @@ from eval_hooks.runner import (
     read_predictions_file,
     run_items,
 )
-from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items, unit_name
 from veritune.core.errors import UserError
 from veritune.core.io import atomic_write_json, dataset_manifest
 
@@ -51,6 +51,7 @@ class PreparedBenchmark:
     max_new_tokens: int | None = None
     strict_official: bool = False
     allow_partial: bool = False  # score the answered items only, labelled partial (see :func:`score_benchmark`)
+    allow_unresolved: bool = False  # score a mostly unresolved result, labelled (see :func:`check_unresolved`)
     selection: dict[str, Any] = field(default_factory=dict)  # what the limit kept (eval_hooks.selection)
 
 
@@ -247,11 +248,13 @@ def prepare_benchmark(
     allow_partial: bool = False,
     limit_seed: int = DEFAULT_LIMIT_SEED,
     limit_mode: str = DEFAULT_LIMIT_MODE,
+    allow_unresolved: bool = False,
 ) -> PreparedBenchmark:
     """Locate and load one benchmark, keep the items of ``limit`` questions (a stratified sample drawn with
     ``limit_seed``, or with ``limit_mode="first"`` the first ones: :func:`eval_hooks.selection.select_items`),
     set the generation budget; ``strict_official``: score exactly as the official script (see
-    :func:`score_benchmark`); ``allow_partial``: score the answered items only, labelled partial."""
+    :func:`score_benchmark`); ``allow_partial``: score the answered items only, labelled partial;
+    ``allow_unresolved``: score a result whose answers are mostly unresolved, labelled (:func:`check_unresolved`)."""
     benchmark = get_benchmark(name)
     data_path, images = resolve_paths(name, data_root, data or {}, image_root)
     if not data_path.exists():
@@ -274,6 +277,7 @@ def prepare_benchmark(
         max_new_tokens,
         strict_official,
         allow_partial=allow_partial,
+        allow_unresolved=allow_unresolved,
         selection=selection,
     )
 
@@ -281,16 +285,85 @@ def prepare_benchmark(
 def prepare_as_evaluated(name: str, result: dict[str, Any]) -> PreparedBenchmark:
     """The items a ``metrics.json`` was scored on, prepared again from its ``data`` and ``selection`` (the same
     files, limit, seed and mode draw the same items): what a report or the demo's intervals resample."""
-    data, selection = result.get("data") or {}, result.get("selection") or {}
+    data = result.get("data") or {}
+    limit, seed, mode = recorded_limit(result)
     return prepare_benchmark(
         name,
         data={name: Path(data["path"])},
         image_root=Path(data["image_root"]) if data.get("image_root") else None,
-        limit=data.get("limit"),
-        limit_seed=selection.get("seed") if selection.get("seed") is not None else DEFAULT_LIMIT_SEED,
-        # a result written before limits were sampled kept the first N
-        limit_mode=selection.get("mode", "first") if selection.get("mode") != "all" else DEFAULT_LIMIT_MODE,
+        limit=limit,
+        limit_seed=seed,
+        limit_mode=mode,
     )
+
+
+def recorded_limit(record: dict[str, Any]) -> tuple[int | None, int, str]:
+    """``(limit, seed, mode)`` that draw again the items of a ``metrics.json`` (its ``data.limit`` and
+    ``selection``) or of a ``results.json`` entry (its ``limit`` and ``selection``)."""
+    data, selection = record.get("data"), record.get("selection") or {}
+    limit = data.get("limit") if isinstance(data, dict) else record.get("limit")
+    seed = selection.get("seed") if selection.get("seed") is not None else DEFAULT_LIMIT_SEED
+    # a result written before limits were sampled kept the first N
+    mode = selection.get("mode", "first") if selection.get("mode") != "all" else DEFAULT_LIMIT_MODE
+    return limit, seed, mode
+
+
+def recorded_selection(predictions_path: Path, name: str) -> tuple[dict[str, Any], Path] | None:
+    """The record of how the items of ``predictions_path`` were selected, and its file: the ``metrics.json``
+    beside an ``OUT/<benchmark>/predictions.jsonl`` (``eval run``, ``eval watch``, the hook), else the run's
+    ``OUT/results.json`` entry for ``name``; None for a predictions file with neither (made elsewhere)."""
+    if Path(predictions_path).name != PREDICTIONS_FILE:
+        return None
+    folder = Path(predictions_path).parent
+    for path, key in ((folder / METRICS_FILE, None), (folder.parent / RESULTS_FILE, name)):
+        if not path.is_file() or (key is not None and folder.name != key):
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path}: not readable JSON ({err}); it records the run's --limit, seed and mode") from None
+        if key is not None and isinstance(record, dict):
+            record = (record.get("results") or {}).get(key)
+        if isinstance(record, dict) and ("selection" in record or "data" in record or "limit" in record):
+            return record, path
+    return None
+
+
+def rescore_limit(
+    name: str,
+    recorded: tuple[dict[str, Any], Path] | None,
+    limit: int | None,
+    seed: int | None,
+    mode: str | None,
+) -> tuple[int | None, int, str]:
+    """``(limit, seed, mode)`` of a rescoring: the run's, ``recorded`` with the predictions
+    (:func:`recorded_selection`), so that ``eval score`` needs no flag; without a record, the given values or
+    the defaults. A given value that would draw other items than the run's is refused.
+
+    Raises:
+        UserError: a given ``limit``, ``seed`` or ``mode`` contradicts the record: one line naming both values.
+    """
+    if recorded is None:
+        return limit, DEFAULT_LIMIT_SEED if seed is None else seed, DEFAULT_LIMIT_MODE if mode is None else mode
+    record, source = recorded
+    run_limit, run_seed, run_mode = recorded_limit(record)
+    selection = record.get("selection") or {}
+    available = (selection.get("available") or {}).get("units")
+    everything = run_limit is None or selection.get("mode") == "all"  # no item was left out
+    clashes = []
+    keeps_all = everything and isinstance(available, int) and limit is not None and limit >= available
+    if limit is not None and limit != run_limit and not keeps_all:
+        clashes.append(f"--limit {limit} (the run's: {run_limit if run_limit is not None else 'none, every item'})")
+    if not everything and mode is not None and mode != run_mode:
+        clashes.append(f"--limit-mode {mode} (the run's: {run_mode})")
+    if not everything and run_mode == "stratified" and seed is not None and seed != run_seed:
+        clashes.append(f"--limit-seed {seed} (the run's: {run_seed})")
+    if clashes:
+        raise UserError(
+            f"{name}: {'; '.join(clashes)} contradicts the selection recorded with the predictions in {source}; "
+            "drop the flag (eval score reads the run's selection)"
+        )
+    return run_limit, run_seed, run_mode
 
 
 def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmark]:
@@ -300,29 +373,64 @@ def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmar
 
 SHOWN = 5  # ids or paths an error message names
 ALLOW_PARTIAL = "--allow-partial"  # the CLI's opt-in; the recipes' is eval_allow_partial (eval_hooks/callback.py)
+ALLOW_UNRESOLVED = "--allow-unresolved"  # the CLI's opt-in to score a mostly unresolved result (labelled)
+# Above this share (percent) of unresolved answers a result is refused (check_unresolved): more answers unread
+# than read means the metrics measure the answer format, not the model. A model that answers in the format
+# but often hedges stays below it; a cut-off budget or an unreadable judge is near 100%.
+UNRESOLVED_LIMIT = 50.0
 
 
-def coverage_of(items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+def coverage_of(
+    items: list[EvalItem], predictions: dict[str, str], benchmark: Benchmark | None = None
+) -> dict[str, Any]:
     """How much of the benchmark ``predictions`` cover: ``expected`` (the items, after the run's limit),
     ``answered`` and ``unanswered`` (with their share in percent), ``missing_images`` (items whose images are
     missing or unreadable; they are never generated) and ``partial`` (not every item answered), with the first
-    unanswered ids and missing image paths. ``unresolved_share`` is filled in by :func:`score_benchmark`."""
+    unanswered ids and missing image paths; ``units`` and ``unit``: what those items are in the unit a limit
+    counts (16 ``question``s asked in 4 paraphrases each are 64 items; ``pair``s for ``finer_yn``).
+    ``unresolved`` and ``unresolved_share`` (answers no grader could read) are filled in by
+    :func:`score_benchmark`, which refuses a share above ``unresolved_limit`` (:func:`check_unresolved`) or,
+    allowed, sets ``mostly_unresolved``."""
     unanswered = [item.id for item in items if item.id not in predictions]
     missing_paths = sorted({str(path) for item in items for path in item.missing_images})
     expected = len(items)
     answered = expected - len(unanswered)
-    return {
+    coverage: dict[str, Any] = {
         "expected": expected,
         "answered": answered,
         "unanswered": len(unanswered),
         "answered_share": 100 * answered / expected if expected else 0.0,
         "missing_images": sum(bool(item.missing_images) for item in items),
         "missing_image_files": len(missing_paths),
+        "unresolved": None,
         "unresolved_share": None,
+        "unresolved_limit": UNRESOLVED_LIMIT,
+        "mostly_unresolved": False,
         "partial": answered < expected,
         "first_unanswered": unanswered[:SHOWN],
         "first_missing_images": missing_paths[:SHOWN],
     }
+    if benchmark is not None:
+        coverage["unit"] = unit_name(benchmark)
+        coverage["units"] = len({benchmark.limit_unit(item) for item in items})
+    return coverage
+
+
+def coverage_text(coverage: dict[str, Any]) -> str:
+    """The coverage as every table prints it, naming what is counted: ``64/64 items (16 questions)`` (answered
+    of expected items, then the limit's units when they are not the items), ``6/6 items``."""
+    text = f"{coverage.get('answered', '?')}/{coverage.get('expected', '?')} items"
+    units, unit = coverage.get("units"), coverage.get("unit")
+    if isinstance(units, int) and unit and units != coverage.get("expected"):
+        text += f" ({units} {unit}{'' if units == 1 else 's'})"
+    return text
+
+
+def benchmark_label(name: str, result: dict[str, Any]) -> str:
+    """``name`` with the marks of a result that does not describe the benchmark: ``(partial)`` (scored on its
+    answered items only) and ``(mostly unresolved)`` (most answers unread, scored anyway)."""
+    marks = [mark for mark in ("partial", "mostly unresolved") if result.get(mark.replace(" ", "_"))]
+    return f"{name} ({', '.join(marks)})" if marks else name
 
 
 def check_images(
@@ -351,20 +459,86 @@ def check_images(
         logger.warning("%s; scored without them (%s: labelled partial)", what, opt_in)
 
 
-def _unresolved_share(result: dict[str, Any], answered: int) -> float | None:
-    """The share (percent) of answers no grader could read: the answer resolution's, else the scorer's count."""
+def _unresolved(result: dict[str, Any], answered: int) -> tuple[int | None, float | None]:
+    """The number and share (percent) of answers no grader could read: the answer resolution's, else the
+    scorer's count; ``(None, None)`` for a benchmark without such a notion."""
     resolution = result.get("answer_resolution") or {}
     if resolution.get("unresolved_share") is not None:
-        return float(resolution["unresolved_share"])
+        count = resolution.get("unresolved")
+        share = float(resolution["unresolved_share"])
+        return (int(count) if isinstance(count, (int, float)) else round(share * answered / 100)), share
     counts = result.get("counts", {})
     unresolved = counts.get("unresolved", counts.get("unresolved_scored_as_0"))
     if isinstance(unresolved, (int, float)) and not isinstance(unresolved, bool) and answered:
-        return 100 * unresolved / answered
-    return None
+        return int(unresolved), 100 * unresolved / answered
+    return None, None
+
+
+def _unresolved_cause(benchmark: Benchmark, items: list[EvalItem], resolution: dict[str, Any] | None) -> str:
+    """The likely cause of a high unresolved share, for the refusal's line: the judge, when one read the
+    answers, else the generation budget or the answer format."""
+    resolution = resolution or {}
+    given = int(resolution.get("judge") or 0) + int(resolution.get("unresolved") or 0)
+    if resolution.get("model") and resolution.get("applies", True) and given:  # an LLM judge read the answers
+        return (
+            f"the judge: {resolution['model']} gave a readable verdict on {resolution.get('judge', 0)} of the {given} "
+            "answers it was sent (check --llm-model and --llm-base-url, and its replies in the cache)"
+        )
+    budgets = sorted({item.max_new_tokens for item in items})
+    budget = budgets[0] if budgets else benchmark.default_max_new_tokens
+    default = benchmark.default_max_new_tokens
+    if budget < default:
+        cut = f"--max-new-tokens {budget}, below {benchmark.name}'s default {default}"
+    else:
+        cut = f"--max-new-tokens {budget}; {benchmark.name}'s default is {default}"
+    judge = " (an LLM judge, --llm-base-url/--llm-model, reads free-form answers)" if benchmark.answer_format else ""
+    return f"answers cut off by the generation budget ({cut}) or not in {benchmark.name}'s answer format{judge}"
+
+
+class UnresolvedAnswers(UserError):
+    """A result refused because more of its answers than :data:`UNRESOLVED_LIMIT` are unresolved."""
+
+
+def check_unresolved(
+    benchmark: Benchmark,
+    items: list[EvalItem],
+    result: dict[str, Any],
+    *,
+    allow: bool,
+    opt_in: str = ALLOW_UNRESOLVED,
+) -> None:
+    """Refuse a result whose unresolved share (``result["coverage"]``) is above :data:`UNRESOLVED_LIMIT`: its
+    metrics would count every unread answer as wrong and describe the answer format, not the model (a GRPO
+    model's reasoning cut off by a 3-token budget scores 0.00). With ``allow`` (``opt_in``), the result is
+    kept and labelled ``mostly_unresolved`` (in the result and its coverage), with a warning.
+
+    Raises:
+        UnresolvedAnswers: the share is above the limit and ``allow`` is not set: one line with the share and
+            the likely cause.
+    """
+    coverage = result["coverage"]
+    share = coverage.get("unresolved_share")
+    if share is None or share <= UNRESOLVED_LIMIT:
+        return
+    what = (
+        f"{benchmark.name}: {coverage.get('unresolved')} of {coverage['answered']} answers ({share:.2f}%) are "
+        f"unresolved (no grader could read them; the metrics count them wrong), above the {UNRESOLVED_LIMIT:g}% "
+        f"limit; likely cause: {_unresolved_cause(benchmark, items, result.get('answer_resolution'))}"
+    )
+    if not allow:
+        raise UnresolvedAnswers(f"{what}; add {opt_in} to score them anyway (labelled mostly unresolved)")
+    coverage["mostly_unresolved"] = result["mostly_unresolved"] = True
+    logger.warning("%s; scored anyway, labelled mostly unresolved", what)
 
 
 def answered_items(
-    name: str, items: list[EvalItem], predictions: dict[str, str], *, allow_partial: bool, opt_in: str = ALLOW_PARTIAL
+    name: str,
+    items: list[EvalItem],
+    predictions: dict[str, str],
+    *,
+    allow_partial: bool,
+    opt_in: str = ALLOW_PARTIAL,
+    benchmark: Benchmark | None = None,
 ) -> tuple[list[EvalItem], dict[str, Any]]:
     """The items to score and the coverage (:func:`coverage_of`). Every item must be answered; with
     ``allow_partial``, only the answered ones are scored (never an unanswered item as an answer). An answered
@@ -374,7 +548,7 @@ def answered_items(
         UserError: nothing answered (even with ``allow_partial``), or not everything without it: counts and
             the first unanswered ids (and missing image paths).
     """
-    coverage = coverage_of(items, predictions)
+    coverage = coverage_of(items, predictions, benchmark)
     if coverage["expected"] and not coverage["answered"]:
         raise UserError(
             f"{name}: none of the {coverage['expected']} items is answered by the predictions "
@@ -390,7 +564,8 @@ def answered_items(
         raise UserError(
             f"{name}: the predictions answer {coverage['answered']} of {coverage['expected']} items "
             f"({coverage['unanswered']} unanswered, first: {', '.join(coverage['first_unanswered'])}{images}); "
-            f"give predictions for every item (eval score: the same --limit as the run), or add {opt_in} to score the "
+            f"give predictions for every item (eval score: the run's selection, read from its metrics.json), or add "
+            f"{opt_in} to score the "
             "answered items only (labelled partial)"
         )
     scored = [
@@ -452,13 +627,16 @@ def score_benchmark(
     *,
     allow_partial: bool = False,
     opt_in: str = ALLOW_PARTIAL,
+    allow_unresolved: bool = False,
+    unresolved_opt_in: str = ALLOW_UNRESOLVED,
 ) -> dict[str, Any]:
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``).
 
     Predictions must answer every item (:func:`answered_items`); ``allow_partial`` (``opt_in``) scores the
     answered ones only. The result's ``coverage`` (:func:`coverage_of`, with the unresolved share) and
-    ``partial`` say which.
+    ``partial`` say which. More unresolved answers than :data:`UNRESOLVED_LIMIT` are refused
+    (:func:`check_unresolved`); ``allow_unresolved`` (``unresolved_opt_in``) labels the result instead.
 
     ``strict_official``: the raw responses go to the official rule with no veritune step before it (AMBER
     discriminative then counts only the exact responses ``Yes`` and ``No``, as its ``inference.py``); a
@@ -477,7 +655,9 @@ def score_benchmark(
     benchmark = get_benchmark(name)
     if judge is None and getattr(benchmark, "requires_judge", False):
         raise UserError(f"{name}: scored by an LLM judge: give --llm-base-url and --llm-model")
-    items, coverage = answered_items(name, items, predictions, allow_partial=allow_partial, opt_in=opt_in)
+    items, coverage = answered_items(
+        name, items, predictions, allow_partial=allow_partial, opt_in=opt_in, benchmark=benchmark
+    )
     resolution = None
     if judge is not None:
         predictions, resolution = judge.resolve(benchmark, items, predictions)
@@ -497,7 +677,9 @@ def score_benchmark(
         ):  # logged with the metrics: a rising unresolved share is a format problem
             if f"{step}_share" in resolution:  # absent when the judge does not apply to the benchmark
                 result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
-    coverage["unresolved_share"] = _unresolved_share(result, coverage["answered"])
+    coverage["unresolved"], coverage["unresolved_share"] = _unresolved(result, coverage["answered"])
+    result["mostly_unresolved"] = False
+    check_unresolved(benchmark, items, result, allow=allow_unresolved, opt_in=unresolved_opt_in)
     return result
 
 
@@ -544,6 +726,7 @@ def evaluate_prepared(
     judge: AnswerJudge | None = None,
     force: bool = False,
     opt_in: str = ALLOW_PARTIAL,
+    unresolved_opt_in: str = ALLOW_UNRESOLVED,
 ) -> dict[str, Any]:
     """Run one prepared benchmark (resuming from ``OUT/<benchmark>/predictions.jsonl`` when it was made by
     the same model on the same items with the same settings; ``force`` starts a different one over) and
@@ -579,6 +762,8 @@ def evaluate_prepared(
         prepared.strict_official,
         allow_partial=prepared.allow_partial,
         opt_in=opt_in,
+        allow_unresolved=prepared.allow_unresolved,
+        unresolved_opt_in=unresolved_opt_in,
     )
     result["data"] = {
         "path": str(prepared.data_path),
@@ -609,12 +794,21 @@ def evaluate(
     batch_size: int = 8,
     judge: AnswerJudge | None = None,
     force: bool = False,
+    refused: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
-    main process."""
+    main process. With ``refused`` given, a benchmark refused for its unresolved answers
+    (:class:`UnresolvedAnswers`: no metrics.json; its predictions stay) is put there, ``{name: the refusal}``,
+    and the others still run; without it, the refusal is raised."""
     results = {}
     for entry in prepared:
-        result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size, judge=judge, force=force)
+        try:
+            result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size, judge=judge, force=force)
+        except UnresolvedAnswers as err:
+            if refused is None:
+                raise
+            refused[entry.name] = str(err)
+            continue
         if result:
             results[entry.name] = result
     return results
@@ -630,25 +824,42 @@ def rescore(
     strict_official: bool = False,
     allow_partial: bool = False,
     *,
-    limit_seed: int = DEFAULT_LIMIT_SEED,
-    limit_mode: str = DEFAULT_LIMIT_MODE,
+    limit_seed: int | None = None,
+    limit_mode: str | None = None,
+    allow_unresolved: bool = False,
 ) -> dict[str, Any]:
     """Score an existing predictions file without loading any model (``veritune eval score``), on the items
-    ``limit`` keeps (drawn as ``eval run`` draws them): the items must all be answered (``allow_partial``: the
-    answered ones are scored, labelled partial); no image is read, so the numbers never depend on the images
-    being on disk. When the file's header says a blind control made it, the result keeps that mark as
-    ``generation.blind``."""
+    the run answered: the selection recorded with the predictions (:func:`recorded_selection`: the limit, seed
+    and mode of ``eval run``, ``eval watch`` or the hook; a given ``limit``, ``limit_seed`` or ``limit_mode``
+    that contradicts it is refused), else the items ``limit`` keeps (drawn as ``eval run`` draws them). The
+    items must all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image
+    is read, so the numbers never depend on the images being on disk. When the file's header says a blind
+    control made it, the result keeps that mark as ``generation.blind``; ``selection_source`` is the file
+    the selection was read from (None: none was recorded)."""
     benchmark = get_benchmark(name)
-    items, selection = select_items(
-        benchmark, load_items(name, benchmark, data_path, image_root), limit, seed=limit_seed, mode=limit_mode
-    )
+    everything = load_items(name, benchmark, data_path, image_root)
     if not predictions_path.is_file():
         raise UserError(f"predictions file not found: {predictions_path}")
+    recorded = recorded_selection(predictions_path, name)
+    limit, limit_seed, limit_mode = rescore_limit(name, recorded, limit, limit_seed, limit_mode)
+    items, selection = select_items(benchmark, everything, limit, seed=limit_seed, mode=limit_mode)
     header, predictions = read_predictions_file(predictions_path)
+    budget = ((recorded[0].get("generation") or {}) if recorded else {}).get("max_new_tokens")
     for item in items:  # scoring reads no image: an item is answered or not, whatever is on disk now
         item.missing_images = []
-    result = score_benchmark(name, items, predictions, judge, strict_official, allow_partial=allow_partial)
+        if isinstance(budget, int):  # the run's budget, which a refusal for unresolved answers names
+            item.max_new_tokens = budget
+    result = score_benchmark(
+        name,
+        items,
+        predictions,
+        judge,
+        strict_official,
+        allow_partial=allow_partial,
+        allow_unresolved=allow_unresolved,
+    )
     result["selection"] = selection
+    result["selection_source"] = str(recorded[1]) if recorded else None
     blind = ((header or {}).get("generation") or {}).get("blind")
     if isinstance(blind, dict):
         result["generation"] = {"blind": blind}
@@ -682,11 +893,14 @@ def source_commit() -> str | None:
     return f"{commit}-dirty" if commit and dirty else commit or None
 
 
-def results_record(results: dict[str, dict[str, Any]], settings: dict[str, Any]) -> dict[str, Any]:
+def results_record(
+    results: dict[str, dict[str, Any]], settings: dict[str, Any], refused: dict[str, str] | None = None
+) -> dict[str, Any]:
     """What ``OUT/results.json`` of an ``eval run`` holds, in the spirit of lmms-eval's results file: per
-    benchmark its headline metrics, coverage (:func:`coverage_of`), ``partial`` mark, scoring mode, the item
-    selection when the run recorded one (``selection``), and where its metrics.json lies; then the run's
-    settings, the veritune version and commit, and the date (UTC)."""
+    benchmark its headline metrics, coverage (:func:`coverage_of`), ``partial`` and ``mostly_unresolved``
+    marks, scoring mode, the item selection when the run recorded one (``selection``), and where its
+    metrics.json lies; the benchmarks refused for their unresolved answers (``refused``: name -> the
+    refusal); then the run's settings, the veritune version and commit, and the date (UTC)."""
     import datetime
 
     from veritune.core.io import package_versions
@@ -697,6 +911,7 @@ def results_record(results: dict[str, dict[str, Any]], settings: dict[str, Any])
             "metrics": headline_metrics(result),
             "lower_is_better": result.get("lower_is_better", []),
             "partial": bool(result.get("partial")),
+            "mostly_unresolved": bool(result.get("mostly_unresolved")),
             "coverage": result.get("coverage"),
             "strict_official": result.get("strict_official", False),
             "answer_resolution": result.get("answer_resolution"),
@@ -712,6 +927,8 @@ def results_record(results: dict[str, dict[str, Any]], settings: dict[str, Any])
     return {
         "results": benchmarks,
         "partial": sorted(name for name, entry in benchmarks.items() if entry["partial"]),
+        "mostly_unresolved": sorted(name for name, entry in benchmarks.items() if entry["mostly_unresolved"]),
+        "refused": dict(refused or {}),
         "config": settings,
         "veritune_version": versions.pop("veritune"),
         "git_commit": source_commit(),

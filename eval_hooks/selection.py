@@ -41,6 +41,11 @@ def check_limit(limit: int | None, mode: str, source: str = "--limit") -> None:
         raise UserError(f"{source} mode {mode!r}: expected one of {', '.join(LIMIT_MODES)}")
 
 
+def unit_name(benchmark: Benchmark) -> str:
+    """What a limit of ``benchmark`` counts: ``pair`` (``limit_by_pair``) or ``question``."""
+    return "pair" if benchmark.limit_by_pair else "question"
+
+
 def select_items(
     benchmark: Benchmark,
     items: list[EvalItem],
@@ -76,7 +81,7 @@ def select_items(
         "limit": limit,
         "mode": used_mode,
         "seed": seed if used_mode == "stratified" else None,
-        "unit": "pair" if benchmark.limit_by_pair else "question",
+        "unit": unit_name(benchmark),
         "strata_by": list(benchmark.limit_strata),
         "units": sum(selected.values()),
         "items": len(chosen),

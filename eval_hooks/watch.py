@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.evaluate import METRICS_FILE, PreparedBenchmark, evaluate, headline_metrics
+from eval_hooks.evaluate import METRICS_FILE, PreparedBenchmark, benchmark_label, evaluate, headline_metrics
 from veritune.core.io import atomic_write_json
 from veritune.core.run_layout import (
     WANDB_LOGGED_FILE,
@@ -219,8 +219,7 @@ def watch(
                         checkpoint_eval_dir(run_dir, step) / WANDB_LOGGED_FILE, {"run": run.id, "step": step}
                     )
                 line = "; ".join(
-                    f"{name}{' (partial)' if r.get('partial') else ''} "
-                    + ", ".join(f"{k}={v:.2f}" for k, v in headline_metrics(r).items())
+                    f"{benchmark_label(name, r)} " + ", ".join(f"{k}={v:.2f}" for k, v in headline_metrics(r).items())
                     for name, r in results.items()
                 )
                 print(f"checkpoint-{step}: {line}", flush=True)

@@ -162,10 +162,128 @@ def test_console_table_shows_unresolved_share_in_one_unit(tmp_path: Path, capsys
     assert code == 0, err
     header, _, first, *rest = out.splitlines()
     assert header.split()[:8] == ["benchmark", "answered", "coverage", "%", "missing", "img", "unresolved", "%"]
-    assert first.split()[:5] == ["oric_bench", "8/8", "100.00", "0", "50.00"]  # four of eight answers unreadable
+    # what is counted: 8 items, the 2 questions' 4 paraphrases each; four of the eight answers unreadable
+    assert first.split()[:8] == ["oric_bench", "8/8", "items", "(2", "questions)", "100.00", "0", "50.00"]
     values = [line.split()[-1] for line in [first, *rest] if line.strip() and not line.startswith("oric_bench.metrics")]
     values = [value for value in values if not value.endswith(".jsonl") and "/" not in value]
     assert values and all(re.fullmatch(r"-?\d+\.\d\d", value) for value in values), values
+
+
+# (benchmark, limit, what the coverage says is counted)
+UNIT_CASES = [
+    ("oric_bench_r1", 2, "8/8 items (2 questions)"),  # a question asked in four paraphrases: four items
+    ("pope", None, "6/6 items"),  # one item per question: nothing more to say
+    ("finer_yn", 2, "4/4 items (2 pairs)"),  # --limit counts q+/q- pairs there
+]
+
+
+@pytest.mark.parametrize(("name", "limit", "text"), UNIT_CASES, ids=[c[0] for c in UNIT_CASES])
+def test_coverage_names_what_it_counts(tmp_path: Path, name: str, limit: int | None, text: str) -> None:
+    from test_eval_limits import write_finer_yn
+
+    from eval_hooks.evaluate import coverage_text, prepare_benchmark, score_benchmark
+
+    data = {
+        "oric_bench_r1": lambda: write_oric_bench(tmp_path, questions=4)[0],
+        "pope": lambda: pope_file(tmp_path)[0],
+        "finer_yn": lambda: write_finer_yn(tmp_path, {1: 3, 2: 3}),
+    }[name]()
+    prepared = prepare_benchmark(name, data={name: data}, limit=limit)
+    answers = {item.id: "<SOLUTION>yes</SOLUTION>" if name == "oric_bench_r1" else "Yes" for item in prepared.items}
+    result = score_benchmark(name, prepared.items, answers)
+    assert coverage_text(result["coverage"]) == text
+    assert result["coverage"]["units"] == prepared.selection["units"]  # the unit --limit counts
+    assert flat_metrics(name, result)[f"eval/{name}/coverage/units"] == prepared.selection["units"]
+    record = results_record({name: result}, {})
+    from veritune.report import eval_summary_rows
+
+    assert eval_summary_rows(record)[0]["answered"] == text
+
+
+# ---------------------------------------------------------------------------------------------- unresolved answers
+
+CUT_OFF = "<REASONING> The image shows"  # a GRPO model's reasoning, cut off by a 3-token budget: never graded
+
+
+@pytest.mark.parametrize("allow", [False, True])
+def test_a_mostly_unresolved_result_is_refused_or_labelled(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], allow: bool
+) -> None:
+    data, _ = write_oric_bench(tmp_path / "data", questions=4)
+    ids = [f"{q}/p{p}" for q in range(1, 5) for p in range(4)]
+    # 9 of 16 cut off (56.25%, above the 50% limit); the rest graded
+    answers = {key: CUT_OFF for key in ids[:9]} | {key: "<SOLUTION>yes</SOLUTION>" for key in ids[9:]}
+    predictions = write_predictions(tmp_path / "r1.jsonl", answers)
+    base = ["--benchmarks", "oric_bench_r1", "--data", f"oric_bench_r1={data}", "--predictions", predictions]
+    code, out, err = score(capsys, *base, *(["--allow-unresolved"] if allow else []))
+    if not allow:
+        assert code == 2 and err.startswith("error: ") and err.count("\n") == 1, err
+        for words in (
+            "oric_bench_r1: 9 of 16 answers (56.25%) are unresolved",
+            "above the 50% limit",
+            "likely cause: answers cut off by the generation budget (--max-new-tokens",
+            "add --allow-unresolved",
+        ):
+            assert words in err, err
+        assert not (tmp_path / "r1.metrics.json").exists()
+        return
+    assert code == 0, err
+    result = json.loads((tmp_path / "r1.metrics.json").read_text())
+    assert result["mostly_unresolved"] is True and result["coverage"]["mostly_unresolved"] is True
+    assert (result["coverage"]["unresolved"], result["coverage"]["unresolved_limit"]) == (9, 50.0)
+    assert next(line for line in out.splitlines() if line.startswith("oric_bench_r1")).startswith(
+        "oric_bench_r1 (mostly unresolved)"
+    )
+    assert flat_metrics("oric_bench_r1", result)["eval/oric_bench_r1/coverage/mostly_unresolved"] == 1.0
+    record = results_record({"oric_bench_r1": result}, {})
+    assert record["mostly_unresolved"] == ["oric_bench_r1"] and record["results"]["oric_bench_r1"]["mostly_unresolved"]
+
+
+def test_at_the_limit_a_result_is_scored_unlabelled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data, _ = write_oric_bench(tmp_path / "data", questions=4)
+    ids = [f"{q}/p{p}" for q in range(1, 5) for p in range(4)]
+    answers = {key: CUT_OFF for key in ids[:8]} | {key: "<SOLUTION>no</SOLUTION>" for key in ids[8:]}  # 50.00%
+    predictions = write_predictions(tmp_path / "r1.jsonl", answers)
+    code, _, err = score(
+        capsys, "--benchmarks", "oric_bench_r1", "--data", f"oric_bench_r1={data}", "--predictions", predictions
+    )
+    assert code == 0, err
+    result = json.loads((tmp_path / "r1.metrics.json").read_text())
+    assert result["coverage"]["unresolved_share"] == 50.0 and result["mostly_unresolved"] is False
+
+
+def test_hook_scores_and_labels_a_mostly_unresolved_checkpoint_and_training_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from helpers import _AnswerBackend
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    data, images = write_oric_bench(tmp_path / "data", questions=2)
+
+    class Model:  # what the hook asks of the live model when the backend is given
+        training = True
+
+        def eval(self) -> None:
+            self.training = False
+
+        def train(self, mode: bool = True) -> None:
+            self.training = mode
+
+    hook = EvalHookCallback(["oric_bench_r1"], None, data={"oric_bench_r1": str(data)}, image_root=str(images))
+    monkeypatch.setattr(hook, "make_backend", lambda *args: _AnswerBackend(lambda item: CUT_OFF))
+    args = TrainingArguments(output_dir=str(tmp_path / "run"), report_to=[], use_cpu=True)
+    state, control = TrainerState(max_steps=4), TrainerControl()
+    hook.on_train_begin(args, state, control, processing_class=object())
+    state.global_step = 2
+    model = Model()
+    with caplog.at_level("WARNING", logger="veritune.eval"):
+        hook.on_save(args, state, control, model=model, processing_class=object())
+    metrics = json.loads((tmp_path / "run" / "eval" / "checkpoint-2" / "oric_bench_r1" / "metrics.json").read_text())
+    assert metrics["mostly_unresolved"] is True and metrics["coverage"]["unresolved_share"] == 100.0
+    assert state.log_history[-1]["eval/oric_bench_r1/coverage/mostly_unresolved"] == 1.0
+    assert "eval/oric_bench_r1/status/failed" not in state.log_history[-1] and not hook.failed
+    assert "oric_bench_r1: 8 of 8 answers (100.00%) are unresolved" in caplog.text
+    assert "scored anyway, labelled mostly unresolved" in caplog.text and model.training
 
 
 # ---------------------------------------------------------------------------------------------- --image-root

@@ -140,24 +140,36 @@ def test_hallusionbench_judge_uses_gt_answer_details(tmp_path: Path, capsys: pyt
     assert (
         printed["answer_resolution"]["mode"] == "gt_answer_details" and printed["answer_resolution"]["unresolved"] == 1
     )
-    # without a judge the rules see none of these words as yes/no: all uncertain, so all right on these
-    # figure-0 VS questions
-    assert (
-        main(
-            [
-                "eval",
-                "score",
-                "--benchmarks",
-                "hallusionbench",
-                "--data",
-                f"hallusionbench={data}",
-                "--predictions",
-                str(predictions),
-            ]
-        )
-        == 0
-    )
-    assert json.loads((tmp_path / "p.metrics.json").read_text())["metrics"]["aAcc"] == 100.0
+    # without a judge the rules see none of these words as yes/no: all uncertain (refused, above the unresolved
+    # limit, unless allowed), so all right on these figure-0 VS questions
+    argv = ["eval", "score", "--benchmarks", "hallusionbench", "--data", f"hallusionbench={data}"]
+    with pytest.raises(SystemExit) as refused:
+        main([*argv, "--predictions", str(predictions)])
+    assert refused.value.code == 2 and "3 of 3 answers (100.00%) are unresolved" in capsys.readouterr().err
+    assert main([*argv, "--predictions", str(predictions), "--allow-unresolved"]) == 0
+    rescored = json.loads((tmp_path / "p.metrics.json").read_text())
+    assert rescored["metrics"]["aAcc"] == 100.0 and rescored["mostly_unresolved"] is True
+
+
+def test_a_judge_whose_replies_cannot_be_read_is_named_and_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = write_csv(tmp_path / "finer.csv", finer_rows())
+    predictions = write_predictions(tmp_path / "p.jsonl", {f"finer/{i}": "I would say so" for i in range(6)})
+    argv = ["eval", "score", "--benchmarks", "finer", "--data", f"finer={data}", "--predictions", str(predictions)]
+    with FakeChatServer(lambda request: "Sure! Here is my analysis of the answer") as server:
+        judge = ["--llm-base-url", server.base_url, "--llm-model", "judge-3", "--llm-cache", str(tmp_path / "j.sqlite")]
+        with pytest.raises(SystemExit) as refused:
+            main([*argv, *judge])
+        assert server.requests  # the answers were sent (identical prompts once), none read
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]  # below the bar
+    assert refused.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith("error: finer: 6 of 6 answers (100.00%) are unresolved")
+    assert "likely cause: the judge: judge-3 gave a readable verdict on 0 of the 6" in errors[0]
+    assert not (tmp_path / "p.metrics.json").exists()
+    assert main([*argv, *judge, "--allow-unresolved"]) == 0  # from the judge's cache, labelled
+    result = json.loads((tmp_path / "p.metrics.json").read_text())
+    assert result["mostly_unresolved"] is True and result["answer_resolution"]["unresolved"] == 6
 
 
 def test_judge_needs_both_url_and_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,3 +214,15 @@ def test_a_judge_no_benchmark_uses_is_refused_or_named(
     require_judges(names, judge)
     err = capsys.readouterr().err
     assert ("note: the LLM judge is not used by oric_bench_r1" in err) == (outcome == "note")
+
+
+def test_a_judge_that_reads_no_answer_of_the_benchmark_is_not_named_as_the_cause(tmp_path: Path) -> None:
+    from eval_fixtures import write_oric_bench
+
+    from eval_hooks.evaluate import prepare_benchmark, score_benchmark
+
+    data, _ = write_oric_bench(tmp_path, questions=1)
+    items = prepare_benchmark("oric_bench_r1", data={"oric_bench_r1": data}).items
+    judge = AnswerJudge("http://127.0.0.1:9/v1", "judge-1", cache_path=tmp_path / "judge.sqlite")  # never asked
+    with pytest.raises(UserError, match=r"4 of 4 answers .* likely cause: answers cut off by the generation budget"):
+        score_benchmark("oric_bench_r1", items, {item.id: "<REASONING> The" for item in items}, judge)

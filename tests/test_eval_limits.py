@@ -301,11 +301,15 @@ def pope_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> tu
 # eval score on the predictions of `eval run --benchmarks pope:6`: (--benchmarks, further flags, exit code,
 # whether the selection and metrics are eval run's, the error's start)
 SCORE_CASES = [
+    ("pope", [], 0, True, None),  # no flag: the selection is read from the run's metrics.json
     ("pope:6", [], 0, True, None),
     ("pope", ["--limit", "6"], 0, True, None),
+    ("pope", ["--limit-seed", "0", "--limit-mode", "stratified"], 0, True, None),  # the run's, given again
     ("pope:6", ["--limit", "2"], 0, True, None),  # NAME:N wins over --limit
-    ("pope:6", ["--limit-seed", "1"], 2, False, "error: pope: "),  # another sample: answers of items not in it
-    ("pope:6", ["--limit-mode", "first"], 2, False, "error: pope: "),  # the first six: all random
+    # a flag that would draw other items than the run's: one line naming both values
+    ("pope", ["--limit", "4"], 2, False, "error: pope: --limit 4 (the run's: 6) contradicts the selection recorded"),
+    ("pope:6", ["--limit-seed", "1"], 2, False, "error: pope: --limit-seed 1 (the run's: 0) contradicts"),
+    ("pope:6", ["--limit-mode", "first"], 2, False, "error: pope: --limit-mode first (the run's: stratified)"),
     ("pope:none", [], 2, False, "error: --benchmarks: 'pope:none': expected NAME or NAME:N"),
 ]
 
@@ -338,12 +342,49 @@ def test_eval_run_and_eval_score_take_name_n(
     except SystemExit as exit_info:
         exit_code = int(exit_info.code or 0)
     assert exit_code == code
+    err = ""
     if error is not None:
         err = capsys.readouterr().err
         assert err.startswith(error) and err.count("\n") == 1, err
     if same:
         scored = json.loads(scored_path.read_text())
         assert scored["selection"] == ran["selection"] and scored["metrics"] == ran["metrics"]
+        assert scored["selection_source"] == str(out / "pope" / "metrics.json")
+        assert f"pope: the run's selection, read from {out / 'pope' / 'metrics.json'}" in capsys.readouterr().err
+    if error is not None and "contradicts" in error:
+        assert str(out / "pope" / "metrics.json") in err  # where the run's values come from
+
+
+def test_eval_score_reads_the_selection_of_an_eval_run_folder_and_a_hook_checkpoint(
+    pope_run: tuple[Path, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """The selection is read from ``OUT/results.json`` when the metrics.json is gone, and from a hook's
+    ``eval/checkpoint-N/<benchmark>/metrics.json`` (another seed: the record's, not the default)."""
+    import shutil
+
+    from eval_hooks.evaluate import prepare_benchmark, rescore
+
+    data, out = pope_run
+    ran = json.loads((out / "pope" / "metrics.json").read_text())
+    copy = tmp_path / "eval"
+    shutil.copytree(out, copy)
+    (copy / "pope" / "metrics.json").unlink()
+    (copy / "pope" / "predictions.metrics.json").unlink(missing_ok=True)
+    assert main(["eval", "score", "--benchmarks", "pope", "--data", f"pope={data}", "--predictions", str(copy)]) == 0
+    scored = json.loads((copy / "pope" / "predictions.metrics.json").read_text())
+    assert scored["selection"] == ran["selection"] and scored["selection_source"] == str(copy / "results.json")
+    # a hook's checkpoint folder, drawn with seed 5: eval score needs no --limit-seed
+    hook = tmp_path / "run" / "eval" / "checkpoint-4" / "pope"
+    hook.mkdir(parents=True)
+    prepared = prepare_benchmark("pope", data={"pope": data}, limit=3, limit_seed=5)
+    (hook / "predictions.jsonl").write_text(
+        "".join(json.dumps({"id": i.id, "prediction": "Yes"}) + "\n" for i in prepared.items)
+    )
+    (hook / "metrics.json").write_text(json.dumps({"data": {"limit": 3}, "selection": prepared.selection}))
+    result = rescore("pope", data, hook / "predictions.jsonl")
+    assert result["selection"] == prepared.selection and result["counts"]["predicted"] == 3
+    with pytest.raises(UserError, match=r"--limit-seed 0 \(the run's: 5\)"):
+        rescore("pope", data, hook / "predictions.jsonl", limit_seed=0)
 
 
 def test_recipes_take_name_n_and_the_limit_keys(tmp_path: Path) -> None:
@@ -427,7 +468,7 @@ def test_the_readmes_data_flow_builds_what_eval_run_reads(
         },
     )
     assert run[run.index("--data-root") + 1] == "data/benchmarks"
-    assert main(run[1:]) == 0
+    assert main([*run[1:], "--allow-unresolved"]) == 0  # the tiny model writes no <SOLUTION> block or letter
     out = Path(run[run.index("--out") + 1])
     for name in ("oric_bench_r1", "finer", "finer_yn"):
         result = json.loads((out / name / "metrics.json").read_text())

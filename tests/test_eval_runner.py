@@ -187,6 +187,7 @@ def test_eval_score_equals_eval_run_metrics(
                 str(tmp_path),
                 "--max-new-tokens",
                 "16",
+                "--allow-unresolved",  # the tiny model's answers have no <SOLUTION> block
             ]
         )
         == 0
@@ -206,6 +207,7 @@ def test_eval_score_equals_eval_run_metrics(
                 str(oric / "coco" / "val2014"),
                 "--predictions",
                 str(tmp_path),
+                "--allow-unresolved",
             ]
         )
         == 0
@@ -219,38 +221,40 @@ def test_eval_score_equals_eval_run_metrics(
 def test_max_new_tokens_caps_every_answer(
     qwen3: TransformersBackend, tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(
-            [
-                "eval",
-                "run",
-                "--model",
-                str(tiny_qwen3vl),
-                "--benchmarks",
-                "oric_bench_r1",
-                "--data-root",
-                str(oric),
-                "--out",
-                str(tmp_path),
-                "--limit",
-                "2",
-                "--max-new-tokens",
-                "3",
-            ]
-        )
-        == 0
-    )
-    answers = read_predictions(tmp_path / "oric_bench_r1" / "predictions.jsonl").values()
+    mixed = "eval_fixtures.MixedImagesBench"  # no notion of an unresolved answer: never refused for it
+    command = [
+        "eval", "run", "--model", str(tiny_qwen3vl), "--benchmarks", f"oric_bench_r1,{mixed}",
+        "--data-root", str(oric), "--data", f"{mixed}={write_mixed_bench(tmp_path / 'mixed')}",
+        "--out", str(tmp_path / "out"), "--limit", "2", "--max-new-tokens", "3",
+    ]  # fmt: skip
+    out = tmp_path / "out"
+    # every R1 answer cut off before its <SOLUTION>: refused, in one line naming the share and the budget; the
+    # other benchmark is still run and written, and the refused one's answers are kept
+    with pytest.raises(SystemExit) as refused:
+        main(command)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]  # below the bars
+    assert refused.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith("error: oric_bench_r1: 8 of 8 answers (100.00%) are unresolved")
+    assert "--max-new-tokens 3, below oric_bench_r1's default 1024" in errors[0]
+    assert "--allow-unresolved" in errors[0] and f"answers kept in {out / 'oric_bench_r1'}" in errors[0]
+    assert not (out / "oric_bench_r1" / "metrics.json").exists() and (out / mixed / "metrics.json").is_file()
+    refusal = json.loads((out / "results.json").read_text())
+    assert list(refusal["results"]) == [mixed] and list(refusal["refused"]) == ["oric_bench_r1"]
+    assert main([*command, "--allow-unresolved"]) == 0  # labelled; the answers are reused, not generated again
+    answers = read_predictions(out / "oric_bench_r1" / "predictions.jsonl").values()
     assert max(len(qwen3.tokenizer(text, add_special_tokens=False)["input_ids"]) for text in answers) <= 3
-    metrics = json.loads((tmp_path / "oric_bench_r1" / "metrics.json").read_text())
-    assert metrics["generation"]["max_new_tokens"] == 3
+    metrics = json.loads((out / "oric_bench_r1" / "metrics.json").read_text())
+    assert metrics["generation"]["max_new_tokens"] == 3 and metrics["mostly_unresolved"] is True
     # one results file per run: headline metrics, coverage and the settings; the last line prints its real path
-    assert capsys.readouterr().out.splitlines()[-1] == f"results: {tmp_path / 'results.json'}"
-    results = json.loads((tmp_path / "results.json").read_text())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == f"results: {out / 'results.json'}"
+    assert any(line.startswith("oric_bench_r1 (mostly unresolved)  8/8 items (2 questions)") for line in lines)
+    results = json.loads((out / "results.json").read_text())
     entry = results["results"]["oric_bench_r1"]
     assert entry["metrics"] == headline_metrics(metrics) and entry["coverage"] == metrics["coverage"]
     assert (entry["coverage"]["expected"], entry["coverage"]["answered"], entry["partial"]) == (8, 8, False)
-    assert results["partial"] == [] and entry["limit"] == 2
+    assert results["partial"] == [] and entry["limit"] == 2 and results["refused"] == {}
+    assert results["mostly_unresolved"] == ["oric_bench_r1"] and entry["mostly_unresolved"] is True
     config = results["config"]
     assert (config["model"], config["limit"], config["strict_official"], config["judge"], config["backend"]) == (
         str(tiny_qwen3vl),
@@ -259,6 +263,7 @@ def test_max_new_tokens_caps_every_answer(
         None,
         "transformers",
     )
+    assert (config["limit_seed"], config["limit_mode"]) == (0, "stratified")
     assert results["veritune_version"] == __version__ and (results["git_commit"] or "").startswith(
         subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
     )
@@ -315,7 +320,8 @@ def test_missing_and_unreadable_images_are_refused_or_scored_partial(
     # the eval-only report of the run's folder: the partial mark and the coverage beside the metrics
     assert main(["report", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "report.html").read_text()
-    assert "veritune eval report" in page and "<td>oric_bench (partial)</td><td>8/16</td><td>8</td>" in page
+    assert "veritune eval report" in page
+    assert "<td>oric_bench (partial)</td><td>8/16 items (4 questions)</td><td>8</td>" in page
     assert "scored on the answered items only" in page and "Sample predictions" in page
 
 

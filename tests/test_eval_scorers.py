@@ -206,7 +206,8 @@ def test_eval_score_cli_prints_metrics(tmp_path: Path, capsys) -> None:
         "metric",
         "value",
     ]  # eval run's table
-    assert lines[2].split()[:5] == ["oric_bench", "8/8", "100.00", "0", "0.00"]  # coverage and unresolved share
+    # coverage (8 items, the 2 questions' paraphrases) and unresolved share
+    assert lines[2].split()[:8] == ["oric_bench", "8/8", "items", "(2", "questions)", "100.00", "0", "0.00"]
     printed = json.loads((tmp_path / "predictions.metrics.json").read_text())
     assert printed["metrics"]["yes_proportion"] == 100.0
     assert printed == rescore("oric_bench", data, predictions)

@@ -517,13 +517,17 @@ def samples_table(heading: str, samples: list[dict[str, Any]], blind: Any = None
 
 
 def coverage_cells(result: dict[str, Any]) -> dict[str, Any]:
-    """A result's coverage for a table row: answered of expected items, marked partial when the benchmark was
-    scored on the answered items only (``eval_allow_partial``); empty for a result written before coverage."""
+    """A result's coverage for a table row: answered of expected items, naming the questions (or pairs) they are
+    (:func:`eval_hooks.evaluate.coverage_text`), marked partial when the benchmark was scored on the answered
+    items only (``eval_allow_partial``) and mostly unresolved when most answers were unread; empty for a result
+    written before coverage."""
+    from eval_hooks.evaluate import coverage_text
+
     coverage = result.get("coverage")
     if not isinstance(coverage, dict):
         return {}
-    answered = f"{coverage.get('answered')}/{coverage.get('expected')}"
-    return {"answered": answered + (" (partial)" if result.get("partial") else "")}
+    marks = [mark for mark in ("partial", "mostly unresolved") if result.get(mark.replace(" ", "_"))]
+    return {"answered": coverage_text(coverage) + "".join(f" ({mark})" for mark in marks)}
 
 
 CURVE_CHECKPOINTS = 6  # a curve shows every checkpoint up to this many, else the first and the last
@@ -716,15 +720,18 @@ def read_eval_run(folder: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any
 
 
 def eval_summary_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per benchmark of ``results.json``: coverage, the partial mark and the headline metrics."""
+    """One row per benchmark of ``results.json``: coverage, the partial and mostly-unresolved marks and the
+    headline metrics."""
+    from eval_hooks.evaluate import benchmark_label, coverage_text
+
     rows = []
     for name, entry in record["results"].items():
         coverage = entry.get("coverage") or {}
         lower = set(entry.get("lower_is_better") or [])
         rows.append(
             {
-                "benchmark": name + (" (partial)" if entry.get("partial") else ""),
-                "answered": f"{coverage.get('answered', '?')}/{coverage.get('expected', '?')}",
+                "benchmark": benchmark_label(name, entry),
+                "answered": coverage_text(coverage),
                 "missing images": coverage.get("missing_images", ""),
                 "unresolved %": coverage.get("unresolved_share")
                 if coverage.get("unresolved_share") is not None
