@@ -119,7 +119,7 @@ def eval_hook(script_args: ScriptArguments) -> TrainerCallback | None:
 
 
 # The data paths a recipe may name and what each must be: "dir", or "any" where the reader takes a file or a
-# folder (finetune/data_sources.py; POPE's loader for replay_path).
+# folder (finetune/data_sources.py; veritune/core/pope_format.py for replay_path).
 DATA_PATH_KEYS = {"dataset_path": "any", "eval_dataset_path": "any", "replay_path": "any", "image_root": "dir"}
 
 
