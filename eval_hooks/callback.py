@@ -42,16 +42,10 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
-from eval_hooks.evaluate import (
-    PreparedBenchmark,
-    check_images,
-    coverage_text,
-    evaluate_prepared,
-    parse_benchmark_limits,
-    prepare_benchmark,
-    require_judges,
-    resolve_paths,
-)
+from eval_hooks.coverage import check_images, coverage_text
+from eval_hooks.evaluate import evaluate_prepared, require_judges
+from eval_hooks.paths import parse_benchmark_limits, resolve_paths
+from eval_hooks.prepare import PreparedBenchmark, prepare_benchmark
 from eval_hooks.registry import expand_presets, get_benchmark
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, check_limit
 from veritune.core.errors import UserError
@@ -153,7 +147,7 @@ class EvalHookCallback(TrainerCallback):
             labelled partial (``eval_allow_partial``); by default such a benchmark stops the run before its
             first step (:meth:`check_benchmarks`).
 
-    A checkpoint whose answers are mostly unresolved (above :data:`eval_hooks.evaluate.UNRESOLVED_LIMIT`: a
+    A checkpoint whose answers are mostly unresolved (above :data:`eval_hooks.coverage.UNRESOLVED_LIMIT`: a
     format not learned yet, a budget too short) is never refused here, unlike ``eval run``: it is scored,
     labelled ``mostly_unresolved`` (``eval/<benchmark>/coverage/mostly_unresolved`` = 1) and warned about.
     """
@@ -253,7 +247,7 @@ class EvalHookCallback(TrainerCallback):
     def check_data(self) -> None:
         """Before any model loads (the entry scripts' first step, :func:`finetune.training.start_run`): the hook's
         folders and every ``eval_data`` file exist, and every benchmark evaluated per save has its files where the
-        hook will read them (its layout under ``eval_data_root``: :func:`eval_hooks.evaluate.resolve_paths`), so
+        hook will read them (its layout under ``eval_data_root``: :func:`eval_hooks.paths.resolve_paths`), so
         that a wrong path stops the run in seconds instead of failing each evaluation after the model and DeepSpeed
         have loaded. A final benchmark without files under ``eval_data_root`` is left to :meth:`check_benchmarks`
         (reported, then skipped at the end: the FINER recipes name the ``general`` suites, which a run may lack).

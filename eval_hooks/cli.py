@@ -11,24 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.cli import add_llm_arguments, llm_client_options
-from eval_hooks.evaluate import (
-    METRICS_FILE,
-    RESULTS_FILE,
-    UNRESOLVED_LIMIT,
-    benchmark_label,
-    check_images,
-    coverage_text,
-    evaluate,
-    headline_metrics,
-    parse_benchmark_limits,
-    parse_benchmark_names,
-    parse_data_overrides,
-    parse_image_roots,
-    prepare_benchmark,
-    rescore,
-    results_record,
-)
+from eval_hooks.coverage import UNRESOLVED_LIMIT, benchmark_label, check_images, coverage_text
+from eval_hooks.evaluate import evaluate, rescore
+from eval_hooks.paths import parse_benchmark_limits, parse_benchmark_names, parse_data_overrides, parse_image_roots
+from eval_hooks.prepare import prepare_benchmark
 from eval_hooks.registry import BENCHMARKS
+from eval_hooks.results import METRICS_FILE, RESULTS_FILE, headline_metrics, results_record
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES, check_limit
 from veritune.cli import command_help
 from veritune.core.errors import UserError
@@ -353,7 +341,7 @@ def _run(args: argparse.Namespace) -> int:
 def write_results_file(
     args: argparse.Namespace, results: dict[str, dict[str, Any]], judge: Any, refused: dict[str, str] | None = None
 ) -> Path:
-    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.evaluate.results_record`), written atomically."""
+    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.results.results_record`), written atomically."""
     settings = {
         "model": str(args.model),
         "benchmarks": args.benchmarks,
@@ -438,7 +426,7 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from eval_hooks.evaluate import resolve_paths
+    from eval_hooks.paths import resolve_paths
     from eval_hooks.runner import PREDICTIONS_FILE, blind_label
 
     names, limits = _benchmarks_and_limits(args)

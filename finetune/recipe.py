@@ -324,7 +324,7 @@ def check_benchmark_names(names: str | list[str], source: str) -> None:
     Raises:
         UserError: ``"<source>: unknown benchmark 'x' (did you mean 'y'? ...)"``.
     """
-    from eval_hooks.evaluate import parse_benchmark_names
+    from eval_hooks.paths import parse_benchmark_names
     from eval_hooks.registry import get_benchmark
 
     for name in parse_benchmark_names(names, source, allow_limits=True):

@@ -89,7 +89,7 @@ def eval_hook(script_args: ScriptArguments) -> TrainerCallback | None:
     if not ((script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks):
         return None
     from eval_hooks.callback import EvalHookCallback
-    from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
+    from eval_hooks.paths import parse_benchmark_names, parse_data_overrides
 
     # The one parser of the CLI: comma-separated or listed names, NAME:N allowed; bad entries are refused. A
     # recipe may name final benchmarks only.
