@@ -35,8 +35,8 @@ def coverage_of(
     unanswered ids and missing image paths; ``units`` and ``unit``: what those items are in the unit a limit
     counts (16 ``question``s asked in 4 paraphrases each are 64 items; ``pair``s for ``finer_yn``).
     ``unresolved`` and ``unresolved_share`` (answers no grader could read) are filled in by
-    :func:`score_benchmark`, which refuses a share above ``unresolved_limit`` (:func:`check_unresolved`) or,
-    allowed, sets ``mostly_unresolved``."""
+    :func:`eval_hooks.evaluate.score_benchmark`, which refuses a share above ``unresolved_limit``
+    (:func:`check_unresolved`) or, allowed, sets ``mostly_unresolved``."""
     unanswered = [item.id for item in items if item.id not in predictions]
     missing_paths = sorted({str(path) for item in items for path in item.missing_images})
     expected = len(items)

@@ -99,10 +99,11 @@ def score_benchmark(
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``).
 
-    Predictions must answer every item (:func:`answered_items`); ``allow_partial`` (``opt_in``) scores the
-    answered ones only. The result's ``coverage`` (:func:`coverage_of`, with the unresolved share) and
-    ``partial`` say which. More unresolved answers than :data:`UNRESOLVED_LIMIT` are refused
-    (:func:`check_unresolved`); ``allow_unresolved`` (``unresolved_opt_in``) labels the result instead.
+    Predictions must answer every item (:func:`eval_hooks.coverage.answered_items`); ``allow_partial``
+    (``opt_in``) scores the answered ones only. The result's ``coverage`` (:func:`eval_hooks.coverage.coverage_of`,
+    with the unresolved share) and ``partial`` say which. More unresolved answers than
+    :data:`eval_hooks.coverage.UNRESOLVED_LIMIT` are refused (:func:`eval_hooks.coverage.check_unresolved`);
+    ``allow_unresolved`` (``unresolved_opt_in``) labels the result instead.
 
     ``strict_official``: the raw responses go to the official rule with no veritune step before it (AMBER
     discriminative then counts only the exact responses ``Yes`` and ``No``, as its ``inference.py``); a
@@ -264,8 +265,8 @@ def evaluate(
 ) -> dict[str, dict[str, Any]]:
     """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
     main process. With ``refused`` given, a benchmark refused for its unresolved answers
-    (:class:`UnresolvedAnswers`: no metrics.json; its predictions stay) is put there, ``{name: the refusal}``,
-    and the others still run; without it, the refusal is raised."""
+    (:class:`eval_hooks.coverage.UnresolvedAnswers`: no metrics.json; its predictions stay) is put there,
+    ``{name: the refusal}``, and the others still run; without it, the refusal is raised."""
     results = {}
     for entry in prepared:
         try:
@@ -295,10 +296,10 @@ def rescore(
     allow_unresolved: bool = False,
 ) -> dict[str, Any]:
     """Score an existing predictions file without loading any model (``veritune eval score``), on the items
-    the run answered: the selection recorded with the predictions (:func:`recorded_selection`: the limit, seed
-    and mode of ``eval run``, ``eval watch`` or the hook; a given ``limit``, ``limit_seed`` or ``limit_mode``
-    that contradicts it is refused), else the items ``limit`` keeps (drawn as ``eval run`` draws them). The
-    items must all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image
+    the run answered: the selection recorded with the predictions (:func:`eval_hooks.results.recorded_selection`:
+    the limit, seed and mode of ``eval run``, ``eval watch`` or the hook; a given ``limit``, ``limit_seed`` or
+    ``limit_mode`` that contradicts it is refused), else the items ``limit`` keeps (drawn as ``eval run`` draws
+    them). The items must all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image
     is read, so the numbers never depend on the images being on disk. When the file's header says a blind
     control made it, the result keeps that mark as ``generation.blind``; ``selection_source`` is the file
     the selection was read from (None: none was recorded)."""

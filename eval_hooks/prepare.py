@@ -26,8 +26,8 @@ class PreparedBenchmark:
     limit: int | None = None
     max_new_tokens: int | None = None
     strict_official: bool = False
-    allow_partial: bool = False  # score the answered items only, labelled partial (see :func:`score_benchmark`)
-    allow_unresolved: bool = False  # score a mostly unresolved result, labelled (see :func:`check_unresolved`)
+    allow_partial: bool = False  # score the answered items only, labelled partial (eval_hooks.evaluate.score_benchmark)
+    allow_unresolved: bool = False  # score a mostly unresolved result, labelled (eval_hooks.coverage.check_unresolved)
     selection: dict[str, Any] = field(default_factory=dict)  # what the limit kept (eval_hooks.selection)
 
 
@@ -63,8 +63,9 @@ def prepare_benchmark(
     """Locate and load one benchmark, keep the items of ``limit`` questions (a stratified sample drawn with
     ``limit_seed``, or with ``limit_mode="first"`` the first ones: :func:`eval_hooks.selection.select_items`),
     set the generation budget; ``strict_official``: score exactly as the official script (see
-    :func:`score_benchmark`); ``allow_partial``: score the answered items only, labelled partial;
-    ``allow_unresolved``: score a result whose answers are mostly unresolved, labelled (:func:`check_unresolved`)."""
+    :func:`eval_hooks.evaluate.score_benchmark`); ``allow_partial``: score the answered items only, labelled partial;
+    ``allow_unresolved``: score a result whose answers are mostly unresolved, labelled
+    (:func:`eval_hooks.coverage.check_unresolved`)."""
     benchmark = get_benchmark(name)
     data_path, images = resolve_paths(name, data_root, data or {}, image_root)
     if not data_path.exists():

@@ -132,9 +132,9 @@ def results_record(
     results: dict[str, dict[str, Any]], settings: dict[str, Any], refused: dict[str, str] | None = None
 ) -> dict[str, Any]:
     """What ``OUT/results.json`` of an ``eval run`` holds, in the spirit of lmms-eval's results file: per
-    benchmark its headline metrics, coverage (:func:`coverage_of`), ``partial`` and ``mostly_unresolved``
-    marks, scoring mode, the item selection when the run recorded one (``selection``), and where its
-    metrics.json lies; the benchmarks refused for their unresolved answers (``refused``: name -> the
+    benchmark its headline metrics, coverage (:func:`eval_hooks.coverage.coverage_of`), ``partial`` and
+    ``mostly_unresolved`` marks, scoring mode, the item selection when the run recorded one (``selection``), and
+    where its metrics.json lies; the benchmarks refused for their unresolved answers (``refused``: name -> the
     refusal); then the run's settings, the veritune version and commit, and the date (UTC)."""
     import datetime
 
