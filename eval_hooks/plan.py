@@ -172,7 +172,7 @@ class EvalPlan:
 
     @classmethod
     def of(cls, args: Any) -> EvalPlan:
-        """:meth:`from_script_args`, parsed once per recipe: the plan is kept on ``args`` and parsed again only
+        """:meth:`from_script_args`, parsed once per recipe: the plan is kept beside ``args`` and parsed again only
         when one of its ``eval_*`` keys has changed since (the recipe check, the path check and the callbacks of
         one run share it)."""
         key = tuple(repr(getattr(args, name, None)) for name in SCRIPT_KEYS)
