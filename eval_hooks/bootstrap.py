@@ -183,7 +183,7 @@ def hook_difference_intervals(
     """
     import json
 
-    from eval_hooks.evaluate import METRICS_FILE, prepare_as_evaluated
+    from eval_hooks.results import METRICS_FILE, prepare_as_evaluated
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
     from veritune.core.run_layout import checkpoint_eval_dir
 

@@ -42,18 +42,12 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
-from eval_hooks.evaluate import (
-    PreparedBenchmark,
-    check_images,
-    coverage_text,
-    evaluate_prepared,
-    parse_benchmark_limits,
-    prepare_benchmark,
-    require_judges,
-    resolve_paths,
-)
-from eval_hooks.registry import expand_presets, get_benchmark
-from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, check_limit
+from eval_hooks.coverage import check_images, coverage_text
+from eval_hooks.evaluate import evaluate_prepared
+from eval_hooks.paths import resolve_paths
+from eval_hooks.plan import EvalPlan
+from eval_hooks.prepare import PreparedBenchmark
+from eval_hooks.registry import get_benchmark
 from veritune.core.errors import UserError
 from veritune.core.images import load_image_cached
 from veritune.core.io import atomic_write_json, require_input_path
@@ -132,71 +126,48 @@ def _cell(value: Any) -> Any:
 
 
 class EvalHookCallback(TrainerCallback):
-    """Evaluate every saved checkpoint on ``benchmarks`` (see the module docstring).
+    """Evaluate every saved checkpoint on the plan's benchmarks (see the module docstring).
 
     Args:
-        benchmarks: registry names or dotted paths (``eval_benchmarks`` in a recipe), each optionally
-            ``name:N`` to evaluate only N of its questions (overrides ``limit`` for it).
-        data_root: the folder holding every benchmark's files in the layout of docs/EVALUATION.md.
-        limit: at most this many questions per benchmark (quick hooks).
-        limit_seed, limit_mode: how a limit picks its questions (:func:`eval_hooks.selection.select_items`):
-            a stratified sample drawn with this seed, or the first ones (``"first"``).
-        batch_size: items per ``generate`` call, per process.
-        data: explicit ``{benchmark: file or folder}``, instead of ``data_root``'s layout.
-        image_root: images of the ``data`` files.
-        max_new_tokens: one generation budget for every item (default: each benchmark's own).
-        final_benchmarks: like ``benchmarks``, but evaluated only once, after the final checkpoint (or on
-            the final model when training ends without saving its last step).
-        at_start: also evaluate the model before the first training step (the step-0 baseline, in
-            ``eval/checkpoint-0``), on the same items as every later checkpoint.
-        allow_partial: score a benchmark whose images are partly missing on the items that have them,
-            labelled partial (``eval_allow_partial``); by default such a benchmark stops the run before its
-            first step (:meth:`check_benchmarks`).
+        plan: what to evaluate and how (:class:`eval_hooks.plan.EvalPlan`, from the recipe's ``eval_*`` keys:
+            :meth:`~eval_hooks.plan.EvalPlan.from_script_args`): ``benchmarks`` per save, each with its
+            ``NAME:N`` limit or ``limit`` (a stratified sample drawn with ``limit_seed``, or the first ones:
+            ``limit_mode``); ``final_benchmarks`` once, after the final checkpoint (or on the final model when
+            training ends without saving its last step); ``at_start``: also the model before the first step
+            (the step-0 baseline, in ``eval/checkpoint-0``), on the same items as every later checkpoint;
+            ``allow_partial``: score a benchmark whose images are partly missing on the items that have them,
+            labelled partial (``eval_allow_partial``; by default such a benchmark stops the run before its
+            first step: :meth:`check_benchmarks`). A list of benchmarks instead, with ``data_root`` and the
+            settings as keywords (``limit``, ``batch_size``, ``data``, ``image_root``, ``max_new_tokens``,
+            ``final_benchmarks``, ``at_start``, ``backend``, ``allow_partial``, ``limit_seed``, ``limit_mode``),
+            builds the plan through the same parser (:meth:`~eval_hooks.plan.EvalPlan.for_hook`).
 
-    A checkpoint whose answers are mostly unresolved (above :data:`eval_hooks.evaluate.UNRESOLVED_LIMIT`: a
+    A checkpoint whose answers are mostly unresolved (above :data:`eval_hooks.coverage.UNRESOLVED_LIMIT`: a
     format not learned yet, a budget too short) is never refused here, unlike ``eval run``: it is scored,
     labelled ``mostly_unresolved`` (``eval/<benchmark>/coverage/mostly_unresolved`` = 1) and warned about.
     """
 
-    def __init__(
-        self,
-        benchmarks: list[str],
-        data_root: str | None,
-        *,
-        limit: int | None = None,
-        batch_size: int = 8,
-        data: dict[str, str] | None = None,
-        image_root: str | None = None,
-        max_new_tokens: int | None = None,
-        final_benchmarks: list[str] | None = None,
-        at_start: bool = False,
-        backend: str = "auto",
-        allow_partial: bool = False,
-        limit_seed: int = DEFAULT_LIMIT_SEED,
-        limit_mode: str = DEFAULT_LIMIT_MODE,
-    ) -> None:
-        check_limit(limit, limit_mode, "eval_limit")
-        self.benchmarks, self.limits = parse_benchmark_limits(expand_presets(benchmarks))
-        self.final_benchmarks, self.final_limits = parse_benchmark_limits(expand_presets(final_benchmarks or []))
-        # the hook has no LLM judge: judged suites are scored with `eval score`
-        require_judges([*self.benchmarks, *self.final_benchmarks], None)
+    def __init__(self, plan: EvalPlan | list[str], data_root: str | Path | None = None, **settings: Any) -> None:
+        if not isinstance(plan, EvalPlan):
+            plan = EvalPlan.for_hook(plan, data_root, **settings)
+        self.plan = plan
+        self.benchmarks, self.limits = plan.benchmarks, plan.limits
+        self.final_benchmarks, self.final_limits = plan.final_benchmarks, plan.final_limits
         self._final_done = False
-        self.at_start = at_start
-        self.data_root = Path(data_root) if data_root else None
-        self.data = {name: Path(path) for name, path in (data or {}).items()}
-        self.image_root = Path(image_root) if image_root else None
-        self.limit = limit
-        self.limit_seed = limit_seed
-        self.limit_mode = limit_mode
-        self.batch_size = batch_size
-        self.max_new_tokens = max_new_tokens
+        self.at_start = plan.at_start
+        self.data_root = plan.data_root
+        self.data = plan.data
+        self.image_root = plan.image_root
+        self.limit, self.limit_seed, self.limit_mode = plan.limit, plan.limit_seed, plan.limit_mode
+        self.batch_size = plan.batch_size
+        self.max_new_tokens = plan.max_new_tokens
         self.processor: Any = None
         self._prepared: dict[str, PreparedBenchmark] = {}
         self._handler: CallbackHandler | None = None
-        self.backend = backend
+        self.backend = plan.backend
         self._vllm: Any = None  # TRL's VLLMGeneration of the trainer, when it has one (bind_vllm)
         self._said_backend = False
-        self.allow_partial = allow_partial
+        self.allow_partial = plan.allow_partial
         self.failed: dict[int, list[str]] = {}  # step -> the benchmarks whose evaluation failed there
 
     def bind_handler(self, handler: CallbackHandler) -> None:
@@ -253,7 +224,7 @@ class EvalHookCallback(TrainerCallback):
     def check_data(self) -> None:
         """Before any model loads (the entry scripts' first step, :func:`finetune.training.start_run`): the hook's
         folders and every ``eval_data`` file exist, and every benchmark evaluated per save has its files where the
-        hook will read them (its layout under ``eval_data_root``: :func:`eval_hooks.evaluate.resolve_paths`), so
+        hook will read them (its layout under ``eval_data_root``: :func:`eval_hooks.paths.resolve_paths`), so
         that a wrong path stops the run in seconds instead of failing each evaluation after the model and DeepSpeed
         have loaded. A final benchmark without files under ``eval_data_root`` is left to :meth:`check_benchmarks`
         (reported, then skipped at the end: the FINER recipes name the ``general`` suites, which a run may lack).
@@ -277,7 +248,7 @@ class EvalHookCallback(TrainerCallback):
                     f"eval_benchmarks: {name}: its files are read under eval_data_root (as {layout}) or from "
                     f"eval_data: [{name}=PATH], and the recipe sets neither"
                 )
-            data_path, _ = resolve_paths(name, self.data_root, self.data, self.image_root)
+            data_path, _ = resolve_paths(name, self.data_root, self.data, self.plan.image_roots)
             if not data_path.exists():
                 raise UserError(
                     f"eval_data_root: {name}: {data_path}: no such file or directory (expected {layout}); or give "
@@ -317,20 +288,9 @@ class EvalHookCallback(TrainerCallback):
         """Benchmark ``name`` with ``limit``, loaded once for the whole run (every checkpoint sees the same items)."""
         key = f"{name}:{limit}"  # a benchmark may run per save and, with another limit, at the end
         if key not in self._prepared:
-            self._prepared[key] = prepare_benchmark(
-                name,
-                data_root=self.data_root,
-                data=self.data,
-                image_root=self.image_root,
-                limit=limit,
-                max_new_tokens=self.max_new_tokens,
-                allow_partial=self.allow_partial,
-                limit_seed=self.limit_seed,
-                limit_mode=self.limit_mode,
-                # never refused here: a checkpoint whose answers are mostly unresolved (a format not learned yet,
-                # a budget too short) is a point of the curve, scored, labelled and warned about
-                allow_unresolved=True,
-            )
+            # never refused here (the plan's allow_unresolved): a checkpoint whose answers are mostly unresolved
+            # (a format not learned yet, a budget too short) is a point of the curve, scored, labelled and warned
+            self._prepared[key] = self.plan.prepare(name, limit)
         return self._prepared[key]
 
     def evaluate_baseline(

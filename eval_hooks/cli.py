@@ -11,25 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from data_builders.cli import add_llm_arguments, llm_client_options
-from eval_hooks.evaluate import (
-    METRICS_FILE,
-    RESULTS_FILE,
-    UNRESOLVED_LIMIT,
-    benchmark_label,
-    check_images,
-    coverage_text,
-    evaluate,
-    headline_metrics,
-    parse_benchmark_limits,
-    parse_benchmark_names,
-    parse_data_overrides,
-    parse_image_roots,
-    prepare_benchmark,
-    rescore,
-    results_record,
-)
+from eval_hooks.coverage import UNRESOLVED_LIMIT, benchmark_label, check_images, coverage_text
+from eval_hooks.evaluate import evaluate, rescore
+from eval_hooks.plan import EvalPlan
+from eval_hooks.prepare import PreparedBenchmark
 from eval_hooks.registry import BENCHMARKS
-from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES, check_limit
+from eval_hooks.results import METRICS_FILE, RESULTS_FILE, headline_metrics, results_record
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
 from veritune.cli import command_help
 from veritune.core.errors import UserError
 from veritune.core.images import BLIND_FILL
@@ -271,42 +259,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     score.set_defaults(handler=_score)
 
 
-def _benchmarks_and_limits(args: argparse.Namespace) -> tuple[list[str], dict[str, int | None]]:
-    """``--benchmarks`` (``NAME`` or ``NAME:N``) -> the names and each one's limit (``N``, else ``--limit``)."""
-    check_limit(args.limit, args.limit_mode or DEFAULT_LIMIT_MODE)
-    names, limits = parse_benchmark_limits(parse_benchmark_names(args.benchmarks))
-    return names, {name: limits.get(name, args.limit) for name in names}
-
-
-def _limit_draw(args: argparse.Namespace) -> tuple[int, str]:
-    """``--limit-seed`` and ``--limit-mode`` of ``eval run`` / ``eval watch``, their defaults when not given."""
-    seed = DEFAULT_LIMIT_SEED if args.limit_seed is None else args.limit_seed
-    return seed, args.limit_mode or DEFAULT_LIMIT_MODE
-
-
-def _prepare(args: argparse.Namespace, *, allow_unresolved: bool) -> list:
-    """The benchmarks of ``eval run`` / ``eval watch``, loaded (``NAME:N`` or ``--limit``: the limit's sample),
-    their images checked (:func:`check_images`): every wrong path or missing image is refused before a model
-    loads. ``allow_unresolved``: a mostly unresolved result is scored and labelled, not refused."""
-    names, limits = _benchmarks_and_limits(args)
-    data = parse_data_overrides(args.data, benchmarks=names)
-    image_roots = parse_image_roots(args.image_root, benchmarks=names)
-    prepared = [
-        prepare_benchmark(
-            name,
-            data_root=args.data_root,
-            data=data,
-            image_root=image_roots,
-            limit=limits[name],
-            max_new_tokens=args.max_new_tokens,
-            strict_official=args.strict_official,
-            allow_partial=args.allow_partial,
-            limit_seed=_limit_draw(args)[0],
-            limit_mode=_limit_draw(args)[1],
-            allow_unresolved=allow_unresolved,
-        )
-        for name in names
-    ]
+def _prepare(plan: EvalPlan) -> list[PreparedBenchmark]:
+    """The benchmarks of ``eval run`` / ``eval watch``, loaded as the plan says (``NAME:N`` or ``--limit``: the
+    limit's sample), their images checked (:func:`check_images`): every wrong path or missing image is refused
+    before a model loads. The plan's ``allow_unresolved``: a mostly unresolved result is scored and labelled,
+    not refused."""
+    prepared = [plan.prepare(name, plan.limit_of(name)) for name in plan.benchmarks]
     check_images(prepared)
     return prepared
 
@@ -318,21 +276,22 @@ def _run(args: argparse.Namespace) -> int:
     # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
     require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
     blind_fill = blind_fill_of(args)
-    prepared = _prepare(args, allow_unresolved=args.allow_unresolved)  # before the model loads: fails fast
+    plan = EvalPlan.from_cli(args)
+    prepared = _prepare(plan)  # before the model loads: fails fast
     judge = _judge(args)
     from eval_hooks.evaluate import require_judges
 
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
-    backend = get_backend(args.backend, args.model, args.dtype, blind_fill=blind_fill)
+    backend = get_backend(plan.backend, args.model, plan.dtype, blind_fill=blind_fill)
     refused: dict[str, str] = {}  # benchmarks refused for their unresolved answers: the others still run
     results = evaluate(
-        backend, prepared, args.out, batch_size=args.batch_size, judge=judge, force=args.force, refused=refused
+        backend, prepared, args.out, batch_size=plan.batch_size, judge=judge, force=args.force, refused=refused
     )
     state = process_state()
     if state.is_main_process:
         if blind_fill is not None:
             print(blind_label(blind_fill))
-        results_path = write_results_file(args, results, judge, refused)
+        results_path = write_results_file(args, results, judge, refused, plan)
         if results:
             print(summary_table(results))
             print(f"per benchmark: {', '.join(str(Path(args.out) / name / METRICS_FILE) for name in results)}")
@@ -351,25 +310,30 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def write_results_file(
-    args: argparse.Namespace, results: dict[str, dict[str, Any]], judge: Any, refused: dict[str, str] | None = None
+    args: argparse.Namespace,
+    results: dict[str, dict[str, Any]],
+    judge: Any,
+    refused: dict[str, str] | None = None,
+    plan: EvalPlan | None = None,
 ) -> Path:
-    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.evaluate.results_record`), written atomically."""
+    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.results.results_record`), written atomically."""
+    plan = plan or EvalPlan.from_cli(args)
     settings = {
         "model": str(args.model),
         "benchmarks": args.benchmarks,
-        "backend": args.backend,
-        "dtype": args.dtype,
-        "batch_size": args.batch_size,
-        "max_new_tokens": args.max_new_tokens,
-        "limit": getattr(args, "limit", None),
-        "limit_seed": _limit_draw(args)[0],
-        "limit_mode": _limit_draw(args)[1],
-        "strict_official": args.strict_official,
-        "allow_partial": args.allow_partial,
-        "allow_unresolved": args.allow_unresolved,
+        "backend": plan.backend,
+        "dtype": plan.dtype,
+        "batch_size": plan.batch_size,
+        "max_new_tokens": plan.max_new_tokens,
+        "limit": plan.limit,
+        "limit_seed": plan.limit_seed,
+        "limit_mode": plan.limit_mode,
+        "strict_official": plan.strict_official,
+        "allow_partial": plan.allow_partial,
+        "allow_unresolved": plan.allow_unresolved,
         "judge": {"model": args.llm_model, "base_url": args.llm_base_url} if judge is not None else None,
         "blind": {"fill": list(blind_fill_of(args))} if args.blind else None,
-        "data_root": str(args.data_root) if args.data_root else None,
+        "data_root": str(plan.data_root) if plan.data_root else None,
     }
     return atomic_write_json(Path(args.out) / RESULTS_FILE, results_record(results, settings, refused))
 
@@ -420,17 +384,18 @@ def _watch(args: argparse.Namespace) -> int:
     from eval_hooks.evaluate import require_judges
 
     # a checkpoint's mostly unresolved answers are a point of the curve (a format not learned yet): labelled
-    prepared, judge = _prepare(args, allow_unresolved=True), _judge(args)
+    plan = EvalPlan.from_cli(args, allow_unresolved=True)
+    prepared, judge = _prepare(plan), _judge(args)
     require_judges([entry.name for entry in prepared], judge)
     steps = watch(
         args.run_dir,
         prepared,
-        batch_size=args.batch_size,
+        batch_size=plan.batch_size,
         interval=args.interval,
         once=args.once,
         idle_timeout=args.timeout,
-        backend=args.backend,
-        dtype=args.dtype,
+        backend=plan.backend,
+        dtype=plan.dtype,
         judge=judge,
     )
     print(f"evaluated checkpoints: {', '.join(map(str, steps)) or 'none new'}")
@@ -438,18 +403,17 @@ def _watch(args: argparse.Namespace) -> int:
 
 
 def _score(args: argparse.Namespace) -> int:
-    from eval_hooks.evaluate import resolve_paths
+    from eval_hooks.paths import resolve_paths
     from eval_hooks.runner import PREDICTIONS_FILE, blind_label
 
-    names, limits = _benchmarks_and_limits(args)
-    data = parse_data_overrides(args.data, benchmarks=names)
+    plan = EvalPlan.from_cli(args)
+    names = plan.benchmarks
     if args.predictions.is_file() and len(names) > 1:
         raise UserError(
             f"--predictions {args.predictions}: one file holds one benchmark's predictions; "
             f"for {len(names)} benchmarks "
             "give the `eval run --out` directory (OUT/<benchmark>/predictions.jsonl)"
         )
-    image_roots = parse_image_roots(args.image_root, benchmarks=names)
     judge = _judge(args)
     if judge is not None:
         from eval_hooks.evaluate import refuse_unused_judge
@@ -458,13 +422,13 @@ def _score(args: argparse.Namespace) -> int:
     results = {}
     for name in names:
         predictions = args.predictions if not args.predictions.is_dir() else args.predictions / name / PREDICTIONS_FILE
-        data_path, image_root = resolve_paths(name, args.data_root, data, image_roots)
+        data_path, image_root = resolve_paths(name, plan.data_root, plan.data, plan.image_roots)
         result = rescore(
             name,
             data_path,
             predictions,
             image_root,
-            limits[name],
+            plan.limit_of(name),
             judge=judge,
             strict_official=args.strict_official,
             allow_partial=args.allow_partial,

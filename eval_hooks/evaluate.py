@@ -1,24 +1,31 @@
-"""Evaluate a model on benchmarks: ``OUT/<benchmark>/{predictions.jsonl,metrics.json}``.
+"""Evaluate a model on prepared benchmarks (:mod:`eval_hooks.prepare`) and score the predictions:
+``OUT/<benchmark>/{predictions.jsonl,metrics.json}``.
 
-Shared by ``veritune eval run``, ``veritune eval watch`` and the training eval hook. Benchmarks are
-prepared (located, loaded, limited) before any model is loaded, so a wrong path fails in a second.
+Shared by ``veritune eval run``, ``veritune eval watch`` and the training eval hook; ``eval score`` rescores
+here too (:func:`rescore`). Coverage and its refusals live in :mod:`eval_hooks.coverage`, the result files in
+:mod:`eval_hooks.results`, paths and the location syntaxes in :mod:`eval_hooks.paths`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import json
 import logging
 import sys
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from eval_hooks.base import Benchmark, EvalItem
+from eval_hooks.coverage import (
+    ALLOW_PARTIAL,
+    ALLOW_UNRESOLVED,
+    UnresolvedAnswers,
+    answered_items,
+    check_unresolved,
+    unresolved_of,
+)
 from eval_hooks.judge import AnswerJudge, rule_answer
-from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
+from eval_hooks.prepare import PreparedBenchmark, load_items
+from eval_hooks.registry import BENCHMARKS, get_benchmark
+from eval_hooks.results import METRICS_FILE, recorded_selection, rescore_limit
 from eval_hooks.runner import (
     PREDICTIONS_FILE,
     Backend,
@@ -27,553 +34,12 @@ from eval_hooks.runner import (
     read_predictions_file,
     run_items,
 )
-from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items, unit_name
+from eval_hooks.selection import select_items
 from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, dataset_manifest
+from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.eval")
-
-METRICS_FILE = "metrics.json"
-RESULTS_FILE = "results.json"  # one per `eval run`: every benchmark's headline metrics, coverage and the settings
 SAMPLE_PREDICTIONS = 20  # rows of the sample-predictions table kept in metrics.json and logged to W&B
-
-
-@dataclass
-class PreparedBenchmark:
-    """A benchmark's items, ready to run: where they came from and how many were kept."""
-
-    name: str
-    benchmark: Benchmark
-    items: list[EvalItem]
-    data_path: Path
-    image_root: Path | None
-    limit: int | None = None
-    max_new_tokens: int | None = None
-    strict_official: bool = False
-    allow_partial: bool = False  # score the answered items only, labelled partial (see :func:`score_benchmark`)
-    allow_unresolved: bool = False  # score a mostly unresolved result, labelled (see :func:`check_unresolved`)
-    selection: dict[str, Any] = field(default_factory=dict)  # what the limit kept (eval_hooks.selection)
-
-
-def check_benchmark_name(name: str, source: str) -> None:
-    """Refuse a name that is neither in the registry nor a dotted path, naming the closest registered one."""
-    if name in BENCHMARKS or "." in name:
-        return
-    close = difflib.get_close_matches(name, list(BENCHMARKS), n=1, cutoff=0.5)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    raise UserError(
-        f"{source}: unknown benchmark {name!r} ({hint}known: {', '.join(BENCHMARKS)}, or a dotted path to a Benchmark)"
-    )
-
-
-def parse_benchmark_names(
-    text: str | list[str], source: str = "--benchmarks", *, allow_limits: bool = True
-) -> list[str]:
-    """Benchmark names from ``"a,b"`` or a list of such strings (the recipe's ``eval_benchmarks``), in order,
-    without repeats. The one parser of benchmark lists, for ``eval run``, ``eval score``, ``eval watch`` and the
-    recipes alike: an empty entry (``a,,b``), an unknown name, a benchmark given twice or an empty list is a
-    one-line error, never silently dropped. With ``allow_limits``, an entry may be ``NAME:N`` (at most N
-    questions of that benchmark, instead of ``--limit``; :func:`parse_benchmark_limits` splits them off)."""
-    entries = [text] if isinstance(text, str) else [str(entry) for entry in text]
-    names = []
-    for entry in entries:
-        for part in entry.split(","):
-            name = part.strip()
-            if not name:
-                raise UserError(
-                    f"{source}: empty entry in {entry!r} (give comma-separated names, e.g. pope,oric_bench_r1)"
-                )
-            base, sep, limit = name.rpartition(":")
-            if allow_limits and sep:
-                base, limit = base.strip(), limit.strip()
-                if not (limit.isascii() and limit.isdigit() and int(limit) >= 1):
-                    raise UserError(f"{source}: {name!r}: expected NAME or NAME:N (N a whole number, at least 1)")
-                name = f"{base}:{int(limit)}"
-            else:
-                base = name
-            if base in PRESETS:  # a preset ("general") stands for its benchmarks, each with the same limit
-                names.extend(f"{member}:{limit}" if allow_limits and sep else member for member in PRESETS[base])
-                continue
-            check_benchmark_name(base, source)
-            names.append(name)
-    if not names:
-        raise UserError(f"{source}: give at least one benchmark name")
-    names = list(dict.fromkeys(names))
-    bases = [name.rpartition(":")[0] or name for name in names]
-    twice = [base for base, count in Counter(bases).items() if count > 1]
-    if twice:
-        given = ", ".join(name for name in names if (name.rpartition(":")[0] or name) == twice[0])
-        raise UserError(f"{source}: {twice[0]} is given twice ({given}); give each benchmark once")
-    return names
-
-
-def parse_benchmark_limits(entries: list[str]) -> tuple[list[str], dict[str, int]]:
-    """``["pope:200", "oric_bench_r1"]`` (from :func:`parse_benchmark_names`) -> the names and the per-benchmark
-    limits (``NAME:N`` overrides ``--limit`` / ``eval_limit`` for that benchmark: a quick POPE sample beside
-    a full ORIC-Bench, say)."""
-    names, limits = [], {}
-    for entry in entries:
-        name, sep, count = str(entry).rpartition(":")
-        if sep and name and count.strip().isdigit():
-            names.append(name.strip())
-            limits[name.strip()] = int(count)
-        elif sep and name:
-            raise UserError(f"eval_benchmarks: {entry!r}: expected NAME or NAME:N (N a whole number, at least 1)")
-        else:
-            names.append(str(entry).strip())
-    return names, limits
-
-
-def parse_data_overrides(
-    values: list[str], source: str = "--data", benchmarks: list[str] | None = None
-) -> dict[str, Path]:
-    """``["pope=data/pope", ...]`` -> ``{"pope": Path("data/pope")}``: the one ``BENCHMARK=PATH`` syntax of
-    ``eval run``, ``eval score``, ``eval watch`` and the recipes' ``eval_data``. A malformed entry, or one
-    naming a benchmark that is not being evaluated, is an error (it would otherwise be silently unused)."""
-    overrides: dict[str, Path] = {}
-    for value in values:
-        name, sep, path = str(value).partition("=")
-        name = name.strip()
-        if not sep or not name or not path.strip():
-            raise UserError(f"{source} {value!r}: expected BENCHMARK=PATH, e.g. pope=data/benchmarks/pope")
-        if benchmarks is not None and name not in {b.rpartition(":")[0] or b for b in benchmarks}:
-            raise UserError(
-                f"{source} {value!r}: {name!r} is not among the benchmarks being evaluated ({', '.join(benchmarks)})"
-            )
-        overrides[name] = Path(path.strip())
-    return overrides
-
-
-ImageRoots = dict[str | None, Path]  # --image-root: {None: PATH for every benchmark, NAME: PATH for one}
-
-
-def parse_image_roots(
-    values: list[str] | str | Path | None, source: str = "--image-root", benchmarks: list[str] | None = None
-) -> ImageRoots:
-    """``--image-root`` values: a plain ``PATH`` (every benchmark's images, as before) and/or ``BENCHMARK=PATH``
-    entries (one benchmark's; the syntax of ``--data``, :func:`parse_data_overrides`). An entry is
-    ``BENCHMARK=PATH`` when the text before its first ``=`` names no folder (holds no ``/``); two plain paths
-    are an error."""
-    if values is None:
-        return {}
-    entries = [values] if isinstance(values, (str, Path)) else list(values)
-    roots: ImageRoots = {}
-    for value in map(str, entries):
-        name, sep, _ = value.partition("=")
-        if sep and name.strip() and "/" not in name and "\\" not in name:
-            roots.update(parse_data_overrides([value], source, benchmarks))
-            continue
-        if None in roots:
-            raise UserError(
-                f"{source} {value!r}: a second plain path (the first: {roots[None]}); give BENCHMARK=PATH for "
-                "the benchmarks whose images are elsewhere"
-            )
-        roots[None] = Path(value)
-    return roots
-
-
-def image_root_of(name: str, image_root: Path | ImageRoots | None) -> Path | None:
-    """The image root of benchmark ``name`` (``name`` may carry a ``:N`` limit): its own ``NAME=PATH``, else the
-    plain ``--image-root``, else None (the benchmark's own default)."""
-    if not isinstance(image_root, dict):
-        return Path(image_root) if image_root else None
-    base = name.rpartition(":")[0] or name
-    return image_root.get(name) or image_root.get(base) or image_root.get(None)
-
-
-def recorded_image_root(data_path: Path) -> Path | None:
-    """The image folder a veritune builder recorded for ``data_path`` (``image_root`` in the manifest beside
-    the file, or beside the files of a folder: ``veritune build finer-bench`` and ``oric-bench`` write it),
-    when it names one existing folder; else None. A benchmark built with ``--image-root`` is thus evaluated
-    on the images it was built from, with no copy under ``--data-root``."""
-    data_path = Path(data_path)
-    files = sorted(p for p in data_path.iterdir() if p.is_file()) if data_path.is_dir() else [data_path]
-    roots = set()
-    for file in files:
-        manifest = dataset_manifest(file)
-        if manifest is None or file == manifest:
-            continue
-        try:
-            recorded = json.loads(manifest.read_text(encoding="utf-8")).get("image_root")
-        except (OSError, ValueError, AttributeError):
-            continue
-        if isinstance(recorded, str) and recorded:
-            roots.add(Path(recorded))
-    if len(roots) == 1 and next(iter(roots)).is_dir():
-        return next(iter(roots))
-    return None
-
-
-def resolve_paths(
-    name: str, data_root: Path | None, data: dict[str, Path], image_root: Path | ImageRoots | None
-) -> tuple[Path, Path | None]:
-    """Where a benchmark's files are: an explicit ``--data name=PATH`` or its layout under ``--data-root``; its
-    images: its ``--image-root`` (:func:`image_root_of`), else the folder its builder recorded
-    (:func:`recorded_image_root`), else the layout's (the loader's own default for ``--data``)."""
-    benchmark = get_benchmark(name)
-    image_root = image_root_of(name, image_root)
-    if name in data:
-        data_path = Path(data[name])
-        return data_path, image_root or (recorded_image_root(data_path) if data_path.exists() else None)
-    if data_root is None:
-        raise UserError(f"{name}: give --data-root DIR (expects {benchmark.data_layout}) or --data {name}=PATH")
-    data_path, default_images = benchmark.default_paths(Path(data_root))
-    return data_path, image_root or (recorded_image_root(data_path) if data_path.exists() else None) or default_images
-
-
-def load_items(name: str, benchmark: Benchmark, data_path: Path, image_root: Path | None) -> list[EvalItem]:
-    """The benchmark's items from its files, refused when two share an id (predictions are keyed by id, so
-    a repeated id would let one answer overwrite another). Every run, watch, hook and rescore loads here."""
-    items = benchmark.load(data_path, image_root)
-    seen: set[str] = set()
-    for item in items:
-        if item.id in seen:
-            raise UserError(
-                f"{name}: {data_path}: item id {item.id!r} occurs more than once; "
-                "ids must be unique (predictions are keyed by them)"
-            )
-        seen.add(item.id)
-    return items
-
-
-def prepare_benchmark(
-    name: str,
-    *,
-    data_root: Path | None = None,
-    data: dict[str, Path] | None = None,
-    image_root: Path | ImageRoots | None = None,
-    limit: int | None = None,
-    max_new_tokens: int | None = None,
-    strict_official: bool = False,
-    allow_partial: bool = False,
-    limit_seed: int = DEFAULT_LIMIT_SEED,
-    limit_mode: str = DEFAULT_LIMIT_MODE,
-    allow_unresolved: bool = False,
-) -> PreparedBenchmark:
-    """Locate and load one benchmark, keep the items of ``limit`` questions (a stratified sample drawn with
-    ``limit_seed``, or with ``limit_mode="first"`` the first ones: :func:`eval_hooks.selection.select_items`),
-    set the generation budget; ``strict_official``: score exactly as the official script (see
-    :func:`score_benchmark`); ``allow_partial``: score the answered items only, labelled partial;
-    ``allow_unresolved``: score a result whose answers are mostly unresolved, labelled (:func:`check_unresolved`)."""
-    benchmark = get_benchmark(name)
-    data_path, images = resolve_paths(name, data_root, data or {}, image_root)
-    if not data_path.exists():
-        raise UserError(f"{name}: {data_path} not found (expected {benchmark.data_layout or 'the benchmark file'})")
-    items, selection = select_items(
-        benchmark, load_items(name, benchmark, data_path, images), limit, seed=limit_seed, mode=limit_mode
-    )
-    if max_new_tokens is not None:
-        if max_new_tokens < 1:
-            raise UserError(f"--max-new-tokens: must be at least 1, got {max_new_tokens}")
-        for item in items:
-            item.max_new_tokens = max_new_tokens
-    return PreparedBenchmark(
-        name,
-        benchmark,
-        items,
-        data_path,
-        images,
-        limit,
-        max_new_tokens,
-        strict_official,
-        allow_partial=allow_partial,
-        allow_unresolved=allow_unresolved,
-        selection=selection,
-    )
-
-
-def prepare_as_evaluated(name: str, result: dict[str, Any]) -> PreparedBenchmark:
-    """The items a ``metrics.json`` was scored on, prepared again from its ``data`` and ``selection`` (the same
-    files, limit, seed and mode draw the same items): what a report or the demo's intervals resample."""
-    data = result.get("data") or {}
-    limit, seed, mode = recorded_limit(result)
-    return prepare_benchmark(
-        name,
-        data={name: Path(data["path"])},
-        image_root=Path(data["image_root"]) if data.get("image_root") else None,
-        limit=limit,
-        limit_seed=seed,
-        limit_mode=mode,
-    )
-
-
-def recorded_limit(record: dict[str, Any]) -> tuple[int | None, int, str]:
-    """``(limit, seed, mode)`` that draw again the items of a ``metrics.json`` (its ``data.limit`` and
-    ``selection``) or of a ``results.json`` entry (its ``limit`` and ``selection``)."""
-    data, selection = record.get("data"), record.get("selection") or {}
-    limit = data.get("limit") if isinstance(data, dict) else record.get("limit")
-    seed = selection.get("seed") if selection.get("seed") is not None else DEFAULT_LIMIT_SEED
-    # a result written before limits were sampled kept the first N
-    mode = selection.get("mode", "first") if selection.get("mode") != "all" else DEFAULT_LIMIT_MODE
-    return limit, seed, mode
-
-
-def recorded_selection(predictions_path: Path, name: str) -> tuple[dict[str, Any], Path] | None:
-    """The record of how the items of ``predictions_path`` were selected, and its file: the ``metrics.json``
-    beside an ``OUT/<benchmark>/predictions.jsonl`` (``eval run``, ``eval watch``, the hook), else the run's
-    ``OUT/results.json`` entry for ``name``; None for a predictions file with neither (made elsewhere)."""
-    if Path(predictions_path).name != PREDICTIONS_FILE:
-        return None
-    folder = Path(predictions_path).parent
-    for path, key in ((folder / METRICS_FILE, None), (folder.parent / RESULTS_FILE, name)):
-        if not path.is_file() or (key is not None and folder.name != key):
-            continue
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise UserError(f"{path}: not readable JSON ({err}); it records the run's --limit, seed and mode") from None
-        if key is not None and isinstance(record, dict):
-            record = (record.get("results") or {}).get(key)
-        if isinstance(record, dict) and ("selection" in record or "data" in record or "limit" in record):
-            return record, path
-    return None
-
-
-def rescore_limit(
-    name: str,
-    recorded: tuple[dict[str, Any], Path] | None,
-    limit: int | None,
-    seed: int | None,
-    mode: str | None,
-) -> tuple[int | None, int, str]:
-    """``(limit, seed, mode)`` of a rescoring: the run's, ``recorded`` with the predictions
-    (:func:`recorded_selection`), so that ``eval score`` needs no flag; without a record, the given values or
-    the defaults. A given value that would draw other items than the run's is refused.
-
-    Raises:
-        UserError: a given ``limit``, ``seed`` or ``mode`` contradicts the record: one line naming both values.
-    """
-    if recorded is None:
-        return limit, DEFAULT_LIMIT_SEED if seed is None else seed, DEFAULT_LIMIT_MODE if mode is None else mode
-    record, source = recorded
-    run_limit, run_seed, run_mode = recorded_limit(record)
-    selection = record.get("selection") or {}
-    available = (selection.get("available") or {}).get("units")
-    everything = run_limit is None or selection.get("mode") == "all"  # no item was left out
-    clashes = []
-    keeps_all = everything and isinstance(available, int) and limit is not None and limit >= available
-    if limit is not None and limit != run_limit and not keeps_all:
-        clashes.append(f"--limit {limit} (the run's: {run_limit if run_limit is not None else 'none, every item'})")
-    if not everything and mode is not None and mode != run_mode:
-        clashes.append(f"--limit-mode {mode} (the run's: {run_mode})")
-    if not everything and run_mode == "stratified" and seed is not None and seed != run_seed:
-        clashes.append(f"--limit-seed {seed} (the run's: {run_seed})")
-    if clashes:
-        raise UserError(
-            f"{name}: {'; '.join(clashes)} contradicts the selection recorded with the predictions in {source}; "
-            "drop the flag (eval score reads the run's selection)"
-        )
-    return run_limit, run_seed, run_mode
-
-
-def prepare_benchmarks(names: list[str], **kwargs: Any) -> list[PreparedBenchmark]:
-    """:func:`prepare_benchmark` for each name (every bad name or path is reported before a model loads)."""
-    return [prepare_benchmark(name, **kwargs) for name in names]
-
-
-SHOWN = 5  # ids or paths an error message names
-ALLOW_PARTIAL = "--allow-partial"  # the CLI's opt-in; the recipes' is eval_allow_partial (eval_hooks/callback.py)
-ALLOW_UNRESOLVED = "--allow-unresolved"  # the CLI's opt-in to score a mostly unresolved result (labelled)
-# Above this share (percent) of unresolved answers a result is refused (check_unresolved): more answers unread
-# than read means the metrics measure the answer format, not the model. A model that answers in the format
-# but often hedges stays below it; a cut-off budget or an unreadable judge is near 100%.
-UNRESOLVED_LIMIT = 50.0
-
-
-def coverage_of(
-    items: list[EvalItem], predictions: dict[str, str], benchmark: Benchmark | None = None
-) -> dict[str, Any]:
-    """How much of the benchmark ``predictions`` cover: ``expected`` (the items, after the run's limit),
-    ``answered`` and ``unanswered`` (with their share in percent), ``missing_images`` (items whose images are
-    missing or unreadable; they are never generated) and ``partial`` (not every item answered), with the first
-    unanswered ids and missing image paths; ``units`` and ``unit``: what those items are in the unit a limit
-    counts (16 ``question``s asked in 4 paraphrases each are 64 items; ``pair``s for ``finer_yn``).
-    ``unresolved`` and ``unresolved_share`` (answers no grader could read) are filled in by
-    :func:`score_benchmark`, which refuses a share above ``unresolved_limit`` (:func:`check_unresolved`) or,
-    allowed, sets ``mostly_unresolved``."""
-    unanswered = [item.id for item in items if item.id not in predictions]
-    missing_paths = sorted({str(path) for item in items for path in item.missing_images})
-    expected = len(items)
-    answered = expected - len(unanswered)
-    coverage: dict[str, Any] = {
-        "expected": expected,
-        "answered": answered,
-        "unanswered": len(unanswered),
-        "answered_share": 100 * answered / expected if expected else 0.0,
-        "missing_images": sum(bool(item.missing_images) for item in items),
-        "missing_image_files": len(missing_paths),
-        "unresolved": None,
-        "unresolved_share": None,
-        "unresolved_limit": UNRESOLVED_LIMIT,
-        "mostly_unresolved": False,
-        "partial": answered < expected,
-        "first_unanswered": unanswered[:SHOWN],
-        "first_missing_images": missing_paths[:SHOWN],
-    }
-    if benchmark is not None:
-        coverage["unit"] = unit_name(benchmark)
-        coverage["units"] = len({benchmark.limit_unit(item) for item in items})
-    return coverage
-
-
-def coverage_text(coverage: dict[str, Any]) -> str:
-    """The coverage as every table prints it, naming what is counted: ``64/64 items (16 questions)`` (answered
-    of expected items, then the limit's units when they are not the items), ``6/6 items``."""
-    text = f"{coverage.get('answered', '?')}/{coverage.get('expected', '?')} items"
-    units, unit = coverage.get("units"), coverage.get("unit")
-    if isinstance(units, int) and unit and units != coverage.get("expected"):
-        text += f" ({units} {unit}{'' if units == 1 else 's'})"
-    return text
-
-
-def benchmark_label(name: str, result: dict[str, Any]) -> str:
-    """``name`` with the marks of a result that does not describe the benchmark: ``(partial)`` (scored on its
-    answered items only) and ``(mostly unresolved)`` (most answers unread, scored anyway)."""
-    marks = [mark for mark in ("partial", "mostly unresolved") if result.get(mark.replace(" ", "_"))]
-    return f"{name} ({', '.join(marks)})" if marks else name
-
-
-def check_images(
-    prepared: list[PreparedBenchmark], *, opt_in: str = ALLOW_PARTIAL, where: str = "--image-root, --data-root, --data"
-) -> None:
-    """Refuse, before any model loads, a benchmark whose images are missing (a wrong image root draws all-zero
-    metrics otherwise): one ``error:`` line with the counts and the first paths. With the benchmark's
-    ``allow_partial`` (``opt_in``), a warning instead, unless no item has its images."""
-    for entry in prepared:
-        missing = [item for item in entry.items if item.missing_images]
-        if not missing:
-            continue
-        paths = sorted({str(path) for item in missing for path in item.missing_images})
-        what = (
-            f"{entry.name}: {len(missing)} of {len(entry.items)} items have missing images ({len(paths)} image "
-            f"file(s) not found{f' under {entry.image_root}' if entry.image_root else ''}, "
-            f"first: {', '.join(paths[:SHOWN])})"
-        )
-        if len(missing) == len(entry.items):
-            raise UserError(f"{what}; nothing can be answered: check {where}")
-        if not entry.allow_partial:
-            raise UserError(
-                f"{what}; check {where}, or add {opt_in} to score only the items whose images are there "
-                "(labelled partial)"
-            )
-        logger.warning("%s; scored without them (%s: labelled partial)", what, opt_in)
-
-
-def _unresolved(result: dict[str, Any], answered: int) -> tuple[int | None, float | None]:
-    """The number and share (percent) of answers no grader could read: the answer resolution's, else the
-    scorer's count; ``(None, None)`` for a benchmark without such a notion."""
-    resolution = result.get("answer_resolution") or {}
-    if resolution.get("unresolved_share") is not None:
-        count = resolution.get("unresolved")
-        share = float(resolution["unresolved_share"])
-        return (int(count) if isinstance(count, (int, float)) else round(share * answered / 100)), share
-    counts = result.get("counts", {})
-    unresolved = counts.get("unresolved", counts.get("unresolved_scored_as_0"))
-    if isinstance(unresolved, (int, float)) and not isinstance(unresolved, bool) and answered:
-        return int(unresolved), 100 * unresolved / answered
-    return None, None
-
-
-def _unresolved_cause(benchmark: Benchmark, items: list[EvalItem], resolution: dict[str, Any] | None) -> str:
-    """The likely cause of a high unresolved share, for the refusal's line: the judge, when one read the
-    answers, else the generation budget or the answer format."""
-    resolution = resolution or {}
-    given = int(resolution.get("judge") or 0) + int(resolution.get("unresolved") or 0)
-    if resolution.get("model") and resolution.get("applies", True) and given:  # an LLM judge read the answers
-        return (
-            f"the judge: {resolution['model']} gave a readable verdict on {resolution.get('judge', 0)} of the {given} "
-            "answers it was sent (check --llm-model and --llm-base-url, and its replies in the cache)"
-        )
-    budgets = sorted({item.max_new_tokens for item in items})
-    budget = budgets[0] if budgets else benchmark.default_max_new_tokens
-    default = benchmark.default_max_new_tokens
-    if budget < default:
-        cut = f"--max-new-tokens {budget}, below {benchmark.name}'s default {default}"
-    else:
-        cut = f"--max-new-tokens {budget}; {benchmark.name}'s default is {default}"
-    judge = " (an LLM judge, --llm-base-url/--llm-model, reads free-form answers)" if benchmark.answer_format else ""
-    return f"answers cut off by the generation budget ({cut}) or not in {benchmark.name}'s answer format{judge}"
-
-
-class UnresolvedAnswers(UserError):
-    """A result refused because more of its answers than :data:`UNRESOLVED_LIMIT` are unresolved."""
-
-
-def check_unresolved(
-    benchmark: Benchmark,
-    items: list[EvalItem],
-    result: dict[str, Any],
-    *,
-    allow: bool,
-    opt_in: str = ALLOW_UNRESOLVED,
-) -> None:
-    """Refuse a result whose unresolved share (``result["coverage"]``) is above :data:`UNRESOLVED_LIMIT`: its
-    metrics would count every unread answer as wrong and describe the answer format, not the model (a GRPO
-    model's reasoning cut off by a 3-token budget scores 0.00). With ``allow`` (``opt_in``), the result is
-    kept and labelled ``mostly_unresolved`` (in the result and its coverage), with a warning.
-
-    Raises:
-        UnresolvedAnswers: the share is above the limit and ``allow`` is not set: one line with the share and
-            the likely cause.
-    """
-    coverage = result["coverage"]
-    share = coverage.get("unresolved_share")
-    if share is None or share <= UNRESOLVED_LIMIT:
-        return
-    what = (
-        f"{benchmark.name}: {coverage.get('unresolved')} of {coverage['answered']} answers ({share:.2f}%) are "
-        f"unresolved (no grader could read them; the metrics count them wrong), above the {UNRESOLVED_LIMIT:g}% "
-        f"limit; likely cause: {_unresolved_cause(benchmark, items, result.get('answer_resolution'))}"
-    )
-    if not allow:
-        raise UnresolvedAnswers(f"{what}; add {opt_in} to score them anyway (labelled mostly unresolved)")
-    coverage["mostly_unresolved"] = result["mostly_unresolved"] = True
-    logger.warning("%s; scored anyway, labelled mostly unresolved", what)
-
-
-def answered_items(
-    name: str,
-    items: list[EvalItem],
-    predictions: dict[str, str],
-    *,
-    allow_partial: bool,
-    opt_in: str = ALLOW_PARTIAL,
-    benchmark: Benchmark | None = None,
-) -> tuple[list[EvalItem], dict[str, Any]]:
-    """The items to score and the coverage (:func:`coverage_of`). Every item must be answered; with
-    ``allow_partial``, only the answered ones are scored (never an unanswered item as an answer). An answered
-    item is scored whether its images are on disk now or not (they were there when it was answered).
-
-    Raises:
-        UserError: nothing answered (even with ``allow_partial``), or not everything without it: counts and
-            the first unanswered ids (and missing image paths).
-    """
-    coverage = coverage_of(items, predictions, benchmark)
-    if coverage["expected"] and not coverage["answered"]:
-        raise UserError(
-            f"{name}: none of the {coverage['expected']} items is answered by the predictions "
-            f"(first expected ids: {', '.join(coverage['first_unanswered'])}); nothing to score"
-        )
-    if coverage["partial"] and not allow_partial:
-        images = (
-            f"; {coverage['missing_images']} items have missing images, first: "
-            f"{', '.join(coverage['first_missing_images'])}"
-            if coverage["missing_images"]
-            else ""
-        )
-        raise UserError(
-            f"{name}: the predictions answer {coverage['answered']} of {coverage['expected']} items "
-            f"({coverage['unanswered']} unanswered, first: {', '.join(coverage['first_unanswered'])}{images}); "
-            f"give predictions for every item (eval score: the run's selection, read from its metrics.json), or add "
-            f"{opt_in} to score the "
-            "answered items only (labelled partial)"
-        )
-    scored = [
-        dataclasses.replace(item, missing_images=[]) if item.missing_images else item
-        for item in items
-        if item.id in predictions
-    ]
-    return scored, coverage
 
 
 def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
@@ -633,10 +99,11 @@ def score_benchmark(
     """Score ``predictions`` against ``items``, checking that the ids belong to the benchmark; with a
     ``judge``, answers the rules cannot resolve are resolved by it first (recorded in ``answer_resolution``).
 
-    Predictions must answer every item (:func:`answered_items`); ``allow_partial`` (``opt_in``) scores the
-    answered ones only. The result's ``coverage`` (:func:`coverage_of`, with the unresolved share) and
-    ``partial`` say which. More unresolved answers than :data:`UNRESOLVED_LIMIT` are refused
-    (:func:`check_unresolved`); ``allow_unresolved`` (``unresolved_opt_in``) labels the result instead.
+    Predictions must answer every item (:func:`eval_hooks.coverage.answered_items`); ``allow_partial``
+    (``opt_in``) scores the answered ones only. The result's ``coverage`` (:func:`eval_hooks.coverage.coverage_of`,
+    with the unresolved share) and ``partial`` say which. More unresolved answers than
+    :data:`eval_hooks.coverage.UNRESOLVED_LIMIT` are refused (:func:`eval_hooks.coverage.check_unresolved`);
+    ``allow_unresolved`` (``unresolved_opt_in``) labels the result instead.
 
     ``strict_official``: the raw responses go to the official rule with no veritune step before it (AMBER
     discriminative then counts only the exact responses ``Yes`` and ``No``, as its ``inference.py``); a
@@ -677,7 +144,7 @@ def score_benchmark(
         ):  # logged with the metrics: a rising unresolved share is a format problem
             if f"{step}_share" in resolution:  # absent when the judge does not apply to the benchmark
                 result["metrics"][f"answers/{step}_share"] = resolution[f"{step}_share"]
-    coverage["unresolved"], coverage["unresolved_share"] = _unresolved(result, coverage["answered"])
+    coverage["unresolved"], coverage["unresolved_share"] = unresolved_of(result, coverage["answered"])
     result["mostly_unresolved"] = False
     check_unresolved(benchmark, items, result, allow=allow_unresolved, opt_in=unresolved_opt_in)
     return result
@@ -798,8 +265,8 @@ def evaluate(
 ) -> dict[str, dict[str, Any]]:
     """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
     main process. With ``refused`` given, a benchmark refused for its unresolved answers
-    (:class:`UnresolvedAnswers`: no metrics.json; its predictions stay) is put there, ``{name: the refusal}``,
-    and the others still run; without it, the refusal is raised."""
+    (:class:`eval_hooks.coverage.UnresolvedAnswers`: no metrics.json; its predictions stay) is put there,
+    ``{name: the refusal}``, and the others still run; without it, the refusal is raised."""
     results = {}
     for entry in prepared:
         try:
@@ -829,10 +296,10 @@ def rescore(
     allow_unresolved: bool = False,
 ) -> dict[str, Any]:
     """Score an existing predictions file without loading any model (``veritune eval score``), on the items
-    the run answered: the selection recorded with the predictions (:func:`recorded_selection`: the limit, seed
-    and mode of ``eval run``, ``eval watch`` or the hook; a given ``limit``, ``limit_seed`` or ``limit_mode``
-    that contradicts it is refused), else the items ``limit`` keeps (drawn as ``eval run`` draws them). The
-    items must all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image
+    the run answered: the selection recorded with the predictions (:func:`eval_hooks.results.recorded_selection`:
+    the limit, seed and mode of ``eval run``, ``eval watch`` or the hook; a given ``limit``, ``limit_seed`` or
+    ``limit_mode`` that contradicts it is refused), else the items ``limit`` keeps (drawn as ``eval run`` draws
+    them). The items must all be answered (``allow_partial``: the answered ones are scored, labelled partial); no image
     is read, so the numbers never depend on the images being on disk. When the file's header says a blind
     control made it, the result keeps that mark as ``generation.blind``; ``selection_source`` is the file
     the selection was read from (None: none was recorded)."""
@@ -864,74 +331,3 @@ def rescore(
     if isinstance(blind, dict):
         result["generation"] = {"blind": blind}
     return result
-
-
-def headline_metrics(result: dict[str, Any]) -> dict[str, float]:
-    """The metrics worth a summary line: top-level ones and macro averages (not per class or subset)."""
-    return {key: value for key, value in result["metrics"].items() if "/" not in key or key.startswith("macro/")}
-
-
-def source_commit() -> str | None:
-    """The git commit of the veritune checkout this code runs from (with ``-dirty`` when it has uncommitted
-    changes); None outside a git checkout or without git."""
-    import subprocess
-
-    root = Path(__file__).resolve().parent.parent
-    try:
-        commit = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return f"{commit}-dirty" if commit and dirty else commit or None
-
-
-def results_record(
-    results: dict[str, dict[str, Any]], settings: dict[str, Any], refused: dict[str, str] | None = None
-) -> dict[str, Any]:
-    """What ``OUT/results.json`` of an ``eval run`` holds, in the spirit of lmms-eval's results file: per
-    benchmark its headline metrics, coverage (:func:`coverage_of`), ``partial`` and ``mostly_unresolved``
-    marks, scoring mode, the item selection when the run recorded one (``selection``), and where its
-    metrics.json lies; the benchmarks refused for their unresolved answers (``refused``: name -> the
-    refusal); then the run's settings, the veritune version and commit, and the date (UTC)."""
-    import datetime
-
-    from veritune.core.io import package_versions
-
-    benchmarks = {}
-    for name, result in results.items():
-        entry: dict[str, Any] = {
-            "metrics": headline_metrics(result),
-            "lower_is_better": result.get("lower_is_better", []),
-            "partial": bool(result.get("partial")),
-            "mostly_unresolved": bool(result.get("mostly_unresolved")),
-            "coverage": result.get("coverage"),
-            "strict_official": result.get("strict_official", False),
-            "answer_resolution": result.get("answer_resolution"),
-            "limit": (result.get("data") or {}).get("limit"),
-            "blind": (result.get("generation") or {}).get("blind"),
-            "metrics_file": f"{name}/{METRICS_FILE}",
-        }
-        selection = result.get("selection", (result.get("data") or {}).get("selection"))
-        if selection is not None:  # how a limit picked the items (recorded by the run), passed through as it is
-            entry["selection"] = selection
-        benchmarks[name] = entry
-    versions = package_versions(("transformers", "torch"))
-    return {
-        "results": benchmarks,
-        "partial": sorted(name for name, entry in benchmarks.items() if entry["partial"]),
-        "mostly_unresolved": sorted(name for name, entry in benchmarks.items() if entry["mostly_unresolved"]),
-        "refused": dict(refused or {}),
-        "config": settings,
-        "veritune_version": versions.pop("veritune"),
-        "git_commit": source_commit(),
-        "versions": versions,
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-    }

@@ -32,7 +32,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.evaluate import METRICS_FILE, PreparedBenchmark, benchmark_label, evaluate, headline_metrics
+from eval_hooks.coverage import benchmark_label
+from eval_hooks.evaluate import evaluate
+from eval_hooks.prepare import PreparedBenchmark
+from eval_hooks.results import METRICS_FILE, headline_metrics
 from veritune.core.io import atomic_write_json
 from veritune.core.run_layout import (
     WANDB_LOGGED_FILE,

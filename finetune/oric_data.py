@@ -22,6 +22,7 @@ from finetune.data_sources import embedded_image_dir, iter_records, resolve_imag
 from rewards.oric import ORIC_FIELDS, check_oric_record
 from veritune.core.errors import UserError
 from veritune.core.images import load_image
+from veritune.core.pope_format import read_pope_questions
 from veritune.core.prompts import with_r1_instruction
 from veritune.core.sampling import sample_indices
 
@@ -96,8 +97,9 @@ def load_oric_records(
 
 
 def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, Any]]:
-    """Conventional yes/no questions to replay during GRPO, from a file in POPE's layout (read by the POPE
-    benchmark's loader, the format's one home), as ORIC-format records with absolute image paths.
+    """Conventional yes/no questions to replay during GRPO, from a file in POPE's layout (read by
+    :func:`veritune.core.pope_format.read_pope_questions`, the format's one home), as ORIC-format records with
+    absolute image paths.
 
     Replay is not in the ORIC paper: its 8B model keeps its ordinary recognition while GRPO shifts its
     answers on incongruous questions. A tiny model trained on ORIC's questions alone learns the reverse of
@@ -105,22 +107,20 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
     answers right, penalise that reverse rule (the ratios measured: docs/LAB_NOTEBOOK.md, "Fourth pass" and
     "Eighth pass").
     """
-    from eval_hooks.benchmarks.pope import Pope
-
     try:
-        items = Pope().load(Path(path), image_root)
+        questions = read_pope_questions(Path(path), image_root)
     except UserError as err:
         raise UserError(f"replay_path: {err}") from None
     records = []
-    for item in items:
-        words = item.prompt.removesuffix(" in the image?").split()
+    for question in questions:
+        words = question.text.removesuffix(" in the image?").split()
         records.append(
             {
-                "id": f"replay/{item.id}",
-                "image": str(item.images[0].resolve()),
+                "id": f"replay/{question.id}",
+                "image": str(question.image.resolve()),
                 "target_object": " ".join(words[3:]) if words[:2] == ["Is", "there"] else "",
-                "solution": item.meta["label"],
-                "question": item.prompt,
+                "solution": question.label,
+                "question": question.text,
             }
         )
     return records

@@ -176,8 +176,9 @@ _LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
 
 def check_recipe_values(instances: tuple[Any, ...]) -> None:
     """Ranges and cross-key checks of a parsed recipe, before any model loads: negative learning rates and
-    batch sizes, ``reward_weights`` of another length than ``reward_funcs``, unknown reward functions and
-    unknown eval benchmarks (with the closest valid name).
+    batch sizes, ``reward_weights`` of another length than ``reward_funcs``, unknown reward functions, and the
+    eval plan (:meth:`eval_hooks.plan.EvalPlan.of`: unknown eval benchmarks with the closest valid name, ``NAME:N``
+    limits, ``eval_data``), parsed here once for the run.
 
     Raises:
         UserError: one line naming the key, the value and what is expected.
@@ -196,8 +197,11 @@ def check_recipe_values(instances: tuple[Any, ...]) -> None:
             raise UserError(f"{key}: must be {bound}, got {value}")
     if "reward_funcs" in values:
         check_reward_funcs(values["reward_funcs"], values.get("reward_weights"))
-    if values.get("eval_benchmarks"):
-        _check_benchmarks(values["eval_benchmarks"])
+    for instance in instances:
+        if hasattr(instance, "eval_benchmarks"):  # the eval plan: benchmark lists, limits, eval_data (one parser)
+            from eval_hooks.plan import EvalPlan
+
+            EvalPlan.of(instance)
     if values.get("dataloader_persistent_workers") and values.get("dataloader_num_workers") == 0:
         raise UserError(  # else torch's DataLoader raises it as a traceback once the model is loaded
             "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more, got 0 "
@@ -252,27 +256,16 @@ def check_reward_funcs(names: list[str], weights: list[float] | None) -> None:
         )
 
 
-def _check_benchmarks(names: list[str]) -> None:
-    check_benchmark_names(names, "eval_benchmarks")
-
-
 def check_benchmark_names(names: str | list[str], source: str) -> None:
     """Every benchmark name is registered, a preset (``general``) or a dotted path to a Benchmark that
-    imports; ``name:N`` limits are allowed. The CLI's own list parser does the checking.
+    imports; ``name:N`` limits are allowed (:func:`eval_hooks.plan.parse_benchmark_list`, the eval plan's parser).
 
     Raises:
         UserError: ``"<source>: unknown benchmark 'x' (did you mean 'y'? ...)"``.
     """
-    from eval_hooks.evaluate import parse_benchmark_names
-    from eval_hooks.registry import get_benchmark
+    from eval_hooks.plan import parse_benchmark_list
 
-    for name in parse_benchmark_names(names, source, allow_limits=True):
-        spec = name.rpartition(":")[0] or name
-        if "." in spec:  # a dotted path: it must import
-            try:
-                get_benchmark(spec)
-            except UserError as err:
-                raise UserError(f"{source}: {err}") from None
+    parse_benchmark_list(names, source)
 
 
 def _raise_usage_error(source: str) -> Any:

@@ -86,41 +86,19 @@ def get_callbacks(
 
 def eval_hook(script_args: ScriptArguments) -> TrainerCallback | None:
     """The recipe's eval hook (``eval_on_save`` with ``eval_benchmarks``, or ``eval_final_benchmarks``), None
-    when it has none."""
-    if not ((script_args.eval_on_save and script_args.eval_benchmarks) or script_args.eval_final_benchmarks):
+    when it has none; built from the recipe's eval plan (:meth:`eval_hooks.plan.EvalPlan.of`, parsed once)."""
+    from eval_hooks.plan import EvalPlan
+
+    plan = EvalPlan.of(script_args)
+    if not plan.enabled:
         return None
     from eval_hooks.callback import EvalHookCallback
-    from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
 
-    # The one parser of the CLI: comma-separated or listed names, NAME:N allowed; bad entries are refused. A
-    # recipe may name final benchmarks only.
-    benchmarks, final = (
-        parse_benchmark_names(names, key, allow_limits=True) if names else []
-        for key, names in (
-            ("eval_benchmarks", script_args.eval_benchmarks),
-            ("eval_final_benchmarks", script_args.eval_final_benchmarks),
-        )
-    )
-    overrides = parse_data_overrides(script_args.eval_data, "eval_data", [*benchmarks, *final])
-    data = {name: str(path) for name, path in overrides.items()}
-    return EvalHookCallback(
-        benchmarks if script_args.eval_on_save else [],
-        script_args.eval_data_root,
-        limit=script_args.eval_limit,
-        batch_size=script_args.eval_batch_size,
-        data=data,
-        image_root=script_args.eval_image_root,
-        final_benchmarks=script_args.eval_final_benchmarks,
-        at_start=script_args.eval_at_start,
-        backend=script_args.eval_backend,
-        allow_partial=script_args.eval_allow_partial,
-        limit_seed=script_args.eval_limit_seed,
-        limit_mode=script_args.eval_limit_mode,
-    )
+    return EvalHookCallback(plan)
 
 
 # The data paths a recipe may name and what each must be: "dir", or "any" where the reader takes a file or a
-# folder (finetune/data_sources.py; POPE's loader for replay_path).
+# folder (finetune/data_sources.py; veritune/core/pope_format.py for replay_path).
 DATA_PATH_KEYS = {"dataset_path": "any", "eval_dataset_path": "any", "replay_path": "any", "image_root": "dir"}
 
 

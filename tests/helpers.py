@@ -76,7 +76,8 @@ def write_report_run(run_dir: Path, steps: tuple[int, ...] = (0, 10, 20)) -> Pat
     answers improving with the step; one image is deleted after scoring, as when a data folder moves."""
     from PIL import Image
 
-    from eval_hooks.evaluate import evaluate_prepared, prepare_benchmark
+    from eval_hooks.evaluate import evaluate_prepared
+    from eval_hooks.prepare import prepare_benchmark
 
     images = run_dir.parent / f"{run_dir.name}-images"
     images.mkdir(parents=True, exist_ok=True)

@@ -99,6 +99,18 @@ def test_no_module_imports_upward(path: Path) -> None:
     assert not wrong, "imports against the layers (docs/ARCHITECTURE.md):\n" + "\n".join(wrong)
 
 
+def test_training_reads_no_file_through_a_benchmark_class() -> None:
+    """A file format shared by training and a benchmark (POPE's question file: replay data) has its home below
+    both (``veritune.core.pope_format``): no finetune/ module imports a benchmark module."""
+    wrong = [
+        f"{path.relative_to(REPO_ROOT)}:{line}: {target}"
+        for path in sorted((REPO_ROOT / "finetune").rglob("*.py"))
+        for line, target in first_party_imports(path)
+        if target.startswith("eval_hooks.benchmarks")
+    ]
+    assert not wrong, wrong
+
+
 # ---- docs/ARCHITECTURE.md stays true: what it names exists, and its "how to add" steps match the code
 
 ARCHITECTURE = (REPO_ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")

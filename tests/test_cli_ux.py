@@ -346,7 +346,7 @@ def test_uncached_clip_model_offline_fails_at_once(
 
 
 def test_training_side_uses_the_same_strict_list_parser() -> None:
-    from eval_hooks.evaluate import parse_benchmark_names, parse_data_overrides
+    from eval_hooks.paths import parse_benchmark_names, parse_data_overrides
 
     # a recipe list, a comma-separated command-line value, and NAME:LIMIT, all through one parser
     assert parse_benchmark_names(["pope,mioh", "oric_bench_r1:5"], "eval_benchmarks", allow_limits=True) == [

@@ -14,7 +14,8 @@ from eval_fixtures import write_oric_bench
 from test_amber_generative import amber_dir
 
 from eval_hooks.callback import EvalHookCallback, flat_metrics
-from eval_hooks.evaluate import parse_image_roots, results_record
+from eval_hooks.paths import parse_image_roots
+from eval_hooks.results import results_record
 from veritune.cli import main
 from veritune.core.errors import UserError
 
@@ -181,7 +182,9 @@ UNIT_CASES = [
 def test_coverage_names_what_it_counts(tmp_path: Path, name: str, limit: int | None, text: str) -> None:
     from test_eval_limits import write_finer_yn
 
-    from eval_hooks.evaluate import coverage_text, prepare_benchmark, score_benchmark
+    from eval_hooks.coverage import coverage_text
+    from eval_hooks.evaluate import score_benchmark
+    from eval_hooks.prepare import prepare_benchmark
 
     data = {
         "oric_bench_r1": lambda: write_oric_bench(tmp_path, questions=4)[0],

@@ -219,7 +219,8 @@ def test_a_judge_no_benchmark_uses_is_refused_or_named(
 def test_a_judge_that_reads_no_answer_of_the_benchmark_is_not_named_as_the_cause(tmp_path: Path) -> None:
     from eval_fixtures import write_oric_bench
 
-    from eval_hooks.evaluate import prepare_benchmark, score_benchmark
+    from eval_hooks.evaluate import score_benchmark
+    from eval_hooks.prepare import prepare_benchmark
 
     data, _ = write_oric_bench(tmp_path, questions=1)
     items = prepare_benchmark("oric_bench_r1", data={"oric_bench_r1": data}).items

@@ -15,7 +15,8 @@ import pytest
 from helpers import REPO_ROOT
 from PIL import Image
 
-from eval_hooks.evaluate import parse_benchmark_limits, parse_benchmark_names, prepare_benchmark
+from eval_hooks.paths import parse_benchmark_limits, parse_benchmark_names
+from eval_hooks.prepare import prepare_benchmark
 from eval_hooks.registry import get_benchmark
 from eval_hooks.selection import largest_remainder, select_items
 from veritune.cli import main
@@ -362,7 +363,8 @@ def test_eval_score_reads_the_selection_of_an_eval_run_folder_and_a_hook_checkpo
     ``eval/checkpoint-N/<benchmark>/metrics.json`` (another seed: the record's, not the default)."""
     import shutil
 
-    from eval_hooks.evaluate import prepare_benchmark, rescore
+    from eval_hooks.evaluate import rescore
+    from eval_hooks.prepare import prepare_benchmark
 
     data, out = pope_run
     ran = json.loads((out / "pope" / "metrics.json").read_text())

@@ -15,7 +15,7 @@ from helpers import REPO_ROOT, entry_env
 from PIL import Image
 
 from eval_hooks.base import EvalItem
-from eval_hooks.evaluate import headline_metrics
+from eval_hooks.results import headline_metrics
 from eval_hooks.runner import (
     HEADER_KEY,
     TransformersBackend,

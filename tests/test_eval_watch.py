@@ -12,7 +12,7 @@ import pytest
 from eval_fixtures import make_checkpoint, write_oric_bench
 from wandb_offline import logged_tables, offline_history
 
-from eval_hooks.evaluate import prepare_benchmark, prepare_benchmarks
+from eval_hooks.prepare import prepare_benchmark, prepare_benchmarks
 from eval_hooks.runner import HEADER_KEY, TransformersBackend, predictions_provenance, read_predictions
 from eval_hooks.watch import training_finished, watch
 from veritune.cli import main

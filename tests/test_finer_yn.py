@@ -29,7 +29,8 @@ from data_builders.finer.yn import (
 )
 from eval_hooks.base import EvalItem
 from eval_hooks.bootstrap import metric_difference_intervals
-from eval_hooks.evaluate import prepare_benchmark, score_benchmark
+from eval_hooks.evaluate import score_benchmark
+from eval_hooks.prepare import prepare_benchmark
 from eval_hooks.registry import get_benchmark
 from veritune.cli import main
 from veritune.core.errors import UserError

@@ -363,7 +363,7 @@ PAPER_BENCHMARKS = {
     ids=lambda p: p.name,
 )
 def test_real_recipe_evaluates_its_papers_benchmarks_with_limits(recipe: Path) -> None:
-    from eval_hooks.evaluate import parse_benchmark_limits
+    from eval_hooks.paths import parse_benchmark_limits
     from eval_hooks.registry import get_benchmark
 
     raw = load_recipe(recipe, GRPO_TYPES if "oric" in recipe.name else _dpo_types())

@@ -250,7 +250,7 @@ def test_eval_only_report_shows_thumbnails_like_a_training_report(tmp_path: Path
 
     from helpers import write_report_run
 
-    from eval_hooks.evaluate import results_record
+    from eval_hooks.results import results_record
 
     run = write_report_run(tmp_path / "run", steps=(0, 1))
     out = tmp_path / "out"

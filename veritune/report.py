@@ -518,10 +518,10 @@ def samples_table(heading: str, samples: list[dict[str, Any]], blind: Any = None
 
 def coverage_cells(result: dict[str, Any]) -> dict[str, Any]:
     """A result's coverage for a table row: answered of expected items, naming the questions (or pairs) they are
-    (:func:`eval_hooks.evaluate.coverage_text`), marked partial when the benchmark was scored on the answered
+    (:func:`eval_hooks.coverage.coverage_text`), marked partial when the benchmark was scored on the answered
     items only (``eval_allow_partial``) and mostly unresolved when most answers were unread; empty for a result
     written before coverage."""
-    from eval_hooks.evaluate import coverage_text
+    from eval_hooks.coverage import coverage_text
 
     coverage = result.get("coverage")
     if not isinstance(coverage, dict):
@@ -688,7 +688,7 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
 
 # ---------------------------------------------------------------------------------------------- eval-only runs
 
-EVAL_RESULTS_FILE = "results.json"  # eval_hooks.evaluate.RESULTS_FILE: what `veritune eval run` writes in OUT
+EVAL_RESULTS_FILE = "results.json"  # eval_hooks.results.RESULTS_FILE: what `veritune eval run` writes in OUT
 
 
 def is_eval_run(folder: Path) -> bool:
@@ -722,7 +722,7 @@ def read_eval_run(folder: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any
 def eval_summary_rows(record: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per benchmark of ``results.json``: coverage, the partial and mostly-unresolved marks and the
     headline metrics."""
-    from eval_hooks.evaluate import benchmark_label, coverage_text
+    from eval_hooks.coverage import benchmark_label, coverage_text
 
     rows = []
     for name, entry in record["results"].items():

@@ -15,28 +15,8 @@ from typing import Any
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
 from rewards.graders import YesNo, completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
+from veritune.core.pope_format import SUBSETS, read_pope_questions
 from veritune.core.prompts import MAX_SCAN_CHARS
-
-SUBSETS = ("random", "popular", "adversarial")
-FIELDS = ("question_id", "image", "text", "label")
-
-
-def read_pope_file(file: Path, what: str = "POPE file") -> list[dict[str, Any]]:
-    """The records of a POPE-format question file (JSON lines; POPE's and RePOPE's annotations), each checked
-    for POPE's fields and a yes/no label.
-
-    Raises:
-        UserError: naming the file and line of the first record that is not one.
-    """
-    records = read_json_or_jsonl(file, what=what)
-    for row, record in enumerate(records):
-        if not isinstance(record, dict) or not set(FIELDS) <= record.keys():
-            raise UserError(f"{file}: line {row + 1}: expected POPE fields {', '.join(FIELDS)}")
-        if record["label"] not in ("yes", "no"):
-            raise UserError(f"{file}: line {row + 1}: label {record['label']!r} is not yes or no")
-    return records
 
 
 class Pope(Benchmark):
@@ -49,24 +29,10 @@ class Pope(Benchmark):
         return data_root / "pope", data_root / "coco" / "val2014"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        data_path = Path(data_path)
-        files = [data_path / f"coco_pope_{s}.json" for s in SUBSETS] if data_path.is_dir() else [data_path]
-        files = [f for f in files if f.is_file()] or files[:1]
-        root = Path(image_root) if image_root else data_path if data_path.is_dir() else data_path.parent
-        items = []
-        for file in files:
-            subset = next((s for s in SUBSETS if s in file.name), file.stem)
-            for record in read_pope_file(file):
-                image = root / record["image"]
-                items.append(
-                    self.image_item(
-                        f"{subset}/{record['question_id']}",
-                        record["text"],
-                        image,
-                        {"label": record["label"], "subset": subset},
-                    )
-                )
-        return items
+        return [
+            self.image_item(q.id, q.text, q.image, {"label": q.label, "subset": q.subset})
+            for q in read_pope_questions(data_path, image_root)
+        ]
 
     def item_correct(self, item: EvalItem, prediction: str) -> bool:
         """The official rule's answer equals the label (an item with a missing image is never correct)."""

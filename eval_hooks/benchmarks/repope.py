@@ -27,9 +27,9 @@ from typing import Any
 
 from eval_hooks.answers import substring_yes_no
 from eval_hooks.base import Benchmark, EvalItem
-from eval_hooks.benchmarks.pope import SUBSETS, read_pope_file
 from eval_hooks.metrics import f1, ratio
 from veritune.core.errors import UserError
+from veritune.core.pope_format import SUBSETS, read_pope_file
 
 
 def confusion_metrics(labels: list[str], answers: list[str | None]) -> dict[str, float]:

@@ -1,0 +1,172 @@
+"""The result files: ``OUT/<benchmark>/metrics.json`` (its name, the selection a rescoring reads back from it and
+the items it was scored on: :func:`prepare_as_evaluated`) and an ``eval run``'s ``OUT/results.json``
+(:func:`results_record`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from eval_hooks.prepare import PreparedBenchmark, prepare_benchmark
+from eval_hooks.runner import PREDICTIONS_FILE
+from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED
+from veritune.core.errors import UserError
+
+METRICS_FILE = "metrics.json"
+RESULTS_FILE = "results.json"  # one per `eval run`: every benchmark's headline metrics, coverage and the settings
+
+
+def prepare_as_evaluated(name: str, result: dict[str, Any]) -> PreparedBenchmark:
+    """The items a ``metrics.json`` was scored on, prepared again from its ``data`` and ``selection`` (the same
+    files, limit, seed and mode draw the same items): what a report or the demo's intervals resample."""
+    data = result.get("data") or {}
+    limit, seed, mode = recorded_limit(result)
+    return prepare_benchmark(
+        name,
+        data={name: Path(data["path"])},
+        image_root=Path(data["image_root"]) if data.get("image_root") else None,
+        limit=limit,
+        limit_seed=seed,
+        limit_mode=mode,
+    )
+
+
+def recorded_limit(record: dict[str, Any]) -> tuple[int | None, int, str]:
+    """``(limit, seed, mode)`` that draw again the items of a ``metrics.json`` (its ``data.limit`` and
+    ``selection``) or of a ``results.json`` entry (its ``limit`` and ``selection``)."""
+    data, selection = record.get("data"), record.get("selection") or {}
+    limit = data.get("limit") if isinstance(data, dict) else record.get("limit")
+    seed = selection.get("seed") if selection.get("seed") is not None else DEFAULT_LIMIT_SEED
+    # a result written before limits were sampled kept the first N
+    mode = selection.get("mode", "first") if selection.get("mode") != "all" else DEFAULT_LIMIT_MODE
+    return limit, seed, mode
+
+
+def recorded_selection(predictions_path: Path, name: str) -> tuple[dict[str, Any], Path] | None:
+    """The record of how the items of ``predictions_path`` were selected, and its file: the ``metrics.json``
+    beside an ``OUT/<benchmark>/predictions.jsonl`` (``eval run``, ``eval watch``, the hook), else the run's
+    ``OUT/results.json`` entry for ``name``; None for a predictions file with neither (made elsewhere)."""
+    if Path(predictions_path).name != PREDICTIONS_FILE:
+        return None
+    folder = Path(predictions_path).parent
+    for path, key in ((folder / METRICS_FILE, None), (folder.parent / RESULTS_FILE, name)):
+        if not path.is_file() or (key is not None and folder.name != key):
+            continue
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{path}: not readable JSON ({err}); it records the run's --limit, seed and mode") from None
+        if key is not None and isinstance(record, dict):
+            record = (record.get("results") or {}).get(key)
+        if isinstance(record, dict) and ("selection" in record or "data" in record or "limit" in record):
+            return record, path
+    return None
+
+
+def rescore_limit(
+    name: str,
+    recorded: tuple[dict[str, Any], Path] | None,
+    limit: int | None,
+    seed: int | None,
+    mode: str | None,
+) -> tuple[int | None, int, str]:
+    """``(limit, seed, mode)`` of a rescoring: the run's, ``recorded`` with the predictions
+    (:func:`recorded_selection`), so that ``eval score`` needs no flag; without a record, the given values or
+    the defaults. A given value that would draw other items than the run's is refused.
+
+    Raises:
+        UserError: a given ``limit``, ``seed`` or ``mode`` contradicts the record: one line naming both values.
+    """
+    if recorded is None:
+        return limit, DEFAULT_LIMIT_SEED if seed is None else seed, DEFAULT_LIMIT_MODE if mode is None else mode
+    record, source = recorded
+    run_limit, run_seed, run_mode = recorded_limit(record)
+    selection = record.get("selection") or {}
+    available = (selection.get("available") or {}).get("units")
+    everything = run_limit is None or selection.get("mode") == "all"  # no item was left out
+    clashes = []
+    keeps_all = everything and isinstance(available, int) and limit is not None and limit >= available
+    if limit is not None and limit != run_limit and not keeps_all:
+        clashes.append(f"--limit {limit} (the run's: {run_limit if run_limit is not None else 'none, every item'})")
+    if not everything and mode is not None and mode != run_mode:
+        clashes.append(f"--limit-mode {mode} (the run's: {run_mode})")
+    if not everything and run_mode == "stratified" and seed is not None and seed != run_seed:
+        clashes.append(f"--limit-seed {seed} (the run's: {run_seed})")
+    if clashes:
+        raise UserError(
+            f"{name}: {'; '.join(clashes)} contradicts the selection recorded with the predictions in {source}; "
+            "drop the flag (eval score reads the run's selection)"
+        )
+    return run_limit, run_seed, run_mode
+
+
+def headline_metrics(result: dict[str, Any]) -> dict[str, float]:
+    """The metrics worth a summary line: top-level ones and macro averages (not per class or subset)."""
+    return {key: value for key, value in result["metrics"].items() if "/" not in key or key.startswith("macro/")}
+
+
+def source_commit() -> str | None:
+    """The git commit of the veritune checkout this code runs from (with ``-dirty`` when it has uncommitted
+    changes); None outside a git checkout or without git."""
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{commit}-dirty" if commit and dirty else commit or None
+
+
+def results_record(
+    results: dict[str, dict[str, Any]], settings: dict[str, Any], refused: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """What ``OUT/results.json`` of an ``eval run`` holds, in the spirit of lmms-eval's results file: per
+    benchmark its headline metrics, coverage (:func:`eval_hooks.coverage.coverage_of`), ``partial`` and
+    ``mostly_unresolved`` marks, scoring mode, the item selection when the run recorded one (``selection``), and
+    where its metrics.json lies; the benchmarks refused for their unresolved answers (``refused``: name -> the
+    refusal); then the run's settings, the veritune version and commit, and the date (UTC)."""
+    import datetime
+
+    from veritune.core.io import package_versions
+
+    benchmarks = {}
+    for name, result in results.items():
+        entry: dict[str, Any] = {
+            "metrics": headline_metrics(result),
+            "lower_is_better": result.get("lower_is_better", []),
+            "partial": bool(result.get("partial")),
+            "mostly_unresolved": bool(result.get("mostly_unresolved")),
+            "coverage": result.get("coverage"),
+            "strict_official": result.get("strict_official", False),
+            "answer_resolution": result.get("answer_resolution"),
+            "limit": (result.get("data") or {}).get("limit"),
+            "blind": (result.get("generation") or {}).get("blind"),
+            "metrics_file": f"{name}/{METRICS_FILE}",
+        }
+        selection = result.get("selection", (result.get("data") or {}).get("selection"))
+        if selection is not None:  # how a limit picked the items (recorded by the run), passed through as it is
+            entry["selection"] = selection
+        benchmarks[name] = entry
+    versions = package_versions(("transformers", "torch"))
+    return {
+        "results": benchmarks,
+        "partial": sorted(name for name, entry in benchmarks.items() if entry["partial"]),
+        "mostly_unresolved": sorted(name for name, entry in benchmarks.items() if entry["mostly_unresolved"]),
+        "refused": dict(refused or {}),
+        "config": settings,
+        "veritune_version": versions.pop("veritune"),
+        "git_commit": source_commit(),
+        "versions": versions,
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+    }
