@@ -42,6 +42,10 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
+from core.errors import UserError
+from core.images import load_image_cached
+from core.io import atomic_write_json, require_input_path
+from core.run_layout import WANDB_LOGGED_FILE, checkpoint_eval_dir, checkpoint_name
 from eval_hooks.evaluate import (
     PreparedBenchmark,
     check_images,
@@ -53,10 +57,6 @@ from eval_hooks.evaluate import (
 )
 from eval_hooks.registry import expand_presets, get_benchmark
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, check_limit
-from veritune.core.errors import UserError
-from veritune.core.images import load_image_cached
-from veritune.core.io import atomic_write_json, require_input_path
-from veritune.core.run_layout import WANDB_LOGGED_FILE, checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
 PARTIAL_KEY = "eval_allow_partial: true"  # the recipe's opt-in to partial scores, named in the hook's errors

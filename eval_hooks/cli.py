@@ -9,7 +9,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from data_builders.cli import add_llm_arguments, llm_client_options
+from core.cli_help import add_llm_arguments, command_help, llm_client_options
+from core.errors import UserError
+from core.images import BLIND_FILL
+from core.io import atomic_write_json
 from eval_hooks.evaluate import (
     METRICS_FILE,
     RESULTS_FILE,
@@ -26,10 +29,6 @@ from eval_hooks.evaluate import (
 )
 from eval_hooks.registry import BENCHMARKS
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES, check_limit
-from veritune.cli import command_help
-from veritune.core.errors import UserError
-from veritune.core.images import BLIND_FILL
-from veritune.core.io import atomic_write_json
 
 STRICT_HELP = (
     "score the raw responses exactly as the official script does, with no veritune normalisation before it "
@@ -283,8 +282,8 @@ def _prepare(args: argparse.Namespace) -> list:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from core.wandb_login import require_wandb_login
     from eval_hooks.runner import blind_label, get_backend, process_state
-    from veritune.core.wandb_login import require_wandb_login
 
     # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
     require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
@@ -344,9 +343,9 @@ def log_eval_to_wandb(
     images' metrics and never over them. Returns the run id."""
     import wandb
 
+    from core.run_layout import WANDB_RUN_FILE, checkpoint_step
     from eval_hooks.callback import wandb_payload
     from eval_hooks.watch import open_wandb_run
-    from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_step
 
     step = checkpoint_step(model)
     run_dir = model.parent if step is not None else model

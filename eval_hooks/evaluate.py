@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import atomic_write_json, dataset_manifest
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.judge import AnswerJudge, rule_answer
 from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
@@ -28,8 +30,6 @@ from eval_hooks.runner import (
     run_items,
 )
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, dataset_manifest
 
 logger = logging.getLogger("veritune.eval")
 
@@ -689,7 +689,7 @@ def results_record(results: dict[str, dict[str, Any]], settings: dict[str, Any])
     settings, the veritune version and commit, and the date (UTC)."""
     import datetime
 
-    from veritune.core.io import package_versions
+    from core.io import package_versions
 
     benchmarks = {}
     for name, result in results.items():

@@ -26,7 +26,7 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 ds_logger = logging.getLogger("veritune.grpo")
 

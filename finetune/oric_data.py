@@ -18,12 +18,12 @@ from PIL import Image
 from tqdm import tqdm
 from trl.data_utils import prepare_multimodal_messages
 
+from core.errors import UserError
+from core.images import load_image
+from core.prompts import with_r1_instruction
+from core.sampling import sample_indices
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from rewards.oric import ORIC_FIELDS, check_oric_record
-from veritune.core.errors import UserError
-from veritune.core.images import load_image
-from veritune.core.prompts import with_r1_instruction
-from veritune.core.sampling import sample_indices
 
 PROMPT_BATCH = 64  # prompts measured per processor call
 

@@ -25,8 +25,8 @@ from typing import Any, NoReturn
 
 from transformers import HfArgumentParser
 
-from veritune.core.errors import UserError, exit_on_user_error
-from veritune.core.io import read_yaml
+from core.errors import UserError, exit_on_user_error
+from core.io import read_yaml
 
 
 def valid_keys(dataclass_types: tuple[type, ...]) -> set[str]:

@@ -10,9 +10,9 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
 
-from veritune.core.errors import UserError
-from veritune.core.run_layout import WEIGHT_FILES, is_complete_checkpoint
-from veritune.core.run_layout import checkpoints as run_checkpoints
+from core.errors import UserError
+from core.run_layout import WEIGHT_FILES, is_complete_checkpoint
+from core.run_layout import checkpoints as run_checkpoints
 
 logger = logging.getLogger("veritune")
 

@@ -14,6 +14,10 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
 
+from core.errors import UserError
+from core.hub import require_model_source
+from core.io import require_input_path
+from core.wandb_login import require_wandb_login
 from finetune.configs import ScriptArguments, VerituneModelConfig, require_generation_runtime
 from finetune.console import log_run_header, setup_logging, use_compact_progress
 from finetune.console import use_cpu_accelerator_without_gpu as use_cpu_accelerator_without_gpu  # the demo's import
@@ -21,10 +25,6 @@ from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
 from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
 from finetune.run_dir import claim_run_dir, run_settings
-from veritune.core.errors import UserError
-from veritune.core.hub import require_model_source
-from veritune.core.io import require_input_path
-from veritune.core.wandb_login import require_wandb_login
 
 logger = logging.getLogger("veritune")
 
@@ -127,7 +127,7 @@ def check_run_paths(script_args: ScriptArguments | None, model_args: VerituneMod
     """Check, before any model or DeepSpeed engine loads, that every path the recipe names exists as its reader
     expects: the training data (:data:`DATA_PATH_KEYS`), the model (a local-looking ``model_name_or_path`` must
     be a directory; a Hub id is left to the Hub, unless ``HF_HUB_OFFLINE`` is set and it is not cached:
-    :func:`veritune.core.hub.require_model_source`) and, when the eval hook runs, its folders and every
+    :func:`core.hub.require_model_source`) and, when the eval hook runs, its folders and every
     benchmark's files (:meth:`eval_hooks.callback.EvalHookCallback.check_data`). Paths are checked as the run
     reads them: relative to the current directory, after the recipe's own resolution
     (:func:`finetune.recipe.resolve_recipe_path`).
@@ -190,7 +190,7 @@ def start_run(
         UserError: ``use_vllm: true`` where vLLM is not installed or no GPU is visible
             (:func:`finetune.configs.require_generation_runtime`), a missing data file, folder or local model
             (:func:`check_run_paths`), ``output_dir`` holding a run with other settings,
-            or ``report_to: wandb`` without W&B credentials (:func:`veritune.core.wandb_login.require_wandb_login`),
+            or ``report_to: wandb`` without W&B credentials (:func:`core.wandb_login.require_wandb_login`),
             all before any model loads.
     """
     require_generation_runtime(training_args)

@@ -438,7 +438,7 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> float:
 def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, concurrency: int = 8) -> float:
     from fake_openai_server import FakeChatServer
 
-    from veritune.core.llm_client import ChatClient
+    from core.llm_client import ChatClient
 
     with FakeChatServer(lambda request: "no") as server:
         client = ChatClient(server.base_url, "judge", cache_path=tmp / "cache.sqlite", concurrency=concurrency)

@@ -1,7 +1,7 @@
 """The layers of docs/ARCHITECTURE.md, enforced: every module imports only from its own package or a layer
 below it (imports inside functions included).
 
-    veritune.core → rewards → data_builders | eval_hooks → finetune → top
+    core → rewards → data_builders | eval_hooks → finetune → top
 
 The top layer is the command line and what only it uses: ``veritune.cli`` and every ``cli.py`` module (the
 wiring of a command), ``veritune.demo``, ``veritune.slurm_submit``, ``veritune.launch``, the run report and
@@ -78,7 +78,7 @@ def upward_imports(path: Path) -> list[str]:
 
 
 def test_layer_map_knows_the_layers() -> None:
-    assert layer_of("veritune.core.io") == "core"
+    assert layer_of("core.io") == "core"
     assert layer_of("veritune") == "core"
     assert layer_of("rewards.graders") == "rewards"
     assert layer_of("eval_hooks.watch") == "eval_hooks"
@@ -175,9 +175,9 @@ def test_how_to_add_a_benchmark_matches_the_registry() -> None:
 
 def test_how_to_add_a_reward_matches_the_registry() -> None:
     """The doc's steps: a function in rewards/, named in rewards.REWARD_FUNCS, checked by check_reward_funcs."""
+    from core.errors import UserError
     from finetune.recipe import check_reward_funcs
     from rewards import REWARD_FUNCS
-    from veritune.core.errors import UserError
 
     section = ARCHITECTURE.split("**A reward**", 1)[1].split("**A recipe**", 1)[0]
     assert "`rewards.REWARD_FUNCS`" in section and "`finetune.recipe.check_reward_funcs`" in section

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, entry_env
 
+from core.errors import UserError, exit_on_user_error, os_error_message
 from veritune.cli import main
-from veritune.core.errors import UserError, exit_on_user_error, os_error_message
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
@@ -602,7 +602,7 @@ def test_paths_the_run_will_not_read_and_hub_ids_pass_the_check(
     check_run_paths(*parsed("--eval_final_benchmarks", "general", "--eval_data_root", str(tmp_path)))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr("veritune.core.hub.hub_reachable", lambda *_: pytest.fail("the Hub was probed"))
+    monkeypatch.setattr("core.hub.hub_reachable", lambda *_: pytest.fail("the Hub was probed"))
     check_run_paths(*parsed("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct"))
 
 
@@ -630,7 +630,7 @@ def test_eval_run_report_to_wandb_without_credentials_stops_before_the_model(tmp
     folder is empty: loading it would fail naming --model) and no prediction written."""
     from eval_fixtures import write_oric_bench
 
-    from veritune.core.wandb_login import LOGIN_HINT
+    from core.wandb_login import LOGIN_HINT
 
     data, _ = write_oric_bench(tmp_path / "bench", questions=2)
     (tmp_path / "model").mkdir()

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeChatServer
 
+from core.errors import UserError
+from core.llm_client import ChatClient
 from veritune.cli import COMMANDS, build_parser, main
-from veritune.core.errors import UserError
-from veritune.core.llm_client import ChatClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def test_eval_score_bad_input_is_one_line(
 
 def test_error_is_printed_after_every_open_progress_bar_closes() -> None:
     code = (
-        "from tqdm import tqdm\nfrom veritune.core.errors import UserError, exit_on_user_error\n"
+        "from tqdm import tqdm\nfrom core.errors import UserError, exit_on_user_error\n"
         "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
         "    raise UserError('endpoint down')\nbuild()\n"
     )
@@ -324,7 +324,7 @@ def test_uncached_clip_model_offline_fails_at_once(
 ) -> None:
     import time
 
-    from veritune.core import hub
+    from core import hub
 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
@@ -405,7 +405,7 @@ def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
 def test_progress_bars_redraw_rarely_into_a_log_file(tmp_path: Path) -> None:
     import io
 
-    from veritune.core.progress import LOG_INTERVAL_S, progress_bar, redraw_interval
+    from core.progress import LOG_INTERVAL_S, progress_bar, redraw_interval
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -510,7 +510,7 @@ def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
     worker = tmp_path / "worker.py"
     worker.write_text(
         "import time\n"
-        "from veritune.core.errors import exit_on_user_error\n"
+        "from core.errors import exit_on_user_error\n"
         "def main():\n"
         "    print('ready', flush=True)\n"
         "    time.sleep(120)\n"

@@ -17,8 +17,8 @@ from datasets import Image as ImageFeature
 from helpers import run_entry
 from hub_datasets import cache_hub_dataset
 
+from core.errors import UserError
 from finetune.oric_data import get_oric_dataset
-from veritune.core.errors import UserError
 
 ORIC_FEATURES = {"id": Value("int64"), "problem": Value("string"), "solution": Value("string")}
 

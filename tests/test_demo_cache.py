@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from core.cache import publish_dir, remove_stale_temporaries
 from veritune import demo
-from veritune.core.cache import publish_dir, remove_stale_temporaries
 
 
 @pytest.fixture()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from veritune import demo_seeing
-from veritune.core.errors import UserError
 from veritune.demo import STAGE_STATUS, results_table
 from veritune.demo_seeing import DPO_THREADS, RUN, TABLE, SeeingSizes, dpo_threads, run_seeing_finer, seeing_paths
 

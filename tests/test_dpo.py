@@ -20,11 +20,11 @@ from PIL import Image
 from safetensors.torch import load_file
 from wandb_offline import offline_history
 
+from core.errors import UserError
+from core.sampling import sample_indices
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.recipe import parse_recipe
-from veritune.core.errors import UserError
-from veritune.core.sampling import sample_indices
 
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
 PAIRS = [("dog", "cat"), ("bench", "sofa"), ("cup", "bowl"), ("kite", "clock"), ("car", "bus"), ("apple", "orange")]

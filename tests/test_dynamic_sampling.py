@@ -213,9 +213,9 @@ def test_demo_select_passes_recipe_overrides_and_refuses_a_bad_one(tmp_path: Pat
 def test_process_share_must_be_whole_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """On 2 processes, micro-batches of 2 completions split TRL's groups of 4 across processes: fine for TRL,
     refused with dynamic sampling (a process trains only on groups it generated), before any model loads."""
+    from core.errors import UserError
     from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
-    from veritune.core.errors import UserError
 
     types = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
     monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: 2))

@@ -228,9 +228,9 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
 
 
 def test_per_benchmark_limits_in_eval_benchmarks() -> None:
+    from core.errors import UserError
     from eval_hooks.callback import EvalHookCallback
     from eval_hooks.evaluate import parse_benchmark_limits
-    from veritune.core.errors import UserError
 
     assert parse_benchmark_limits(["pope:200", "oric_bench_r1", "my_pkg.bench.Mine:5"]) == (
         ["pope", "oric_bench_r1", "my_pkg.bench.Mine"],

@@ -13,10 +13,10 @@ import pytest
 from eval_fixtures import write_oric_bench
 from test_amber_generative import amber_dir
 
+from core.errors import UserError
 from eval_hooks.callback import EvalHookCallback, flat_metrics
 from eval_hooks.evaluate import parse_image_roots, results_record
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 POPE_LABELS = ("yes", "no", "yes", "no", "yes", "no")
 

@@ -15,11 +15,11 @@ import pytest
 from helpers import REPO_ROOT
 from PIL import Image
 
+from core.errors import UserError
 from eval_hooks.evaluate import parse_benchmark_limits, parse_benchmark_names, prepare_benchmark
 from eval_hooks.registry import get_benchmark
 from eval_hooks.selection import largest_remainder, select_items
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 # ----------------------------------------------------------------------------- benchmark files, official formats
 

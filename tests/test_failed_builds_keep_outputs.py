@@ -20,9 +20,9 @@ from fake_openai_server import FakeChatServer
 from helpers import REPO_ROOT, entry_env
 from test_finer_builder import GRAPH
 
+from core.io import STAGING_SUFFIX, recover_output
 from data_builders.oric.annotations import ImageRecord
 from veritune.cli import main
-from veritune.core.io import STAGING_SUFFIX, recover_output
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
@@ -381,7 +381,7 @@ def counted(real):
         return real(*args, **kwargs)
     return call
 os.replace, os.unlink, shutil.rmtree = counted(os.replace), counted(os.unlink), counted(shutil.rmtree)
-import veritune.core.io as io
+import core.io as io
 io._exchange = counted(io._exchange)
 from veritune.cli import main
 code = main(sys.argv[1:])

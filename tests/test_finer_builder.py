@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.errors import UserError
 from data_builders.finer.bench import (
     CSV_COLUMNS,
     BenchSettings,
@@ -27,7 +28,6 @@ from data_builders.finer.scene_graph import parse_scene_graph, tuples_for_image
 from data_builders.finer.synthetic import scene_graphs_from_coco
 from data_builders.finer.templates import TEMPLATES
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 # One image: a dog lying on a rug, in the layout of the FINER benchmark files (four negatives everywhere).
 GRAPH = {

@@ -14,11 +14,11 @@ from fake_openai_server import FakeChatServer
 from PIL import Image
 from test_finer_builder import GRAPH
 
+from core.llm_client import ChatClient
 from data_builders.finer import prompts
 from data_builders.finer.filtering import LETTERS, ChoiceDiscriminator, choice_entropy, filter_negatives, mcq_prompt
 from data_builders.finer.scene_graph import parse_scene_graph
 from veritune.cli import main
-from veritune.core.llm_client import ChatClient
 
 
 class ScriptedDiscriminator:

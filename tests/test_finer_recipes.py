@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
+from core.io import read_yaml
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe
-from veritune.core.errors import UserError
-from veritune.core.io import read_yaml
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)

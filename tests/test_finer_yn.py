@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.errors import UserError
+from core.finer_yn import COLUMNS, PATTERNS
 from data_builders.finer.scene_graph import SceneGraph, parse_scene_graph
 from data_builders.finer.yn import (
     Chain,
@@ -32,8 +34,6 @@ from eval_hooks.bootstrap import metric_difference_intervals
 from eval_hooks.evaluate import prepare_benchmark, score_benchmark
 from eval_hooks.registry import get_benchmark
 from veritune.cli import main
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import COLUMNS, PATTERNS
 
 A1 = "with predominantly white coat featuring black and grey markings"
 A2 = "with its head turned downwards"

@@ -363,7 +363,7 @@ def test_demo_background_stage_reports_its_log(tmp_path: Path) -> None:
     one error naming the log."""
     import sys
 
-    from veritune.core.errors import UserError
+    from core.errors import UserError
     from veritune.demo import _Background, _run
 
     def stage() -> None:
@@ -410,8 +410,8 @@ def test_replay_ratio_selection_rule() -> None:
 
 
 def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:
+    from core.sampling import sample_indices
     from finetune.sft import SFTScriptArguments, training_examples
-    from veritune.core.sampling import sample_indices
 
     def args(limit: int | None) -> SFTScriptArguments:
         return SFTScriptArguments(

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from helpers import run_entry
 
+from core.errors import UserError
+from core.images import load_image
+from core.prompts import with_r1_instruction
+from core.sampling import sample_indices
 from finetune.oric_data import get_oric_dataset, prompt_length, question_from_problem
-from veritune.core.errors import UserError
-from veritune.core.images import load_image
-from veritune.core.prompts import with_r1_instruction
-from veritune.core.sampling import sample_indices
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.recipe import load_recipe, parse_recipe
-from veritune.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)

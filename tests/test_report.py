@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from veritune.cli import main
-from veritune.core.errors import UserError
 from veritune.report import (
     GRPO_ZERO_LOSS_NOTE,
     log_ticks,

@@ -16,9 +16,9 @@ import torch
 from helpers import REPO_ROOT, entry_env, run_entry
 from safetensors.torch import load_file
 
+from core.errors import UserError
+from core.run_layout import is_complete_checkpoint
 from finetune.resume import find_resumable_checkpoint
-from veritune.core.errors import UserError
-from veritune.core.run_layout import is_complete_checkpoint
 
 STEPS = 4
 

@@ -188,7 +188,7 @@ def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_credentials_are_found_where_wandb_looks(
     no_wandb_credentials: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from veritune.core.wandb_login import wandb_can_log
+    from core.wandb_login import wandb_can_log
 
     assert not wandb_can_log()
     settings = tmp_path / "home" / ".config" / "wandb" / "settings"

@@ -280,7 +280,7 @@ def test_predictions_without_a_header_are_not_taken_for_this_models(tiny_qwen3vl
 
 
 def test_outputs_honour_the_umask(tmp_path: Path) -> None:
-    from veritune.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     umask = os.umask(0)
     os.umask(umask)

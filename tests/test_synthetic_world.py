@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.errors import UserError
 from data_builders.synthetic_world import (
     CATEGORIES,
     COLOUR_NAMES,
@@ -21,7 +22,6 @@ from data_builders.synthetic_world import (
     spatial_relation,
 )
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 
 @pytest.fixture(scope="module")

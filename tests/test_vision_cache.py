@@ -12,10 +12,10 @@ from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from core.errors import UserError
 from finetune.configs import VerituneModelConfig
 from finetune.models import freeze_vision_tower
 from finetune.vision_cache import cache_vision_features
-from veritune.core.errors import UserError
 
 
 def images(count: int, offset: int = 0) -> list[Image.Image]:

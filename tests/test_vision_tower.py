@@ -12,12 +12,12 @@ import torch
 from helpers import run_entry
 from safetensors.torch import load_file
 
+from core.errors import UserError
+from core.finer_yn import QUESTION
 from data_builders.synthetic_world import build_synthetic_world
 from finetune.configs import VerituneModelConfig
 from finetune.models import freeze_vision_tower, get_model, vision_modules
 from finetune.sft import SFTScriptArguments, attribute_pair_examples, training_examples
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import QUESTION
 
 
 @pytest.fixture(scope="module")

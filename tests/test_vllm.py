@@ -15,13 +15,13 @@ from eval_fixtures import write_oric_bench
 from fake_vllm import install, write_package
 from helpers import REPO_ROOT, run_entry
 
+from core.errors import UserError
 from eval_hooks.callback import EvalHookCallback
 from eval_hooks.runner import PREDICTIONS_FILE, read_predictions_file
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.models import get_lora_config
 from finetune.recipe import parse_recipe
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 RECIPES = REPO_ROOT / "recipes"
@@ -182,7 +182,7 @@ def test_eval_backend_vllm_without_vllm_or_gpu_is_one_line(
             "use --backend transformers"
         )
     install(monkeypatch)
-    monkeypatch.setattr("veritune.core.gpu.cuda_available", lambda: False)
+    monkeypatch.setattr("core.gpu.cuda_available", lambda: False)
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2

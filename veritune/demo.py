@@ -7,7 +7,7 @@
    train split so that ORIC's CLIP-guided negatives mean something;
 3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
    ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code, data and seed; any number of demos may
-   share that cache at once: ``veritune.core.cache``);
+   share that cache at once: ``core.cache``);
 4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage
    check; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs);
 5. DPO from the base model (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
@@ -50,8 +50,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from veritune.core.cache import cache_root, publish_dir
-from veritune.core.errors import PARENT_SAYS_INTERRUPTED_ENV, UserError
+from core.cache import cache_root, publish_dir
+from core.errors import PARENT_SAYS_INTERRUPTED_ENV, UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/tiny_oric_miniature.yaml"
@@ -256,7 +256,7 @@ def run_stage(
     """Run stage ``name`` unless its ``outputs`` are complete (``done``) and were built with ``key``; outputs
     built with another key (other arguments or inputs), or by an older demo that recorded none, are removed
     first. Returns True when the stage was reused; the status goes to :data:`STAGE_STATUS`."""
-    from veritune.core.io import atomic_write_json
+    from core.io import atomic_write_json
 
     previous = recorded_key(out, name)
     if previous == key and done():
@@ -494,7 +494,7 @@ def _note(message: str) -> None:
 
 def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, overrides: tuple[str, ...] = ()) -> None:
     """The base model: the SFT warm-start, reused from the shared cache when its inputs are unchanged (two
-    demos building the same entry at once both succeed: :func:`veritune.core.cache.publish_dir`; ``overrides``:
+    demos building the same entry at once both succeed: :func:`core.cache.publish_dir`; ``overrides``:
     further recipe keys, e.g. ``--max_steps 2`` for a smoke test; part of the cache key)."""
     world = paths["world"]
     key = warmstart_key(
@@ -801,8 +801,8 @@ def _summarise(
     runs: dict[str, Path],
     probe: Path,
 ) -> None:
+    from core.io import atomic_write_json, atomic_write_text
     from eval_hooks.bootstrap import format_table
-    from veritune.core.io import atomic_write_json, atomic_write_text
 
     state = json.loads((paths["run"] / "trainer_state.json").read_text())
     rewards = [row["reward"] for row in state["log_history"] if "reward" in row]

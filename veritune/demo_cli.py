@@ -9,7 +9,7 @@ from pathlib import Path
 
 def register_demo(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo``."""
-    from veritune.cli import command_help
+    from core.cli_help import command_help
     from veritune.demo import FINER_HALVES
 
     parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
@@ -42,7 +42,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo-select``."""
-    from veritune.cli import command_help
+    from core.cli_help import command_help
     from veritune.demo_selection import MAX_POPE_DROP, RATIOS, SEEDS
 
     parser = subparsers.add_parser("demo-select", help=command_help(None, "demo-select"))
@@ -65,7 +65,7 @@ def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _demo_select(args: argparse.Namespace) -> int:
-    from veritune.core.io import atomic_write_json, atomic_write_text
+    from core.io import atomic_write_json, atomic_write_text
     from veritune.demo_selection import format_selection, select_replay_ratio
 
     selection = select_replay_ratio(

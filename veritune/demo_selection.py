@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 RATIOS = (0.0, 0.25, 0.5, 1.0)
 SEEDS = (0, 1, 2)

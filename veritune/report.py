@@ -25,9 +25,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_text
-from veritune.core.run_layout import EVAL_DIR, checkpoints
+from core.errors import UserError
+from core.io import atomic_write_text
+from core.run_layout import EVAL_DIR, checkpoints
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 YES_PROPORTION_KEYS = ("yes_proportion", "yes_ratio")
@@ -572,7 +572,7 @@ def _thumbnail(path: Path, size: int = 64, blind_fill: tuple[int, int, int] | No
     import base64
     import io
 
-    from veritune.core.images import load_image_cached
+    from core.images import load_image_cached
 
     try:
         image = load_image_cached(path, cache=False, blind_fill=blind_fill).copy()

@@ -12,12 +12,12 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json_or_jsonl
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
 from rewards.graders import YesNo, completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 SUBSETS = ("random", "popular", "adversarial")
 FIELDS = ("question_id", "image", "text", "label")

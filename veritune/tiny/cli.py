@@ -10,9 +10,9 @@ import os
 import shutil
 from pathlib import Path
 
-from veritune.cli import command_help
-from veritune.core.errors import UserError
-from veritune.core.quiet import use_cpu_accelerator_without_gpu
+from core.cli_help import command_help
+from core.errors import UserError
+from core.quiet import use_cpu_accelerator_without_gpu
 
 
 def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
