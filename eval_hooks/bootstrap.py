@@ -20,7 +20,7 @@ from eval_hooks.base import EvalItem
 from eval_hooks.registry import get_benchmark
 
 _PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")
-# The one bootstrap of the run report (veritune/report.py) and the demo's results.json (veritune/demo.py):
+# The one bootstrap of the run report (veritune/report.py) and the demo's results.json (miniature/pipeline.py):
 # the same draws give the same interval wherever it is printed.
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0

@@ -1,6 +1,7 @@
 """Supervised warm-start: the "conventionally trained" base model of the miniature ORIC / FINER experiments.
 
-    accelerate launch --config_file recipes/accelerate/single.yaml finetune/sft.py recipes/tiny_sft_warmstart.yaml
+    accelerate launch --config_file recipes/accelerate/single.yaml finetune/sft.py \
+        recipes/miniature/tiny_sft_warmstart.yaml
 
 The data are what a VLM is conventionally trained on, made from a COCO-format ``instances.json`` of the
 train split (``veritune build synthetic-world``): per image POPE-random-style yes/no questions (and, with

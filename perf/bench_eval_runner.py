@@ -84,7 +84,7 @@ def main() -> None:
 
     from core.images import _decoded
     from eval_hooks.runner import TransformersBackend, generate_batch, load_model, run_items
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     torch.set_num_threads(2)
     answers: dict[str, dict[str, str]] = {}

@@ -4,8 +4,8 @@ below it (imports inside functions included).
     core → rewards → data_builders | eval_hooks → finetune → top
 
 The top layer is the command line and what only it uses: ``veritune.cli`` and every ``cli.py`` module (the
-wiring of a command), ``veritune.demo``, ``veritune.slurm_submit``, ``veritune.launch``, the run report and
-the tiny test models (``veritune.tiny``). ``data_builders`` and ``eval_hooks`` share a layer and do not import
+wiring of a command), ``miniature.stages``, ``veritune.slurm_submit``, ``veritune.launch``, the run report and
+the tiny test models (``miniature.tiny``). ``data_builders`` and ``eval_hooks`` share a layer and do not import
 each other.
 """
 
@@ -24,7 +24,12 @@ LAYERS = {"core": 0, "rewards": 1, "data_builders": 2, "eval_hooks": 2, "finetun
 def layer_of(module: str) -> str:
     """The layer (a key of ``LAYERS``) that a first-party module belongs to."""
     parts = module.split(".")
-    if parts[-1] == "cli" or module in {"veritune.demo", "veritune.slurm_submit", "veritune.launch", "veritune.report"}:
+    if parts[-1] == "cli" or module in {
+        "miniature.stages",
+        "veritune.slurm_submit",
+        "veritune.launch",
+        "veritune.report",
+    }:
         return "top"
     if parts[0] == "veritune":
         # The bare package holds only ``__version__``; everything else in it is the core or the top.
@@ -85,7 +90,7 @@ def test_layer_map_knows_the_layers() -> None:
     assert layer_of("eval_hooks.cli") == "top"
     assert layer_of("data_builders.oric.cli") == "top"
     assert layer_of("finetune.training") == "finetune"
-    assert layer_of("veritune.demo") == layer_of("veritune.tiny.models") == "top"
+    assert layer_of("miniature.stages") == layer_of("miniature.tiny.models") == "top"
 
 
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:

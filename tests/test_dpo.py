@@ -109,7 +109,7 @@ def preference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig]:
-    return parse_recipe(["recipes/tiny_finer_demo.yaml", *map(str, flags)], DPO_TYPES)
+    return parse_recipe(["recipes/miniature/tiny_finer_demo.yaml", *map(str, flags)], DPO_TYPES)
 
 
 # ---- the LoRA run
@@ -121,7 +121,7 @@ def lora_run(tiny_qwen3vl: Path, preference_dir: Path, tmp_path_factory: pytest.
     out = tmp_path_factory.mktemp("dpo-lora") / "run"
     result = run_entry(
         "dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -236,7 +236,7 @@ def test_lora_run_metrics_reach_offline_wandb(lora_run: tuple[Path, str]) -> Non
 def test_full_parameter_dpo_on_qwen25vl(tiny_qwen25vl: Path, preference_dir: Path, tmp_path: Path) -> None:
     result = run_entry(
         "dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--model_name_or_path",
         tiny_qwen25vl,
         "--dataset_path",
@@ -287,7 +287,7 @@ def test_two_processes_keep_the_global_batch(tiny_qwen3vl: Path, preference_dir:
         "--main_process_port",
         free_port(),
         "finetune/dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--model_name_or_path",
         str(tiny_qwen3vl),
         "--dataset_path",
@@ -316,7 +316,7 @@ def test_two_processes_keep_the_global_batch(tiny_qwen3vl: Path, preference_dir:
 def test_entry_point_bad_dataset_is_one_line(tmp_path: Path) -> None:
     result = run_entry(
         "dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--dataset_path",
         tmp_path / "nope.jsonl",
         "--output_dir",

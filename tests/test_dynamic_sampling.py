@@ -18,7 +18,7 @@ import pytest
 from helpers import REPO_ROOT, entry_env, run_entry
 from wandb_offline import offline_history
 
-RECIPE = "recipes/tiny_oric_demo.yaml"  # 2 prompts x G = 4 per step, over 2 accumulation micro-steps
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"  # 2 prompts x G = 4 per step, over 2 accumulation micro-steps
 CONSTANT_ON = ("cat", "apple")
 DS_KEYS = ("dynamic_sampling/kept_share", "dynamic_sampling/rounds", "dynamic_sampling/prompts_drawn")
 

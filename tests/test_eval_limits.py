@@ -394,7 +394,7 @@ def with_options(command: list[str], values: dict[str, str | None]) -> list[str]
 def test_the_readmes_data_flow_builds_what_eval_run_reads(
     tiny_qwen3vl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
 
     monkeypatch.chdir(tmp_path)
     assert main(["build", "synthetic-world", "--out", "data/world", "--train-images", "8", "--val-images", "16"]) == 0

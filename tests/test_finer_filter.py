@@ -138,7 +138,7 @@ def test_log_lets_a_rerun_skip_the_model(scene: tuple[list[Any], Path], tmp_path
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     return build_tiny_model("qwen3vl", tmp_path_factory.mktemp("tiny-filter"), seed=0, format_warmup_steps=0)
 

@@ -192,7 +192,7 @@ def test_levels_a_graph_cannot_fill_are_skipped_and_counted() -> None:
 
 
 def _world(tmp_path: Path) -> tuple[Path, Path]:
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     world = build_synthetic_world(tmp_path / "world", num_train_images=1, num_val_images=12, seed=0, image_size=64)
     return Path(world["val_scene_graphs"]), Path(world["val_images"])
@@ -254,7 +254,7 @@ def test_a_drawn_world_fills_all_seven_levels_with_image_only_negatives(
     """``build synthetic-world --instance-attributes drawn``: three attributes (shade, border, pattern) and a
     relation per anchor, so every sample fills L1-L7; each negative swaps one value for its other one (never a
     hue). The letter protocol builds what four negatives allow and counts the rest; FINER-Tuning tuples build."""
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     world = build_synthetic_world(
         tmp_path / "world", num_train_images=1, num_val_images=12, seed=0, instance_attributes="drawn"

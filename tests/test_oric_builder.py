@@ -17,8 +17,8 @@ from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_si
 from data_builders.oric.judges import CooccurrenceJudge, OpenAIJudge, get_judge
 from data_builders.oric.questions import paraphrases, r1_prompt, with_article
 from data_builders.oric.review import sample_for_review
-from data_builders.synthetic_world import build_synthetic_world
 from finetune.oric_data import get_oric_dataset
+from miniature.world import build_synthetic_world
 from veritune.cli import main
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
@@ -265,7 +265,7 @@ def test_most_similar_never_returns_the_image_itself() -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
 
     root = tmp_path_factory.mktemp("oric-world")
     paths = build_synthetic_world(

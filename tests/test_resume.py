@@ -25,7 +25,7 @@ STEPS = 4
 
 def grpo_command(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str) -> list[str]:
     return [
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         str(model),
         "--dataset_path",

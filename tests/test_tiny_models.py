@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from core.errors import UserError
-from veritune.tiny.models import QWEN_SPECIAL_TOKENS, build_tiny_model
+from miniature.tiny.models import QWEN_SPECIAL_TOKENS, build_tiny_model
 
 
 @pytest.mark.parametrize("fixture", ["tiny_qwen3vl", "tiny_qwen25vl"])

@@ -42,7 +42,7 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         str(record),
         "finetune/grpo.py",
         "--config",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         str(tiny_qwen3vl),
         "--dataset_path",

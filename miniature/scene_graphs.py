@@ -17,7 +17,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.io import atomic_write_json, read_json
-from data_builders.synthetic_world import CATEGORIES, RELATIONS, spatial_relation
+from miniature.world import CATEGORIES, RELATIONS, spatial_relation
 
 COLOURS = {
     "red": (220, 40, 40),

@@ -68,7 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def _synthetic_world(args: argparse.Namespace) -> int:
     from core.io import build_identity, check_output_path, claim_output_dir
-    from data_builders.synthetic_world import build_synthetic_world, check_world_settings
+    from miniature.world import build_synthetic_world, check_world_settings
 
     check_output_path(args.out, directory=True)
     settings = {
@@ -93,8 +93,8 @@ def _synthetic_world(args: argparse.Namespace) -> int:
 
 def _scene_graphs(args: argparse.Namespace) -> int:
     from core.io import build_identity, check_output_path, claim_output_file
-    from data_builders.finer.synthetic import scene_graphs_from_coco
     from data_builders.oric.annotations import load_instances
+    from miniature.scene_graphs import scene_graphs_from_coco
 
     check_output_path(args.out)
     load_instances(args.annotations)  # the input in full (boxes, categories) before the output policy
