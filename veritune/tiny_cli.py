@@ -155,7 +155,7 @@ def _warm_started(args: argparse.Namespace) -> int:
     paths = demo.demo_paths(work)
     demo.pin_threads()
     demo.build_world(paths, args.seed)
-    demo._build_tiny_qwen(paths, args.seed)
+    demo.build_tiny_qwen(paths, args.seed)
     steps = () if args.warm_start_steps is None else ("--max_steps", str(args.warm_start_steps))
     demo.warm_start(paths, work, args.seed, use_cache=True, overrides=steps)
     if args.out.exists():
