@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 HF_FORMATS = ("parquet", "disk")
 

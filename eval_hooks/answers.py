@@ -13,8 +13,8 @@ import re
 from functools import lru_cache
 from typing import Any
 
+from core.prompts import MAX_SCAN_CHARS, SOLUTION_TAG
 from rewards.graders import OPTION_LETTERS, YesNo, completion_text
-from veritune.core.prompts import MAX_SCAN_CHARS, SOLUTION_TAG
 
 __all__ = ["OPTION_LETTERS", "extract_count", "extract_option", "substring_yes_no"]
 

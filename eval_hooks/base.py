@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")  # "17/p2": question 17 asked with its third paraphrase
 

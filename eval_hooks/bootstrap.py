@@ -15,12 +15,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from eval_hooks.base import EvalItem
 from eval_hooks.registry import get_benchmark
-from veritune.core.errors import UserError
 
 _PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")
-# The one bootstrap of the run report (veritune/report.py) and the demo's results.json (veritune/demo.py):
+# The one bootstrap of the run report (veritune/report.py) and the demo's results.json (miniature/pipeline.py):
 # the same draws give the same interval wherever it is printed.
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
@@ -183,9 +183,9 @@ def hook_difference_intervals(
     """
     import json
 
+    from core.run_layout import checkpoint_eval_dir
     from eval_hooks.results import METRICS_FILE, prepare_as_evaluated
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
-    from veritune.core.run_layout import checkpoint_eval_dir
 
     first, last = steps[0], steps[-1]
     metrics_file = checkpoint_eval_dir(run_dir, last) / name / METRICS_FILE

@@ -42,16 +42,16 @@ from typing import Any
 from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 from transformers.trainer_callback import CallbackHandler
 
+from core.errors import UserError
+from core.images import load_image_cached
+from core.io import atomic_write_json, require_input_path
+from core.run_layout import WANDB_LOGGED_FILE, checkpoint_eval_dir, checkpoint_name
 from eval_hooks.coverage import check_images, coverage_text
 from eval_hooks.evaluate import evaluate_prepared
 from eval_hooks.paths import resolve_paths
 from eval_hooks.plan import EvalPlan
 from eval_hooks.prepare import PreparedBenchmark
 from eval_hooks.registry import get_benchmark
-from veritune.core.errors import UserError
-from veritune.core.images import load_image_cached
-from veritune.core.io import atomic_write_json, require_input_path
-from veritune.core.run_layout import WANDB_LOGGED_FILE, checkpoint_eval_dir, checkpoint_name
 
 logger = logging.getLogger("veritune.eval")
 PARTIAL_KEY = "eval_allow_partial: true"  # the recipe's opt-in to partial scores, named in the hook's errors

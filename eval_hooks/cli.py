@@ -10,7 +10,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from data_builders.cli import add_llm_arguments, llm_client_options
+from core.cli_help import add_llm_arguments, command_help, llm_client_options
+from core.errors import UserError
+from core.images import BLIND_FILL
+from core.io import atomic_write_json
 from eval_hooks.coverage import UNRESOLVED_LIMIT, benchmark_label, check_images, coverage_text
 from eval_hooks.evaluate import evaluate, rescore
 from eval_hooks.plan import EvalPlan
@@ -18,10 +21,6 @@ from eval_hooks.prepare import PreparedBenchmark
 from eval_hooks.registry import BENCHMARKS
 from eval_hooks.results import METRICS_FILE, RESULTS_FILE, headline_metrics, results_record
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
-from veritune.cli import command_help
-from veritune.core.errors import UserError
-from veritune.core.images import BLIND_FILL
-from veritune.core.io import atomic_write_json
 
 STRICT_HELP = (
     "score the raw responses exactly as the official script does, with no veritune normalisation before it "
@@ -270,8 +269,8 @@ def _prepare(plan: EvalPlan) -> list[PreparedBenchmark]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from core.wandb_login import require_wandb_login
     from eval_hooks.runner import blind_label, get_backend, process_state
-    from veritune.core.wandb_login import require_wandb_login
 
     # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
     require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
@@ -347,9 +346,9 @@ def log_eval_to_wandb(
     images' metrics and never over them. Returns the run id."""
     import wandb
 
+    from core.run_layout import WANDB_RUN_FILE, checkpoint_step
     from eval_hooks.callback import wandb_payload
     from eval_hooks.watch import open_wandb_run
-    from veritune.core.run_layout import WANDB_RUN_FILE, checkpoint_step
 
     step = checkpoint_step(model)
     run_dir = model.parent if step is not None else model

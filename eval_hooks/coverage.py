@@ -9,10 +9,10 @@ import dataclasses
 import logging
 from typing import Any
 
+from core.errors import UserError
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.prepare import PreparedBenchmark
 from eval_hooks.selection import unit_name
-from veritune.core.errors import UserError
 
 logger = logging.getLogger("veritune.eval")
 

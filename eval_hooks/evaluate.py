@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import atomic_write_json
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.coverage import (
     ALLOW_PARTIAL,
@@ -35,8 +37,6 @@ from eval_hooks.runner import (
     run_items,
 )
 from eval_hooks.selection import select_items
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.eval")
 SAMPLE_PREDICTIONS = 20  # rows of the sample-predictions table kept in metrics.json and logged to W&B

@@ -1,5 +1,5 @@
 """The optional LLM judge: resolves the answers the rule-based graders cannot, through the shared cached
-client (:class:`veritune.core.llm_client.ChatClient`), so a rerun sends no request already answered.
+client (:class:`core.llm_client.ChatClient`), so a rerun sends no request already answered.
 
 Two uses:
 
@@ -86,7 +86,7 @@ class AnswerJudge:
         temperature: float = 0.0,
         max_tokens: int | None = 8,
     ) -> None:
-        from veritune.core.llm_client import ChatClient
+        from core.llm_client import ChatClient
 
         self.model = model
         self._settings = {
@@ -177,7 +177,7 @@ class AnswerJudge:
 
     def rubric_client(self, temperature: float, max_tokens: int | None) -> Any:
         """A client on the same endpoint, model and cache with a benchmark's own sampling settings."""
-        from veritune.core.llm_client import ChatClient
+        from core.llm_client import ChatClient
 
         key = (temperature, max_tokens)
         if key not in self._rubric_clients:

@@ -10,9 +10,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from core.errors import UserError
+from core.io import dataset_manifest
 from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
-from veritune.core.errors import UserError
-from veritune.core.io import dataset_manifest
 
 
 def check_benchmark_name(name: str, source: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from eval_hooks.paths import (
     ImageRoots,
     parse_benchmark_limits,
@@ -21,7 +22,6 @@ from eval_hooks.paths import (
 from eval_hooks.prepare import PreparedBenchmark, prepare_benchmark
 from eval_hooks.registry import get_benchmark
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, check_limit
-from veritune.core.errors import UserError
 
 
 def parse_benchmark_list(names: str | list[str], source: str) -> list[str]:

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.paths import ImageRoots, resolve_paths
 from eval_hooks.registry import get_benchmark
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, select_items
-from veritune.core.errors import UserError
 
 
 @dataclass

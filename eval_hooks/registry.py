@@ -12,9 +12,9 @@ import importlib
 import pkgutil
 
 import eval_hooks.benchmarks
+from core.errors import UserError
+from core.registry import import_dotted
 from eval_hooks.base import Benchmark
-from veritune.core.errors import UserError
-from veritune.core.registry import import_dotted
 
 
 def discover_benchmarks() -> dict[str, type[Benchmark]]:

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from eval_hooks.prepare import PreparedBenchmark, prepare_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED
-from veritune.core.errors import UserError
 
 METRICS_FILE = "metrics.json"
 RESULTS_FILE = "results.json"  # one per `eval run`: every benchmark's headline metrics, coverage and the settings
@@ -138,7 +138,7 @@ def results_record(
     refusal); then the run's settings, the veritune version and commit, and the date (UTC)."""
     import datetime
 
-    from veritune.core.io import package_versions
+    from core.io import package_versions
 
     benchmarks = {}
     for name, result in results.items():

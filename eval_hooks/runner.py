@@ -23,7 +23,7 @@ recording stand-in for the ``vllm`` package (tests/fake_vllm.py): no GPU here.
 
 Blind control (``eval run --blind``): a transformers or vLLM backend given ``blind_fill`` shows the model, in
 place of every image, a blank of that image's size in that one colour
-(``veritune.core.images.load_image_cached``); the predictions header records it.
+(``core.images.load_image_cached``); the predictions header records it.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import IO, Any, Protocol
 import torch
 from PIL import Image, UnidentifiedImageError
 
+from core.errors import UserError
+from core.images import load_image_cached
+from core.io import iter_jsonl
+from core.progress import progress_bar
+from core.trl_adapter import mark_vllm_weights_sleeping
 from eval_hooks.base import EvalItem
-from veritune.core.errors import UserError
-from veritune.core.images import load_image_cached
-from veritune.core.io import iter_jsonl
-from veritune.core.progress import progress_bar
-from veritune.core.trl_adapter import mark_vllm_weights_sleeping
 
 logger = logging.getLogger("veritune.eval")
 
@@ -400,7 +400,7 @@ class VLLMBackend:
         gpu_memory_utilization: float = 0.9,
         blind_fill: tuple[int, int, int] | None = None,
     ) -> None:
-        from veritune.core.gpu import require_vllm
+        from core.gpu import require_vllm
 
         if (Path(model_path) / "adapter_config.json").is_file():
             raise UserError(f"--backend vllm: {model_path} is a LoRA adapter; merge it or use --backend transformers")

@@ -25,8 +25,8 @@ import random
 from collections import Counter
 from typing import Any
 
+from core.errors import UserError
 from eval_hooks.base import Benchmark, EvalItem
-from veritune.core.errors import UserError
 
 LIMIT_MODES = ("stratified", "first")
 DEFAULT_LIMIT_MODE = "stratified"

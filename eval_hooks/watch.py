@@ -16,7 +16,7 @@ GPU, so training never waits for evaluation (and under DeepSpeed ZeRO-3 the eval
   ``RUN_DIR/wandb_run.json``, at the checkpoint's step (``train/global_step``). ``WANDB_MODE`` is
   respected: ``offline`` writes a local run to sync later, ``disabled`` logs nothing. Online, the watcher
   joins the run in W&B's shared mode, as a secondary writer that never marks the run finished; without W&B
-  credentials it stops at once with one line (:func:`veritune.core.wandb_login.require_wandb_login`).
+  credentials it stops at once with one line (:func:`core.wandb_login.require_wandb_login`).
 - It stops when training has finished (``RUN_DIR/trainer_state.json``, written by the Trainer at the end,
   reaches the newest checkpoint's step) and every checkpoint is evaluated; or after one pass with
   ``--once``; or when no new checkpoint has appeared for ``--timeout`` seconds.
@@ -32,18 +32,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from eval_hooks.coverage import benchmark_label
-from eval_hooks.evaluate import evaluate
-from eval_hooks.prepare import PreparedBenchmark
-from eval_hooks.results import METRICS_FILE, headline_metrics
-from veritune.core.io import atomic_write_json
-from veritune.core.run_layout import (
+from core.io import atomic_write_json
+from core.run_layout import (
     WANDB_LOGGED_FILE,
     WANDB_RUN_FILE,
     checkpoint_eval_dir,
     checkpoints,
     is_saved_checkpoint,
 )
+from eval_hooks.coverage import benchmark_label
+from eval_hooks.evaluate import evaluate
+from eval_hooks.prepare import PreparedBenchmark
+from eval_hooks.results import METRICS_FILE, headline_metrics
 
 logger = logging.getLogger("veritune.eval")
 
@@ -170,9 +170,9 @@ def watch(
 ) -> list[int]:
     """Evaluate checkpoints of ``run_dir`` until the run is finished (see the module docstring); returns
     the steps evaluated by this call."""
+    from core.errors import UserError
+    from core.wandb_login import require_wandb_login
     from eval_hooks.callback import wandb_payload
-    from veritune.core.errors import UserError
-    from veritune.core.wandb_login import require_wandb_login
 
     run_dir = Path(run_dir)
     names = [entry.name for entry in prepared]

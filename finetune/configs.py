@@ -14,8 +14,8 @@ from pathlib import Path
 
 from trl import DPOConfig, GRPOConfig, ModelConfig
 
+from core.errors import UserError
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
-from veritune.core.errors import UserError
 
 # What the eval hooks may generate with (ScriptArguments.eval_backend; eval_hooks/callback.py).
 EVAL_BACKENDS = ("auto", "transformers", "vllm")
@@ -101,7 +101,7 @@ class ScriptArguments:
         default=None,
         metadata={
             "help": "Train on at most N examples, drawn uniformly at random with `seed` and kept in their order "
-            "(veritune.core.sampling.sample_indices; FINER App. C subsamples 40K/120K/160K tuples per model)."
+            "(core.sampling.sample_indices; FINER App. C subsamples 40K/120K/160K tuples per model)."
         },
     )
     skip_bad_examples: bool = field(
@@ -113,7 +113,7 @@ class ScriptArguments:
         metadata={
             "help": "On the CPU, TRL's fused LM head scores only the labelled positions, as TRL does where Triton "
             "runs (the same log-probabilities up to float rounding; a third of the tiny warm-start's step saved); "
-            "false leaves TRL's head as it ships, scoring every position (veritune/core/trl_adapter.py)."
+            "false leaves TRL's head as it ships, scoring every position (core/trl_adapter.py)."
         },
     )
     accelerate_config: str | None = field(
@@ -250,7 +250,7 @@ OPTIONAL_PACKAGES = {"use_liger_kernel": ("liger_kernel", "Liger kernels")}
 def require_generation_runtime(config: object) -> None:
     """With ``use_vllm: true``: one-line error, before any model loads, unless vLLM is installed and a CUDA
     GPU is visible (colocated engines and the NCCL link to a vLLM server both need one)."""
-    from veritune.core.gpu import require_vllm, vllm_installed
+    from core.gpu import require_vllm, vllm_installed
 
     if not getattr(config, "use_vllm", False):
         return

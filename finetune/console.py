@@ -14,9 +14,9 @@ import transformers
 from transformers import TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
+from core.quiet import use_cpu_accelerator_without_gpu
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.models import count_parameters
-from veritune.core.quiet import use_cpu_accelerator_without_gpu
 
 logger = logging.getLogger("veritune")
 

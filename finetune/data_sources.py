@@ -10,7 +10,7 @@ A recipe names its data in one of two ways (``ScriptArguments``):
   ``datasets`` cache a previous load left, with ``HF_HUB_OFFLINE=1``).
 
 Parquet, ``save_to_disk`` folders and Hub datasets are loaded by ``datasets`` (``load_dataset``,
-``load_from_disk``); JSON and JSON lines keep veritune's line-exact readers (``veritune.core.io``), so a
+``load_from_disk``); JSON and JSON lines keep veritune's line-exact readers (``core.io``), so a
 malformed file is named with its line. Every record is yielded with where it came from (``FILE: row N``,
 ``FILE, line N``, ``NAME [split]: row N``) for the readers' one-line errors.
 
@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import iter_jsonl, read_json
+from core.errors import UserError
+from core.io import iter_jsonl, read_json
 
 ROW_BATCH = 256
 

@@ -22,13 +22,13 @@ from pathlib import Path
 
 from trl import DPOTrainer
 
+from core.io import atomic_write_json
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.models import freeze_vision_tower
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from finetune.vision_cache import cache_vision_features
-from veritune.core.io import atomic_write_json
 
 logger = logging.getLogger("veritune.dpo")
 

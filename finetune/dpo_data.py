@@ -11,11 +11,11 @@ from typing import Any
 
 from datasets import Dataset
 
+from core.errors import UserError
+from core.sampling import sample_indices
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 from finetune.data_sources import is_saved_dataset, parquet_has_split, saved_splits, uses_datasets
 from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
-from veritune.core.errors import UserError
-from veritune.core.sampling import sample_indices
 
 logger = logging.getLogger("veritune.dpo")
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 
+from core.errors import UserError
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.data_sources import source_label
 from finetune.grpo_trainer import VerituneGRPOTrainer
@@ -29,7 +30,6 @@ from finetune.oric_data import get_oric_dataset
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
 from rewards import get_reward_funcs
-from veritune.core.errors import UserError
 
 logger = logging.getLogger("veritune.grpo")
 

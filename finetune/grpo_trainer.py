@@ -29,9 +29,9 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import nanstd
 
-from veritune.core import trl_adapter
-from veritune.core.errors import UserError
-from veritune.core.trl_adapter import Generated, pack_generated, unpack_generated
+from core import trl_adapter
+from core.errors import UserError
+from core.trl_adapter import Generated, pack_generated, unpack_generated
 
 ds_logger = logging.getLogger("veritune.grpo")
 

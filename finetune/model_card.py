@@ -1,7 +1,7 @@
 """What a run was made from, written beside its weights: the model card (``OUTPUT_DIR/README.md``, written
 by TRL's own hook with each checkpoint and by ``push_to_hub``; veritune fills in what it knows) and
 ``OUTPUT_DIR/veritune_run.json`` (script settings, recipe, dataset manifest; also in the W&B run config).
-Both name the dataset's manifest found by :func:`veritune.core.io.dataset_manifest`."""
+Both name the dataset's manifest found by :func:`core.io.dataset_manifest`."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
 
+from core.io import atomic_write_json, atomic_write_text, dataset_manifest, sha256_file
+from core.recipe_file import load_recipe_file, read_recipe
+from core.run_layout import WANDB_RUN_FILE
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.run_dir import PROVENANCE_FILE, SETTINGS_KEY
-from veritune.core.io import atomic_write_json, atomic_write_text, dataset_manifest, sha256_file
-from veritune.core.recipe_file import load_recipe_file, read_recipe
-from veritune.core.run_layout import WANDB_RUN_FILE
 
 
 def _is_headline(metric: str) -> bool:

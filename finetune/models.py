@@ -11,8 +11,8 @@ import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import get_peft_config
 
+from core.errors import UserError
 from finetune.configs import VerituneModelConfig
-from veritune.core.errors import UserError
 
 logger = logging.getLogger(__name__)
 

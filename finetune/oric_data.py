@@ -18,13 +18,13 @@ from PIL import Image
 from tqdm import tqdm
 from trl.data_utils import prepare_multimodal_messages
 
+from core.errors import UserError
+from core.images import load_image
+from core.pope_format import read_pope_questions
+from core.prompts import with_r1_instruction
+from core.sampling import sample_indices
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from rewards.oric import ORIC_FIELDS, check_oric_record
-from veritune.core.errors import UserError
-from veritune.core.images import load_image
-from veritune.core.pope_format import read_pope_questions
-from veritune.core.prompts import with_r1_instruction
-from veritune.core.sampling import sample_indices
 
 PROMPT_BATCH = 64  # prompts measured per processor call
 
@@ -98,7 +98,7 @@ def load_oric_records(
 
 def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, Any]]:
     """Conventional yes/no questions to replay during GRPO, from a file in POPE's layout (read by
-    :func:`veritune.core.pope_format.read_pope_questions`, the format's one home), as ORIC-format records with
+    :func:`core.pope_format.read_pope_questions`, the format's one home), as ORIC-format records with
     absolute image paths.
 
     Replay is not in the ORIC paper: its 8B model keeps its ordinary recognition while GRPO shifts its

@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import iter_jsonl, read_json
 from finetune.data_sources import (
     embedded_image_dir,
     is_saved_dataset,
@@ -44,8 +46,6 @@ from finetune.data_sources import (
     source_label,
     uses_datasets,
 )
-from veritune.core.errors import UserError
-from veritune.core.io import iter_jsonl, read_json
 
 logger = logging.getLogger("veritune.finer")
 
@@ -200,7 +200,7 @@ READERS = {"veritune": _from_veritune, "finer": _from_finer, "rlaif-v": _from_rl
 
 def load_images(paths: list[str], max_pixels: int | None = None) -> list[Any]:
     """Open one row's images as RGB, scaled down (aspect kept) to at most ``max_pixels`` pixels each."""
-    from veritune.core.images import load_image
+    from core.images import load_image
 
     return [load_image(path, max_pixels or 1 << 62) for path in paths]
 

@@ -1,7 +1,7 @@
 """Recipe parsing: ``script.py RECIPE.yaml [--key value ...]`` into TRL-style dataclasses.
 
 A recipe is flat YAML, one key per dataclass field, which may start from shared bases (``include:``,
-:mod:`veritune.core.recipe_file`). Command-line flags override recipe keys. A key or flag that no dataclass
+:mod:`core.recipe_file`). Command-line flags override recipe keys. A key or flag that no dataclass
 knows is a one-line error naming the file that set it and the closest valid key.
 
 Where a recipe is checked, all before any model loads (:func:`parse_recipe`): a value's type
@@ -26,8 +26,8 @@ from typing import Any, NoReturn
 
 from transformers import HfArgumentParser
 
-from veritune.core.errors import UserError, exit_on_user_error
-from veritune.core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_paths
+from core.errors import UserError, exit_on_user_error
+from core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_paths
 
 
 def valid_keys(dataclass_types: tuple[type, ...]) -> set[str]:
@@ -48,10 +48,10 @@ def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
 
 
 def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    """Read a recipe with its ``include:`` bases merged (:func:`veritune.core.recipe_file.load_recipe_file`) and
+    """Read a recipe with its ``include:`` bases merged (:func:`core.recipe_file.load_recipe_file`) and
     check every key against the dataclasses' fields and every value against its type, each error naming the
     file that set the key; its relative paths are resolved against that file
-    (:func:`veritune.core.recipe_file.resolve_recipe_paths`)."""
+    (:func:`core.recipe_file.resolve_recipe_paths`)."""
     recipe = load_recipe_file(path)
     keys = valid_keys(dataclass_types)
     for key, source in recipe.sources.items():

@@ -13,12 +13,12 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
 
+from core.errors import UserError
+from core.io import atomic_write_text
+from core.run_layout import WEIGHT_FILES, checkpoint_step, is_complete_checkpoint, is_saved_checkpoint
+from core.run_layout import checkpoints as run_checkpoints
 from finetune.console import TRAIN_LOG_FILE
 from finetune.run_dir import holds_run
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_text
-from veritune.core.run_layout import WEIGHT_FILES, checkpoint_step, is_complete_checkpoint, is_saved_checkpoint
-from veritune.core.run_layout import checkpoints as run_checkpoints
 
 logger = logging.getLogger("veritune")
 

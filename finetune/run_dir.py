@@ -23,9 +23,9 @@ from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import dataset_manifest, sha256_file
-from veritune.core.run_layout import TRAINER_STATE_FILE, WEIGHT_FILES, checkpoints
+from core.errors import UserError
+from core.io import dataset_manifest, sha256_file
+from core.run_layout import TRAINER_STATE_FILE, WEIGHT_FILES, checkpoints
 
 logger = logging.getLogger("veritune")
 

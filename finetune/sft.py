@@ -1,6 +1,7 @@
 """Supervised warm-start: the "conventionally trained" base model of the miniature ORIC / FINER experiments.
 
-    accelerate launch --config_file recipes/accelerate/single.yaml finetune/sft.py recipes/tiny_sft_warmstart.yaml
+    accelerate launch --config_file recipes/accelerate/single.yaml finetune/sft.py \
+        recipes/miniature/tiny_sft_warmstart.yaml
 
 The data are what a VLM is conventionally trained on, made from a COCO-format ``instances.json`` of the
 train split (``veritune build synthetic-world``): per image POPE-random-style yes/no questions (and, with
@@ -39,6 +40,11 @@ from datasets import Image as ImageFeature
 from PIL import Image
 from trl import SFTConfig, SFTTrainer
 
+from core.errors import UserError
+from core.finer_yn import QUESTION as FINER_YN_QUESTION
+from core.io import read_json
+from core.prompts import with_r1_instruction
+from core.sampling import sample_indices
 from data_builders.oric.questions import PARAPHRASES, with_article
 from eval_hooks.answers import OPTION_LETTERS
 from eval_hooks.mcq import letter_list, lettered, option_block
@@ -46,11 +52,6 @@ from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label, uses_datasets
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import QUESTION as FINER_YN_QUESTION
-from veritune.core.io import read_json
-from veritune.core.prompts import with_r1_instruction
-from veritune.core.sampling import sample_indices
 
 logger = logging.getLogger("veritune.sft")
 
@@ -242,7 +243,7 @@ def attribute_pair_examples(
 ) -> tuple[list[dict[str, Any]], dict[int, int]]:
     """FINER yes/no probe pairs about the objects' attributes (``attribute_pairs_per_image``): per image and slot,
     up to ``per_image`` objects drawn with a ``seed``-ed generator among those whose ``neg_attribute[slot]`` is
-    not empty, each asked ``QUESTION`` (veritune.core.finer_yn) about "<object> <true phrase>" → ``Yes.`` and
+    not empty, each asked ``QUESTION`` (core.finer_yn) about "<object> <true phrase>" → ``Yes.`` and
     "<object> <neg_attribute[slot][0]>" → ``No.``. Returns the examples (in graph order) and the number of pairs
     per slot.
 

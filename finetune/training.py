@@ -14,6 +14,11 @@ from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
 
+from core.errors import UserError
+from core.hub import require_model_source
+from core.io import require_input_path
+from core.trl_adapter import check_trl_version, set_cpu_compact_lm_head
+from core.wandb_login import require_wandb_login
 from finetune.configs import ScriptArguments, VerituneModelConfig, require_generation_runtime
 from finetune.console import log_run_header, setup_logging, use_compact_progress
 from finetune.console import use_cpu_accelerator_without_gpu as use_cpu_accelerator_without_gpu  # the demo's import
@@ -21,11 +26,6 @@ from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
 from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
 from finetune.run_dir import claim_run_dir, run_settings
-from veritune.core.errors import UserError
-from veritune.core.hub import require_model_source
-from veritune.core.io import require_input_path
-from veritune.core.trl_adapter import check_trl_version, set_cpu_compact_lm_head
-from veritune.core.wandb_login import require_wandb_login
 
 logger = logging.getLogger("veritune")
 
@@ -98,7 +98,7 @@ def eval_hook(script_args: ScriptArguments) -> TrainerCallback | None:
 
 
 # The data paths a recipe may name and what each must be: "dir", or "any" where the reader takes a file or a
-# folder (finetune/data_sources.py; veritune/core/pope_format.py for replay_path).
+# folder (finetune/data_sources.py; core/pope_format.py for replay_path).
 DATA_PATH_KEYS = {"dataset_path": "any", "eval_dataset_path": "any", "replay_path": "any", "image_root": "dir"}
 
 
@@ -106,10 +106,10 @@ def check_run_paths(script_args: ScriptArguments | None, model_args: VerituneMod
     """Check, before any model or DeepSpeed engine loads, that every path the recipe names exists as its reader
     expects: the training data (:data:`DATA_PATH_KEYS`), the model (a local-looking ``model_name_or_path`` must
     be a directory; a Hub id is left to the Hub, unless ``HF_HUB_OFFLINE`` is set and it is not cached:
-    :func:`veritune.core.hub.require_model_source`) and, when the eval hook runs, its folders and every
+    :func:`core.hub.require_model_source`) and, when the eval hook runs, its folders and every
     benchmark's files (:meth:`eval_hooks.callback.EvalHookCallback.check_data`). Paths are checked as the run
     reads them: relative to the current directory, after the recipe's own resolution
-    (:func:`veritune.core.recipe_file.resolve_recipe_path`).
+    (:func:`core.recipe_file.resolve_recipe_path`).
 
     Raises:
         UserError: ``"<key>: <path>: no such file"`` (or directory), one line.
@@ -135,9 +135,9 @@ def start_run(
     script_args: ScriptArguments | None = None,
     model_args: VerituneModelConfig | None = None,
 ) -> bool:
-    """Check the installed TRL (:func:`veritune.core.trl_adapter.check_trl_version`) and that every path the recipe
+    """Check the installed TRL (:func:`core.trl_adapter.check_trl_version`) and that every path the recipe
     names exists (:func:`check_run_paths`); set up logging and TRL's LM head (``cpu_compact_lm_head``:
-    :func:`veritune.core.trl_adapter.set_cpu_compact_lm_head`); check that ``output_dir`` holds no other run
+    :func:`core.trl_adapter.set_cpu_compact_lm_head`); check that ``output_dir`` holds no other run
     (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after saying so, when
     it already holds this run finished (the entry scripts then stop before loading a model).
     Then, for a run to train, that W&B can log where ``report_to`` names it, and where it resumes from
@@ -149,7 +149,7 @@ def start_run(
             vLLM is not installed or no GPU is visible (:func:`finetune.configs.require_generation_runtime`), a
             missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` holding a run with
             other settings, ``report_to: wandb`` without W&B credentials
-            (:func:`veritune.core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
+            (:func:`core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
             checkpoint, all before any model loads.
     """
     check_trl_version()

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 logger = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 warm-start with and without a data worker, and the SFT forward + backward with the M-RoPE position ids
 computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), and with
 TRL's fused LM head scoring every position against only the labelled ones
-(``cpu_compact_lm_head``, ``veritune/core/trl_adapter.py: set_cpu_compact_lm_head``), on the demo-size tiny
+(``cpu_compact_lm_head``, ``core/trl_adapter.py: set_cpu_compact_lm_head``), on the demo-size tiny
 Qwen3-VL, one torch thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen,
 attribute pairs) with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``),
 and its DPO on one torch thread against two, whose trained weights are compared byte for byte.
@@ -13,7 +13,7 @@ and its DPO on one torch thread against two, whose trained weights are compared 
 Prints min and median step times per side (TRL's logged ``step_time`` for GRPO, first step excluded as
 warm-up; train_runtime / steps for SFT; one timed forward + backward of a 32-example batch, in this process,
 for the position ids and the LM head) and the ratios. These figures chose ``bf16: false`` in the tiny GRPO
-recipes, ``dataloader_num_workers: 1`` in ``recipes/tiny_sft_warmstart.yaml``, the collator's position ids
+recipes, ``dataloader_num_workers: 1`` in ``recipes/miniature/tiny_sft_warmstart.yaml``, the collator's position ids
 and the labelled-positions-only LM head. The GRPO and SFT runs are the entry scripts as they are (so with
 the labelled-positions-only head).
 """
@@ -64,8 +64,8 @@ def forward_backward_times(
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
     from trl.trainer.utils import add_fused_lm_head
 
+    from core.trl_adapter import set_cpu_compact_lm_head
     from finetune.sft import conventional_examples, examples_dataset, with_position_ids
-    from veritune.core.trl_adapter import set_cpu_compact_lm_head
 
     torch.set_num_threads(1)
     examples = conventional_examples(
@@ -114,12 +114,13 @@ LABELLED = "LM head on the labelled positions"
 
 
 CACHED_DPO = (
-    "DPO step (batch 4), full parameters, tower frozen (recipes/tiny_finer_contrast.yaml), vision_feature_cache="
+    "DPO step (batch 4), full parameters, tower frozen (recipes/miniature/tiny_finer_contrast.yaml), "
+    "vision_feature_cache="
 )
-CACHED = "SFT step (batch 32), patch-8 tower frozen (recipes/tiny_sft_attributes.yaml), vision_feature_cache="
+CACHED = "SFT step (batch 32), patch-8 tower frozen (recipes/miniature/tiny_sft_attributes.yaml), vision_feature_cache="
 
 
-THREADS_DPO = "DPO step (batch 4), tower frozen and cached (recipes/tiny_finer_contrast.yaml), torch threads="
+THREADS_DPO = "DPO step (batch 4), tower frozen and cached (recipes/miniature/tiny_finer_contrast.yaml), torch threads="
 
 
 def main() -> None:
@@ -134,8 +135,8 @@ def main() -> None:
 
     from conftest import write_oric_fixture
 
-    from data_builders.synthetic_world import build_synthetic_world
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
+    from miniature.world import build_synthetic_world
 
     times: dict[str, list[float]] = {}
     same_weights: list[bool] = []  # the one-thread and two-thread DPO runs' trained weights, byte for byte
@@ -148,14 +149,14 @@ def main() -> None:
         for repeat in range(args.repeats):
             for bf16 in ("true", "false"):  # alternately, so load on the machine hits both sides alike
                 out = tmp_path / f"grpo-{bf16}-{repeat}"
-                grpo = [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_miniature.yaml", *common]
+                grpo = [sys.executable, "finetune/grpo.py", "recipes/miniature/tiny_oric_miniature.yaml", *common]
                 grpo += ["--dataset_path", str(data), "--image_root", str(images), "--replay_path", ""]
                 grpo += ["--max_steps", str(args.grpo_steps), "--bf16", bf16, "--output_dir", str(out)]
                 run(grpo)
                 times.setdefault(f"GRPO step, bf16={bf16}", []).extend(grpo_step_times(out))
             for workers in ("0", "1"):
                 out = tmp_path / f"sft-{workers}-{repeat}"
-                sft = [sys.executable, "finetune/sft.py", "recipes/tiny_sft_warmstart.yaml", *common]
+                sft = [sys.executable, "finetune/sft.py", "recipes/miniature/tiny_sft_warmstart.yaml", *common]
                 sft += ["--dataset_path", str(world["train_annotations"]), "--image_root", str(world["train_images"])]
                 sft += ["--max_steps", str(args.sft_steps), "--dataloader_num_workers", workers]
                 sft += ["--dataloader_persistent_workers", "true" if workers != "0" else "false"]
@@ -173,7 +174,7 @@ def main() -> None:
         for repeat in range(args.repeats):
             for cache in ("false", "true"):
                 out = tmp_path / f"sft-cache-{cache}-{repeat}"
-                sft = [sys.executable, "finetune/sft.py", "recipes/tiny_sft_attributes.yaml", *common]
+                sft = [sys.executable, "finetune/sft.py", "recipes/miniature/tiny_sft_attributes.yaml", *common]
                 sft[sft.index("--model_name_or_path") + 1] = str(patch8)
                 sft += ["--dataset_path", str(drawn["train_annotations"]), "--image_root", str(drawn["train_images"])]
                 sft += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
@@ -195,20 +196,20 @@ def main() -> None:
         for repeat in range(args.repeats):
             for cache in ("false", "true"):
                 out = tmp_path / f"dpo-cache-{cache}-{repeat}"
-                dpo = [sys.executable, "finetune/dpo.py", "recipes/tiny_finer_contrast.yaml", *common]
+                dpo = [sys.executable, "finetune/dpo.py", "recipes/miniature/tiny_finer_contrast.yaml", *common]
                 dpo[dpo.index("--model_name_or_path") + 1] = str(patch8)
                 dpo += ["--dataset_path", str(pairs), "--image_root", str(dpo_world["train_images"])]
                 dpo += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
                 run(dpo)
                 times.setdefault(f"{CACHED_DPO}{cache}", []).append(sft_step_time(out))
         # the same DPO (tower cached) on one torch thread and on two: `veritune demo --finer seeing` gives its DPO
-        # the second core once the ORIC half is done (veritune/demo_seeing.py: DPO_THREADS), on the premise that
+        # the second core once the ORIC half is done (miniature/seeing.py: DPO_THREADS), on the premise that
         # the trained weights are the same bytes; checked here on every pair of runs
         for repeat in range(args.repeats):
             weights = []
             for threads in (1, 2):
                 out = tmp_path / f"dpo-threads-{threads}-{repeat}"
-                dpo = [sys.executable, "finetune/dpo.py", "recipes/tiny_finer_contrast.yaml", *common]
+                dpo = [sys.executable, "finetune/dpo.py", "recipes/miniature/tiny_finer_contrast.yaml", *common]
                 dpo[dpo.index("--model_name_or_path") + 1] = str(patch8)
                 dpo += ["--dataset_path", str(pairs), "--image_root", str(dpo_world["train_images"])]
                 dpo += ["--max_steps", str(args.cache_steps), "--output_dir", str(out)]

@@ -3,7 +3,7 @@
 
     python perf/bench_dynamic_sampling.py [--repeats 3] [--steps 6] [--max-rounds 3]
 
-The configuration is the miniature's GRPO batch (``recipes/tiny_oric_miniature.yaml``: 8 prompts x G = 8
+The configuration is the miniature's GRPO batch (``recipes/miniature/tiny_oric_miniature.yaml``: 8 prompts x G = 8
 completions of at most 8 tokens per optimizer step, plain prompts) on the tiny random-initialised Qwen3-VL
 and the tests' ORIC fixture (32 questions). A tiny random model earns ORIC's accuracy reward by chance only,
 so the reward is the tests' ``constant_on_yes_reward``: constant (zero spread) on the half of the questions
@@ -39,7 +39,7 @@ def grpo_run(model: Path, data: tuple[Path, Path], output_dir: Path, steps: int,
     command = [
         sys.executable,
         str(REPO_ROOT / "finetune" / "grpo.py"),
-        "recipes/tiny_oric_miniature.yaml",
+        "recipes/miniature/tiny_oric_miniature.yaml",
         "--model_name_or_path",
         str(model),
         "--dataset_path",
@@ -91,7 +91,7 @@ def main() -> None:
 
     from conftest import write_oric_fixture
 
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     sides = {
         "without": ["--dynamic_sampling", "false"],

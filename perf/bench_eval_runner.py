@@ -82,9 +82,9 @@ def main() -> None:
 
     import torch
 
+    from core.images import _decoded
     from eval_hooks.runner import TransformersBackend, generate_batch, load_model, run_items
-    from veritune.core.images import _decoded
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     torch.set_num_threads(2)
     answers: dict[str, dict[str, str]] = {}

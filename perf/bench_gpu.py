@@ -108,7 +108,7 @@ def build_real_size_model(size: str, out_dir: Path, device: str = "cuda") -> Pat
     import torch
     from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen3VLConfig
 
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     tiny = build_tiny_model("qwen3vl", out_dir / "tiny", format_warmup_steps=0)
     tiny_config = json.loads((tiny / "config.json").read_text())

@@ -314,7 +314,7 @@ def model_free(
 ) -> tuple[float, list[tuple[str, float, str, str]]]:
     """Both sides' model-free stages, alternately; print min and median; return judge queries per query image
     and the figures to record."""
-    from data_builders.synthetic_world import generate_coco_scale_annotations
+    from miniature.world import generate_coco_scale_annotations
 
     official, commit = official_copy(official_source, tmp)
     path = generate_coco_scale_annotations(tmp / "instances.json", num_images=images)
@@ -409,7 +409,7 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> float:
     from PIL import Image
 
     from data_builders.oric.clip_negatives import ClipScorer
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
 
     # Photo-like JPEGs of COCO's size and byte count (~100-200 KB): smooth noise, so decoding costs what it
     # does on COCO.
@@ -438,7 +438,7 @@ def clip_throughput(tmp: Path, count: int = 256, batch_size: int = 64) -> float:
 def judge_throughput(tmp: Path, queries_per_image: float, requests: int = 400, concurrency: int = 8) -> float:
     from fake_openai_server import FakeChatServer
 
-    from veritune.core.llm_client import ChatClient
+    from core.llm_client import ChatClient
 
     with FakeChatServer(lambda request: "no") as server:
         client = ChatClient(server.base_url, "judge", cache_path=tmp / "cache.sqlite", concurrency=concurrency)

@@ -45,7 +45,13 @@ def commands(
 ) -> dict[str, tuple[list[str], Path]]:
     """The four runs of one repeat, in the order they run: runner name -> (command, output directory)."""
     common = ["--max_steps", str(steps), "--save_strategy", "no", "--report_to", "none"]
-    grpo = [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path", str(model)]
+    grpo = [
+        sys.executable,
+        "finetune/grpo.py",
+        "recipes/miniature/tiny_oric_demo.yaml",
+        "--model_name_or_path",
+        str(model),
+    ]
     grpo += [
         "--dataset_path",
         str(data),
@@ -55,7 +61,13 @@ def commands(
         str(tmp_path / f"veritune-{repeat}"),
     ]
     grpo += [*common, "--max_prompt_length", "100000"]
-    dpo = [sys.executable, "finetune/dpo.py", "recipes/tiny_finer_demo.yaml", "--model_name_or_path", str(model)]
+    dpo = [
+        sys.executable,
+        "finetune/dpo.py",
+        "recipes/miniature/tiny_finer_demo.yaml",
+        "--model_name_or_path",
+        str(model),
+    ]
     dpo += ["--dataset_path", str(finer), "--output_dir", str(tmp_path / f"veritune-dpo-{repeat}"), *common]
     plain_grpo = [sys.executable, "perf/plain_trl_grpo.py", str(model), str(data), str(images)]
     plain_dpo = [sys.executable, "perf/plain_trl_dpo.py", str(model), str(finer)]
@@ -88,7 +100,7 @@ def main() -> None:
 
     from conftest import write_oric_fixture
 
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp_path = Path(tmp)

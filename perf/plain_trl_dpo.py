@@ -1,4 +1,4 @@
-"""The DPO baseline for the wrapper-overhead benchmark: ``recipes/tiny_finer_demo.yaml`` written as a
+"""The DPO baseline for the wrapper-overhead benchmark: ``recipes/miniature/tiny_finer_demo.yaml`` written as a
 minimal plain-TRL script (no recipe parsing, readers, checks or callbacks).
 
     python perf/plain_trl_dpo.py MODEL_DIR FINER_DATASET_DIR OUTPUT_DIR STEPS

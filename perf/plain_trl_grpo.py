@@ -3,7 +3,7 @@ plain-TRL script, with none of veritune's recipe parsing, data checks or callbac
 
     python perf/plain_trl_grpo.py MODEL_DIR ORIC_JSON IMAGE_ROOT OUTPUT_DIR STEPS [tiny|oric-gpu|oric-smoke] [lora]
 
-``tiny`` mirrors ``recipes/tiny_oric_demo.yaml`` on a CPU; ``oric-gpu`` mirrors ``recipes/qwen3vl_oric.yaml``
+``tiny`` mirrors ``recipes/miniature/tiny_oric_demo.yaml`` on a CPU; ``oric-gpu`` mirrors ``recipes/qwen3vl_oric.yaml``
 as ``perf/bench_gpu.py`` runs it (one prompt group of 8 generations per optimizer step, bf16);
 ``oric-smoke`` is that step on a CPU in float32 (``bench_gpu.py --smoke``). ``lora`` adds a rank-32 adapter on
 the language model's q_proj and v_proj, as ``bench_gpu.py --lora`` gives veritune's side.

@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from core.registry import import_dotted
 from rewards.oric import accuracy_reward, format_reward, plain_accuracy_reward
-from veritune.core.registry import import_dotted
 
 RewardFunc = Callable[..., list[float | None]]
 

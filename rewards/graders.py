@@ -3,7 +3,7 @@ ground-truth yes/no label, the yes/no of an R1-style answer's ``<SOLUTION>`` blo
 ORIC-Bench R1), and the free-form yes/no reading (the plain accuracy reward, ORIC-Bench, AMBER and others), so a
 "yes" means the same thing during GRPO as it does on ORIC-Bench or POPE. Parsing that only benchmarks use lives
 beside them in ``eval_hooks/`` (``eval_hooks/answers.py`` when several share it); the R1 format itself (its
-instruction and the check of its shape) in :mod:`veritune.core.prompts`.
+instruction and the check of its shape) in :mod:`core.prompts`.
 
 Every function here is total: whatever it is given (None, numbers, megabyte strings, unbalanced tags)
 it returns a value and never raises.
@@ -15,7 +15,7 @@ import re
 from functools import lru_cache
 from typing import Any, Literal
 
-from veritune.core.prompts import MAX_SCAN_CHARS, SOLUTION_TAG, has_r1_format, solution_blocks
+from core.prompts import MAX_SCAN_CHARS, SOLUTION_TAG, has_r1_format, solution_blocks
 
 YesNo = Literal["yes", "no"]
 
@@ -120,7 +120,7 @@ def grade_tagged_yes_no(completion: Any) -> YesNo | None:
 
 
 def has_reasoning_solution_format(completion: Any) -> bool:
-    """True when the completion has the R1 answer format (:func:`veritune.core.prompts.has_r1_format`):
+    """True when the completion has the R1 answer format (:func:`core.prompts.has_r1_format`):
     exactly one non-empty ``<REASONING>`` block followed by exactly one ``<SOLUTION>`` block."""
     return has_r1_format(completion_text(completion))
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import UserError
 from rewards.graders import (
     YesNo,
     extract_yes_no,
@@ -15,7 +16,6 @@ from rewards.graders import (
     has_reasoning_solution_format,
     normalize_yes_no_label,
 )
-from veritune.core.errors import UserError
 
 # The ORIC record (training file and ORIC-Bench alike): its ``solution`` is what the accuracy reward verifies.
 ORIC_FIELDS = ("id", "image", "target_object", "problem", "solution")

@@ -24,7 +24,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 @pytest.fixture(scope="session")
 def tiny_qwen3vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-initialised Qwen3-VL checkpoint directory."""
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     return build_tiny_model("qwen3vl", tmp_path_factory.mktemp("tiny-qwen3vl"), seed=0)
 
@@ -32,7 +32,7 @@ def tiny_qwen3vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_qwen25vl(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random-initialised Qwen2.5-VL checkpoint directory."""
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     return build_tiny_model("qwen25vl", tmp_path_factory.mktemp("tiny-qwen25vl"), seed=0)
 

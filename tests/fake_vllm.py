@@ -110,5 +110,5 @@ def install(monkeypatch: pytest.MonkeyPatch, answer: Callable[[str], str] = lamb
     """Make ``import vllm`` give the recording stand-in for the rest of the test (a GPU is reported too)."""
     fake = FakeVLLM(answer)
     monkeypatch.setitem(sys.modules, "vllm", fake.module)
-    monkeypatch.setattr("veritune.core.gpu.cuda_available", lambda: True)
+    monkeypatch.setattr("core.gpu.cuda_available", lambda: True)
     return fake

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from eval_hooks.registry import get_benchmark
-from veritune.core.errors import UserError
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "amber"
 

@@ -1,12 +1,11 @@
-"""The layers of docs/ARCHITECTURE.md, enforced: every module imports only from its own package or a layer
-below it (imports inside functions included).
+"""The layers of docs/ARCHITECTURE.md, enforced folder by folder: every module imports only from its own
+top-level folder or a folder below it (imports inside functions included), no two folders import each other,
+and no files import each other in a loop.
 
-    veritune.core → rewards → data_builders | eval_hooks → finetune → top
+    core → rewards → data_builders | eval_hooks → finetune → miniature → veritune
 
-The top layer is the command line and what only it uses: ``veritune.cli`` and every ``cli.py`` module (the
-wiring of a command), ``veritune.demo``, ``veritune.slurm_submit``, ``veritune.launch``, the run report and
-the tiny test models (``veritune.tiny``). ``data_builders`` and ``eval_hooks`` share a layer and do not import
-each other.
+``data_builders`` and ``eval_hooks`` share a layer and do not import each other. ``core`` is the ground,
+``veritune`` the roof (the command line and what only it wires), ``miniature`` the CPU miniature.
 """
 
 from __future__ import annotations
@@ -17,19 +16,22 @@ from pathlib import Path
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("veritune", "rewards", "data_builders", "eval_hooks", "finetune")
-LAYERS = {"core": 0, "rewards": 1, "data_builders": 2, "eval_hooks": 2, "finetune": 3, "top": 4}
+# The top-level folders in their order, bottom to top; folders of one rank do not import each other.
+LAYERS = {
+    "core": 0,
+    "rewards": 1,
+    "data_builders": 2,
+    "eval_hooks": 2,
+    "finetune": 3,
+    "miniature": 4,
+    "veritune": 5,
+}
+PACKAGES = tuple(LAYERS)
 
 
 def layer_of(module: str) -> str:
-    """The layer (a key of ``LAYERS``) that a first-party module belongs to."""
-    parts = module.split(".")
-    if parts[-1] == "cli" or module in {"veritune.demo", "veritune.slurm_submit", "veritune.launch", "veritune.report"}:
-        return "top"
-    if parts[0] == "veritune":
-        # The bare package holds only ``__version__``; everything else in it is the core or the top.
-        return "core" if len(parts) == 1 or parts[1] == "core" else "top"
-    return parts[0]
+    """The layer (a key of ``LAYERS``) of a first-party module: its top-level folder."""
+    return module.split(".")[0]
 
 
 def module_name(path: Path) -> str:
@@ -77,15 +79,63 @@ def upward_imports(path: Path) -> list[str]:
     return wrong
 
 
+def import_graph() -> dict[str, set[str]]:
+    """``{module: the first-party modules it imports}`` over every library module (imports in functions too)."""
+    return {module_name(path): {target for _, target in first_party_imports(path)} for path in library_modules()}
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The loops of ``graph``: each strongly connected component of two or more modules (Tarjan's algorithm),
+    and each module that imports itself."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for child in sorted(graph.get(node, ())):
+            if child not in index:
+                visit(child)
+                low[node] = min(low[node], low[child])
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1 or node in graph.get(node, ()):
+                cycles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(cycles)
+
+
 def test_layer_map_knows_the_layers() -> None:
-    assert layer_of("veritune.core.io") == "core"
-    assert layer_of("veritune") == "core"
-    assert layer_of("rewards.graders") == "rewards"
-    assert layer_of("eval_hooks.watch") == "eval_hooks"
-    assert layer_of("eval_hooks.cli") == "top"
-    assert layer_of("data_builders.oric.cli") == "top"
-    assert layer_of("finetune.training") == "finetune"
-    assert layer_of("veritune.demo") == layer_of("veritune.tiny.models") == "top"
+    assert [layer_of(name) for name in ("core.io", "rewards.graders", "eval_hooks.cli", "finetune.grpo")] == [
+        "core",
+        "rewards",
+        "eval_hooks",
+        "finetune",
+    ]
+    assert layer_of("miniature.tiny.models") == "miniature" and layer_of("veritune.cli") == "veritune"
+    assert LAYERS["data_builders"] == LAYERS["eval_hooks"]
+    assert sorted(LAYERS, key=LAYERS.get)[0] == "core" and max(LAYERS, key=LAYERS.get) == "veritune"
+
+
+def test_every_top_level_python_folder_has_a_layer() -> None:
+    """A new top-level package gets a place in ``LAYERS`` (and in docs/ARCHITECTURE.md) before it ships."""
+    folders = {path.parent.name for path in REPO_ROOT.glob("*/__init__.py")}
+    assert folders == set(LAYERS), folders ^ set(LAYERS)
 
 
 def test_the_walk_sees_imports_inside_functions(tmp_path: Path) -> None:
@@ -99,9 +149,35 @@ def test_no_module_imports_upward(path: Path) -> None:
     assert not wrong, "imports against the layers (docs/ARCHITECTURE.md):\n" + "\n".join(wrong)
 
 
+def test_no_two_folders_import_each_other() -> None:
+    folders: dict[str, set[str]] = {}
+    for module, targets in import_graph().items():
+        folders.setdefault(layer_of(module), set()).update(layer_of(target) for target in targets)
+    both_ways = sorted(
+        f"{one} <-> {other}"
+        for one in folders
+        for other in folders[one]
+        if one < other and one in folders.get(other, ())
+    )
+    assert not both_ways, both_ways
+
+
+def test_no_files_import_each_other_in_a_loop() -> None:
+    cycles = import_cycles(import_graph())
+    assert not cycles, "modules that import each other (a loop):\n" + "\n".join(" <-> ".join(c) for c in cycles)
+
+
+def test_the_cycle_finder_sees_a_loop() -> None:
+    """The loop this rule ended: the demo's pipeline imported its FINER half, which imported the pipeline back."""
+    graph = {"old.demo": {"old.demo_seeing", "core.io"}, "old.demo_seeing": {"old.demo"}}
+    assert import_cycles(graph) == [["old.demo", "old.demo_seeing"]]
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"a"}}) == [["a"]] and import_cycles({"a": {"b"}, "b": set()}) == []
+
+
 def test_training_reads_no_file_through_a_benchmark_class() -> None:
     """A file format shared by training and a benchmark (POPE's question file: replay data) has its home below
-    both (``veritune.core.pope_format``): no finetune/ module imports a benchmark module."""
+    both (``core.pope_format``): no finetune/ module imports a benchmark module."""
     wrong = [
         f"{path.relative_to(REPO_ROOT)}:{line}: {target}"
         for path in sorted((REPO_ROOT / "finetune").rglob("*.py"))
@@ -114,7 +190,7 @@ def test_training_reads_no_file_through_a_benchmark_class() -> None:
 # ---- docs/ARCHITECTURE.md stays true: what it names exists, and its "how to add" steps match the code
 
 ARCHITECTURE = (REPO_ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-FIRST_PARTY = r"(?:veritune|rewards|eval_hooks|data_builders|finetune)"
+FIRST_PARTY = r"(?:core|rewards|data_builders|eval_hooks|finetune|miniature|veritune)"
 
 
 def _resolves(dotted: str) -> bool:
@@ -187,9 +263,9 @@ def test_how_to_add_a_benchmark_matches_the_registry() -> None:
 
 def test_how_to_add_a_reward_matches_the_registry() -> None:
     """The doc's steps: a function in rewards/, named in rewards.REWARD_FUNCS, checked by check_reward_funcs."""
+    from core.errors import UserError
     from finetune.recipe import check_reward_funcs
     from rewards import REWARD_FUNCS
-    from veritune.core.errors import UserError
 
     section = ARCHITECTURE.split("**A reward**", 1)[1].split("**A recipe**", 1)[0]
     assert "`rewards.REWARD_FUNCS`" in section and "`finetune.recipe.check_reward_funcs`" in section

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, entry_env
 
+from core.errors import UserError, exit_on_user_error, os_error_message
 from veritune.cli import main
-from veritune.core.errors import UserError, exit_on_user_error, os_error_message
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
@@ -167,56 +167,59 @@ CLI_CASES = [
     ),
     (
         "slurm-nodes-0",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --nodes 0 --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml --nodes 0 --dry-run",
         2,
         "--nodes: must be at least 1",
     ),
     (
         "slurm-negative-gpus",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --gpus-per-node -2 --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml --gpus-per-node -2 --dry-run",
         2,
         "--gpus-per-node: must be 0",
     ),
     (
         "slurm-missing-accelerate-config",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --accelerate-config nope.yaml --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml "
+        "--accelerate-config nope.yaml --dry-run",
         2,
         "--accelerate-config: nope.yaml not found",
     ),
     (
         "slurm-unknown-benchmark",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --eval-benchmarks popee "
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml --eval-benchmarks popee "
         "--eval-data-root d --dry-run",
         2,
         "--eval-benchmarks: unknown benchmark 'popee' (did you mean 'pope'?",
     ),
     (
         "slurm-override-typo",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override learning_rat=1 --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml --override learning_rat=1 --dry-run",
         2,
         "unknown key 'learning_rat'",
     ),
     (
         "slurm-override-flag-typo",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rat 1' --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml "
+        "--override '--learning_rat 1' --dry-run",
         2,
         "--override: unknown key 'learning_rat' (did you mean 'learning_rate'?)",
     ),
     (
         "slurm-override-bad-value",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --override '--learning_rate -1' --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml "
+        "--override '--learning_rate -1' --dry-run",
         2,
         "learning_rate: must be at least 0, got -1.0",
     ),
     (
         "slurm-dpo-recipe-as-grpo",
-        "slurm submit --entry grpo --recipe recipes/tiny_finer_demo.yaml --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_finer_demo.yaml --dry-run",
         2,
         "tiny_finer_demo.yaml is a dpo recipe",
     ),
     (
         "slurm-build-unbalanced-quote",
-        "slurm submit --entry grpo --recipe recipes/tiny_oric_demo.yaml --build 'oric --out \"x' --dry-run",
+        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml --build 'oric --out \"x' --dry-run",
         2,
         "--build 'oric --out \"x': No closing quotation",
     ),
@@ -245,7 +248,7 @@ def test_slurm_submit_valid_dry_run_still_prints_jobs(capsys, monkeypatch) -> No
                 "--entry",
                 "grpo",
                 "--recipe",
-                "recipes/tiny_oric_demo.yaml",
+                "recipes/miniature/tiny_oric_demo.yaml",
                 "--override",
                 "--learning_rate 1e-6",
                 "--dry-run",
@@ -365,7 +368,7 @@ GRPO_CASES = [
 def write_recipe(tmp_path: Path, base: str, changes: dict) -> Path:
     import yaml
 
-    from veritune.core.recipe_file import read_recipe
+    from core.recipe_file import read_recipe
 
     recipe = read_recipe(REPO_ROOT / "recipes" / base)  # its includes merged: the copy stands alone
     recipe.update(changes)
@@ -383,7 +386,7 @@ def test_grpo_recipe_values_are_checked_before_any_model_loads(
     from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
-    recipe = write_recipe(tmp_path, "tiny_oric_demo.yaml", changes)
+    recipe = write_recipe(tmp_path, "miniature/tiny_oric_demo.yaml", changes)
     with pytest.raises(SystemExit) as exit_info:  # the entry script's own wrapping of the parser
         exit_on_user_error(parse_recipe)(
             [str(recipe), *flags], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
@@ -404,14 +407,14 @@ def test_dpo_recipe_values_are_checked(changes: dict, message: str, tmp_path: Pa
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
-    recipe = write_recipe(tmp_path, "tiny_finer_demo.yaml", changes)
+    recipe = write_recipe(tmp_path, "miniature/tiny_finer_demo.yaml", changes)
     with pytest.raises(UserError, match=None) as info:
         parse_recipe([str(recipe)], (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig))
     assert message in str(info.value)
 
 
 def test_entry_script_bad_recipe_is_one_line(tmp_path: Path) -> None:
-    recipe = write_recipe(tmp_path, "tiny_oric_demo.yaml", {"max_steps": [1, 2]})
+    recipe = write_recipe(tmp_path, "miniature/tiny_oric_demo.yaml", {"max_steps": [1, 2]})
     result = subprocess.run(
         [sys.executable, "finetune/grpo.py", str(recipe)],
         cwd=REPO_ROOT,
@@ -457,15 +460,19 @@ def test_sft_recipe_with_persistent_workers_and_no_worker_is_one_line(tmp_path: 
     types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     flags = ["--dataloader_num_workers", "0"]
     with pytest.raises(UserError) as info:
-        parse_recipe([str(REPO_ROOT / "recipes" / "tiny_sft_warmstart.yaml"), *flags], types)
+        parse_recipe([str(REPO_ROOT / "recipes" / "miniature" / "tiny_sft_warmstart.yaml"), *flags], types)
     assert "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more" in str(info.value)
     flags += ["--dataloader_persistent_workers", "false"]
-    parse_recipe([str(REPO_ROOT / "recipes" / "tiny_sft_warmstart.yaml"), *flags], types)
+    parse_recipe([str(REPO_ROOT / "recipes" / "miniature" / "tiny_sft_warmstart.yaml"), *flags], types)
 
 
 # ---- every path a recipe names is checked before any model loads (finetune.training.check_run_paths)
 
-ENTRY_RECIPES = {"grpo": "tiny_oric_demo", "dpo": "tiny_finer_demo", "sft": "tiny_sft_warmstart"}
+ENTRY_RECIPES = {
+    "grpo": "miniature/tiny_oric_demo",
+    "dpo": "miniature/tiny_finer_demo",
+    "sft": "miniature/tiny_sft_warmstart",
+}
 EVAL_HOOK = ["--eval_on_save", "true", "--eval_benchmarks", "pope"]
 PATH_CASES = [
     ("dataset_path", ["--dataset_path", "{t}/gone/train.json"], "dataset_path: {t}/gone/train.json: no such file"),
@@ -597,14 +604,14 @@ def test_paths_the_run_will_not_read_and_hub_ids_pass_the_check(
 
     def parsed(*flags: str) -> tuple:
         types = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
-        script_args, _, model_args = parse_recipe(["recipes/tiny_oric_demo.yaml", *run_inputs, *flags], types)
+        script_args, _, model_args = parse_recipe(["recipes/miniature/tiny_oric_demo.yaml", *run_inputs, *flags], types)
         return script_args, model_args
 
     check_run_paths(*parsed("--eval_benchmarks", "pope", "--eval_data_root", str(tmp_path / "benchmarks")))
     check_run_paths(*parsed("--eval_final_benchmarks", "general", "--eval_data_root", str(tmp_path)))
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
-    monkeypatch.setattr("veritune.core.hub.hub_reachable", lambda *_: pytest.fail("the Hub was probed"))
+    monkeypatch.setattr("core.hub.hub_reachable", lambda *_: pytest.fail("the Hub was probed"))
     check_run_paths(*parsed("--model_name_or_path", "Qwen/Qwen3-VL-8B-Instruct"))
 
 
@@ -613,7 +620,7 @@ def test_grpo_with_a_missing_dataset_stops_in_one_line_before_the_model(tmp_path
     loaded before the data were checked, the error would name the model."""
     (tmp_path / "model").mkdir()
     result = subprocess.run(
-        [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--model_name_or_path"]
+        [sys.executable, "finetune/grpo.py", "recipes/miniature/tiny_oric_demo.yaml", "--model_name_or_path"]
         + [str(tmp_path / "model"), "--dataset_path", "data/oric/missing_train.json", "--image_root", str(tmp_path)]
         + ["--output_dir", str(tmp_path / "run"), "--report_to", "none"],
         cwd=REPO_ROOT,
@@ -632,7 +639,7 @@ def test_eval_run_report_to_wandb_without_credentials_stops_before_the_model(tmp
     folder is empty: loading it would fail naming --model) and no prediction written."""
     from eval_fixtures import write_oric_bench
 
-    from veritune.core.wandb_login import LOGIN_HINT
+    from core.wandb_login import LOGIN_HINT
 
     data, _ = write_oric_bench(tmp_path / "bench", questions=2)
     (tmp_path / "model").mkdir()

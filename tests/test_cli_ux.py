@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeChatServer
 
+from core.errors import UserError
+from core.llm_client import ChatClient
 from veritune.cli import COMMANDS, build_parser, main
-from veritune.core.errors import UserError
-from veritune.core.llm_client import ChatClient
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def test_eval_score_bad_input_is_one_line(
 
 def test_error_is_printed_after_every_open_progress_bar_closes() -> None:
     code = (
-        "from tqdm import tqdm\nfrom veritune.core.errors import UserError, exit_on_user_error\n"
+        "from tqdm import tqdm\nfrom core.errors import UserError, exit_on_user_error\n"
         "@exit_on_user_error\ndef build():\n    bar = tqdm(total=10, desc='questions')\n    bar.update(3)\n"
         "    raise UserError('endpoint down')\nbuild()\n"
     )
@@ -262,7 +262,7 @@ def test_recipe_spellings_load_the_recipe_and_flags_override(argv: list[str]) ->
     from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
-    recipe = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+    recipe = REPO_ROOT / "recipes" / "miniature" / "tiny_oric_demo.yaml"
     script_args, training_args, model_args = parse_recipe(
         [a.replace("{recipe}", str(recipe)) for a in argv] + ["--use_cpu", "true"],
         (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig),
@@ -324,7 +324,7 @@ def test_uncached_clip_model_offline_fails_at_once(
 ) -> None:
     import time
 
-    from veritune.core import hub
+    from core import hub
 
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty cache
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hf" / "hub"))
@@ -372,7 +372,7 @@ def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
 ) -> None:
     import time
 
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     paths = build_synthetic_world(tmp_path / "world", num_train_images=4, num_val_images=1, seed=0, image_size=64)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
@@ -405,7 +405,7 @@ def test_build_oric_with_the_default_clip_model_offline_fails_in_one_line(
 def test_progress_bars_redraw_rarely_into_a_log_file(tmp_path: Path) -> None:
     import io
 
-    from veritune.core.progress import LOG_INTERVAL_S, progress_bar, redraw_interval
+    from core.progress import LOG_INTERVAL_S, progress_bar, redraw_interval
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -510,7 +510,7 @@ def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
     worker = tmp_path / "worker.py"
     worker.write_text(
         "import time\n"
-        "from veritune.core.errors import exit_on_user_error\n"
+        "from core.errors import exit_on_user_error\n"
         "def main():\n"
         "    print('ready', flush=True)\n"
         "    time.sleep(120)\n"
@@ -545,12 +545,18 @@ def test_offline_wandb_banner_is_not_printed_by_slurm_dry_run_or_an_entry_script
     parsing a recipe does: neither the CLI nor an entry script shows it."""
     env = {"WANDB_MODE": "offline"}
     dry_run = run_veritune(
-        "slurm", "submit", "--entry", "grpo", "--recipe", "recipes/tiny_oric_demo.yaml", "--dry-run", env=env
+        "slurm", "submit", "--entry", "grpo", "--recipe", "recipes/miniature/tiny_oric_demo.yaml", "--dry-run", env=env
     )
     assert dry_run.returncode == 0, dry_run.stderr[-2000:]
     assert "sbatch" in dry_run.stdout and "WANDB offline" not in dry_run.stdout + dry_run.stderr
     entry = subprocess.run(  # stops at its first check (the recipe's tiny model is not built here): one line
-        [sys.executable, "finetune/grpo.py", "recipes/tiny_oric_demo.yaml", "--output_dir", str(tmp_path / "o")]
+        [
+            sys.executable,
+            "finetune/grpo.py",
+            "recipes/miniature/tiny_oric_demo.yaml",
+            "--output_dir",
+            str(tmp_path / "o"),
+        ]
         + ["--model_name_or_path", str(tmp_path / "no-model")],
         cwd=REPO_ROOT,
         env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},

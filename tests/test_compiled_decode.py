@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, run_entry
 
-RECIPE = "recipes/tiny_oric_demo.yaml"
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"
 
 
 def _config(*overrides: str):
@@ -20,7 +20,7 @@ def _config(*overrides: str):
 
 
 def test_the_recipe_key_is_off_by_default_and_buckets_prompts_when_on() -> None:
-    from veritune.core.errors import UserError
+    from core.errors import UserError
 
     off = _config()
     assert (off.compiled_decode, off.pad_to_multiple_of) == (False, None)
@@ -34,7 +34,7 @@ def test_the_recipe_key_is_off_by_default_and_buckets_prompts_when_on() -> None:
 
 @pytest.mark.parametrize("engine", ["use_vllm", "use_transformers_continuous_batching"])
 def test_compiled_decode_is_refused_beside_another_engine(engine: str) -> None:
-    from veritune.core.errors import UserError
+    from core.errors import UserError
 
     with pytest.raises(UserError) as refused:
         _config("--compiled_decode", "true", f"--{engine}", "true")

@@ -17,8 +17,8 @@ from datasets import Image as ImageFeature
 from helpers import run_entry
 from hub_datasets import cache_hub_dataset
 
+from core.errors import UserError
 from finetune.oric_data import get_oric_dataset
-from veritune.core.errors import UserError
 
 ORIC_FEATURES = {"id": Value("int64"), "problem": Value("string"), "solution": Value("string")}
 
@@ -217,7 +217,7 @@ def test_grpo_entry_point_trains_on_a_hub_dataset_offline(tiny_qwen3vl: Path, tm
     write_source("hub, embedded images", json.loads(path.read_text()), images, tmp_path, cache)
     result = run_entry(
         "grpo.py",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         *("--model_name_or_path", tiny_qwen3vl, "--dataset_path", "", "--image_root", ""),
         *("--dataset_name", "someorg/oric-img", "--dataset_config", "default", "--dataset_train_split", "train"),
         *("--output_dir", tmp_path / "run", "--max_steps", "1", "--save_strategy", "no", "--report_to", "none"),

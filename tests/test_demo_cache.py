@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from veritune import demo
-from veritune.core.cache import publish_dir, remove_stale_temporaries
+from core.cache import publish_dir, remove_stale_temporaries
+from miniature import stages as demo
 
 
 @pytest.fixture()
@@ -56,13 +56,13 @@ def stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
         launched.append(["tiny-clip"])
         Path(out).mkdir(parents=True)
 
-    monkeypatch.setattr("veritune.tiny.models.build_tiny_model", model)
-    monkeypatch.setattr("veritune.tiny.clip.build_tiny_clip", clip)
-    monkeypatch.setattr("veritune.tiny.clip.train_tiny_clip", lambda *args, **kwargs: {"trained": True})
+    monkeypatch.setattr("miniature.tiny.models.build_tiny_model", model)
+    monkeypatch.setattr("miniature.tiny.clip.build_tiny_clip", clip)
+    monkeypatch.setattr("miniature.tiny.clip.train_tiny_clip", lambda *args, **kwargs: {"trained": True})
     monkeypatch.setattr(demo, "CACHE", paths["world"].parent.parent / "cache")
 
-    monkeypatch.setattr(demo, "_launch", launch)
-    monkeypatch.setattr(demo, "_veritune", veritune)
+    monkeypatch.setattr(demo, "launch", launch)
+    monkeypatch.setattr(demo, "run_veritune", veritune)
     demo.STAGE_STATUS.clear()
     return {"paths": paths, "launched": launched}
 

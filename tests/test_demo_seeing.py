@@ -1,4 +1,4 @@
-"""`veritune demo --finer seeing`: FINER's half on a base that sees per-instance attributes (veritune.demo_seeing),
+"""`veritune demo --finer seeing`: FINER's half on a base that sees per-instance attributes (miniature.seeing),
 at toy sizes: every stage through the public commands, the eval hook's step-0 and final scores of the probe and
 POPE, the table's rows, and reruns that reuse what is unchanged. The measured sizes' numbers are in
 docs/RESULTS.md; this checks the wiring, not the outcome."""
@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from veritune import demo_seeing
-from veritune.core.errors import UserError
-from veritune.demo import STAGE_STATUS, results_table
-from veritune.demo_seeing import DPO_THREADS, RUN, TABLE, SeeingSizes, dpo_threads, run_seeing_finer, seeing_paths
+from core.errors import UserError
+from miniature import seeing as demo_seeing
+from miniature.seeing import DPO_THREADS, RUN, TABLE, SeeingSizes, dpo_threads, run_seeing_finer, seeing_paths
+from miniature.stages import STAGE_STATUS, results_table
 
 TOY = SeeingSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
@@ -37,10 +37,10 @@ def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
     tiny = json.loads((paths["model"] / "veritune_tiny.json").read_text())
     assert tiny["patch_size"] == 8 and tiny["vision_pretraining"]["steps"] == TOY.tower_steps
     base = json.loads((paths["base"] / "veritune_run.json").read_text())
-    assert base["script_args"]["recipe"] == "recipes/tiny_sft_attributes.yaml"
+    assert base["script_args"]["recipe"] == "recipes/miniature/tiny_sft_attributes.yaml"
     assert base["settings"]["freeze_vision_tower"] is True and base["settings"]["max_steps"] == TOY.warmstart_steps
     dpo = json.loads((paths["dpo"] / "veritune_run.json").read_text())
-    assert dpo["script_args"]["recipe"] == "recipes/tiny_finer_contrast.yaml"
+    assert dpo["script_args"]["recipe"] == "recipes/miniature/tiny_finer_contrast.yaml"
     settings = dpo["settings"]
     assert settings["max_steps"] == TOY.dpo_steps and settings["learning_rate"] == TOY.dpo_learning_rate
     assert settings["model_name_or_path"] == str(paths["base"]) and settings["loss_type"] == ["sigmoid", "sft"]
@@ -71,8 +71,8 @@ def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
     assert STAGE_STATUS == dict.fromkeys(STAGES, "reused")
     assert dpo_state.stat().st_mtime_ns == before
     # the core left by the other half is set free: DPO, started after that, trains on two threads
-    launched, launch = [], demo_seeing._launch
-    monkeypatch.setattr(demo_seeing, "_launch", lambda *a, **k: (launched.append(k.get("threads")), launch(*a, **k)))
+    launched, launch = [], demo_seeing.launch
+    monkeypatch.setattr(demo_seeing, "launch", lambda *a, **k: (launched.append(k.get("threads")), launch(*a, **k)))
     spare_core = threading.Event()
     spare_core.set()
     STAGE_STATUS.clear()
@@ -92,15 +92,15 @@ def test_dpo_takes_a_second_thread_only_once_the_core_beside_it_is_free() -> Non
 def test_a_command_started_on_more_threads_gets_them_and_its_log_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from veritune.demo import _OUTPUT, _run
+    from miniature.stages import _OUTPUT, run_command
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     log = tmp_path / "stage.log"
     command = [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS'])"]
     _OUTPUT.log = log
     try:
-        _run(command, threads=2)
-        _run(command)
+        run_command(command, threads=2)
+        run_command(command)
     finally:
         del _OUTPUT.log
     lines = log.read_text().splitlines()
@@ -109,8 +109,8 @@ def test_a_command_started_on_more_threads_gets_them_and_its_log_says_so(
 
 
 def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from miniature.pipeline import run_demo
     from veritune.cli import main
-    from veritune.demo import run_demo
 
     with pytest.raises(UserError, match="--finer: expected one of tuples, seeing"):
         run_demo(tmp_path / "demo", finer="letters")
@@ -123,7 +123,7 @@ def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: py
 def test_a_long_background_wait_prints_the_stages_progress(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import time
 
-    from veritune.demo import _Background, latest_progress
+    from miniature.stages import Background, latest_progress
 
     log = tmp_path / "logs" / "stage.log"
 
@@ -133,7 +133,7 @@ def test_a_long_background_wait_prints_the_stages_progress(tmp_path: Path, capsy
             stream.write("step 200/6000 | loss 0.203 | lr 0.0002\nwandb: some notice\n")
         time.sleep(0.5)
 
-    _Background("a stage", log, stage).join(progress_every=0.1)
+    Background("a stage", log, stage).join(progress_every=0.1)
     printed = capsys.readouterr().out
     assert "  (a stage) step 200/6000 | loss 0.203 | lr 0.0002\n" in printed  # the last step line, not the notice
     assert latest_progress(tmp_path / "missing.log") is None

@@ -1,5 +1,5 @@
 """The outcome of `veritune demo --finer seeing` on seed 0: FINER's half on a base that sees per-instance
-attributes (veritune.demo_seeing), with the ORIC half beside it.
+attributes (miniature.seeing), with the ORIC half beside it.
 
 It takes about 18 minutes from nothing cached on a 2-core machine, beyond the suite's budget, so it runs only when
 asked: VERITUNE_SEEING_OUTCOME=1 runs the demo from nothing cached in a temporary directory;

@@ -20,11 +20,11 @@ from PIL import Image
 from safetensors.torch import load_file
 from wandb_offline import offline_history
 
+from core.errors import UserError
+from core.sampling import sample_indices
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.recipe import parse_recipe
-from veritune.core.errors import UserError
-from veritune.core.sampling import sample_indices
 
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
 PAIRS = [("dog", "cat"), ("bench", "sofa"), ("cup", "bowl"), ("kite", "clock"), ("car", "bus"), ("apple", "orange")]
@@ -109,7 +109,7 @@ def preference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig]:
-    return parse_recipe(["recipes/tiny_finer_demo.yaml", *map(str, flags)], DPO_TYPES)
+    return parse_recipe(["recipes/miniature/tiny_finer_demo.yaml", *map(str, flags)], DPO_TYPES)
 
 
 # ---- the LoRA run
@@ -126,7 +126,7 @@ def lora_run(tiny_qwen3vl: Path, preference_dir: Path, tmp_path_factory: pytest.
 
 def lora_command(model: Path, data: Path, out: Path) -> list[str | Path]:
     return [
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--model_name_or_path",
         model,
         "--dataset_path",
@@ -249,7 +249,7 @@ def test_lora_run_metrics_reach_offline_wandb(lora_run: tuple[Path, str]) -> Non
 def test_full_parameter_dpo_on_qwen25vl(tiny_qwen25vl: Path, preference_dir: Path, tmp_path: Path) -> None:
     result = run_entry(
         "dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--model_name_or_path",
         tiny_qwen25vl,
         "--dataset_path",
@@ -300,7 +300,7 @@ def test_two_processes_keep_the_global_batch(tiny_qwen3vl: Path, preference_dir:
         "--main_process_port",
         free_port(),
         "finetune/dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--model_name_or_path",
         str(tiny_qwen3vl),
         "--dataset_path",
@@ -329,7 +329,7 @@ def test_two_processes_keep_the_global_batch(tiny_qwen3vl: Path, preference_dir:
 def test_entry_point_bad_dataset_is_one_line(tmp_path: Path) -> None:
     result = run_entry(
         "dpo.py",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--dataset_path",
         tmp_path / "nope.jsonl",
         "--output_dir",

@@ -18,7 +18,7 @@ import pytest
 from helpers import REPO_ROOT, entry_env, run_entry
 from wandb_offline import offline_history
 
-RECIPE = "recipes/tiny_oric_demo.yaml"  # 2 prompts x G = 4 per step, over 2 accumulation micro-steps
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"  # 2 prompts x G = 4 per step, over 2 accumulation micro-steps
 CONSTANT_ON = ("cat", "apple")
 DS_KEYS = ("dynamic_sampling/kept_share", "dynamic_sampling/rounds", "dynamic_sampling/prompts_drawn")
 
@@ -213,9 +213,9 @@ def test_demo_select_passes_recipe_overrides_and_refuses_a_bad_one(tmp_path: Pat
 def test_process_share_must_be_whole_groups(monkeypatch: pytest.MonkeyPatch) -> None:
     """On 2 processes, micro-batches of 2 completions split TRL's groups of 4 across processes: fine for TRL,
     refused with dynamic sampling (a process trains only on groups it generated), before any model loads."""
+    from core.errors import UserError
     from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
-    from veritune.core.errors import UserError
 
     types = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
     monkeypatch.setattr(VerituneGRPOConfig, "world_size", property(lambda self: 2))

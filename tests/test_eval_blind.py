@@ -14,10 +14,10 @@ from eval_fixtures import write_oric_bench
 from PIL import Image
 
 import eval_hooks.runner as runner
+from core.images import BLIND_FILL, load_image_cached
 from eval_hooks.cli import parse_blind_fill
 from eval_hooks.runner import HEADER_KEY, read_predictions_file
 from veritune.cli import main
-from veritune.core.images import BLIND_FILL, load_image_cached
 
 
 def noise_image(path: Path, size: tuple[int, int], seed: int = 0) -> Image.Image:

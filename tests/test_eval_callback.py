@@ -42,7 +42,7 @@ def grpo_run(
     (tmp_path / "pope.json").write_text('{"question": "not in POPE\'s layout"}\n')
     result = run_entry(
         "grpo.py",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -168,7 +168,7 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
         "--main_process_port",
         str(free_port()),
         "finetune/grpo.py",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         str(tiny_qwen3vl),
         "--dataset_path",
@@ -228,9 +228,9 @@ def test_hook_under_deepspeed_zero3_with_two_processes(tiny_qwen3vl: Path, oric:
 
 
 def test_per_benchmark_limits_in_eval_benchmarks() -> None:
+    from core.errors import UserError
     from eval_hooks.callback import EvalHookCallback
     from eval_hooks.paths import parse_benchmark_limits
-    from veritune.core.errors import UserError
 
     assert parse_benchmark_limits(["pope:200", "oric_bench_r1", "my_pkg.bench.Mine:5"]) == (
         ["pope", "oric_bench_r1", "my_pkg.bench.Mine"],

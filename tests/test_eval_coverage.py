@@ -13,11 +13,11 @@ import pytest
 from eval_fixtures import write_oric_bench
 from test_amber_generative import amber_dir
 
+from core.errors import UserError
 from eval_hooks.callback import EvalHookCallback, flat_metrics
 from eval_hooks.paths import parse_image_roots
 from eval_hooks.results import results_record
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 POPE_LABELS = ("yes", "no", "yes", "no", "yes", "no")
 
@@ -430,7 +430,7 @@ def test_wrong_eval_image_root_stops_training_before_its_first_step(tiny_qwen3vl
     (tmp_path / "elsewhere").mkdir()  # a folder that exists (a missing one is refused before the model loads)
     result = run_entry(
         "grpo.py",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path", tiny_qwen3vl, "--dataset_path", train, "--image_root", train_images,
         "--output_dir", tmp_path / "run", "--max_steps", "2", "--save_steps", "1", "--report_to", "none",
         "--eval_on_save", "true", "--eval_benchmarks", "oric_bench_r1", "--eval_data_root", tmp_path / "bench",

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from core.errors import UserError
 from eval_hooks.benchmarks.chartqa import relaxed_match
 from eval_hooks.benchmarks.mme import mme_yes_no
 from eval_hooks.benchmarks.vlmeval_tsv import normalize_vqa_answer, vlmeval_yes_no, vqa_accuracy
@@ -23,7 +24,6 @@ from eval_hooks.callback import EvalHookCallback
 from eval_hooks.evaluate import rescore
 from eval_hooks.registry import PRESETS, get_benchmark
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 
 def jpeg_base64(colour: str, size: tuple[int, int] = (24, 20)) -> str:

@@ -692,8 +692,8 @@ def test_mmvp_limit_leaves_a_cut_pair_out(tmp_path: Path) -> None:
 
 
 def test_training_hook_refuses_judged_suites() -> None:
+    from core.errors import UserError
     from eval_hooks.callback import EvalHookCallback
-    from veritune.core.errors import UserError
 
     with pytest.raises(UserError, match="haloquest: scored by an LLM judge"):
         EvalHookCallback(["pope", "haloquest:20"], "data")

@@ -11,10 +11,10 @@ import pytest
 from fake_openai_server import FakeChatServer
 from test_eval_mcq import finer_rows, write_csv
 
+from core.errors import UserError
 from eval_hooks.evaluate import rescore
 from eval_hooks.judge import AnswerJudge
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 
 def user_text(request: dict[str, Any]) -> str:

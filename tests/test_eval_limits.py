@@ -15,12 +15,12 @@ import pytest
 from helpers import REPO_ROOT
 from PIL import Image
 
+from core.errors import UserError
 from eval_hooks.paths import parse_benchmark_limits, parse_benchmark_names
 from eval_hooks.prepare import prepare_benchmark
 from eval_hooks.registry import get_benchmark
 from eval_hooks.selection import largest_remainder, select_items
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 # ----------------------------------------------------------------------------- benchmark files, official formats
 
@@ -437,7 +437,7 @@ def with_options(command: list[str], values: dict[str, str | None]) -> list[str]
 def test_the_readmes_data_flow_builds_what_eval_run_reads(
     tiny_qwen3vl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
 
     monkeypatch.chdir(tmp_path)
     assert main(["build", "synthetic-world", "--out", "data/world", "--train-images", "8", "--val-images", "16"]) == 0

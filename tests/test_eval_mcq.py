@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.errors import UserError
 from eval_hooks.answers import extract_count, extract_option
 from eval_hooks.evaluate import rescore, score_benchmark
 from eval_hooks.registry import get_benchmark
 from eval_hooks.runner import read_predictions
 from rewards.graders import extract_yes_no
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 FIVE = {letter: f"option {letter}" for letter in "ABCDE"}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from eval_hooks.plan import EvalPlan
 from finetune.configs import ScriptArguments
-from veritune.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PARSERS = {

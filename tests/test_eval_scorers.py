@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from eval_hooks.benchmarks.pope import pope_yes_no
 from eval_hooks.evaluate import rescore, score_benchmark
 from eval_hooks.registry import get_benchmark
 from rewards.graders import extract_yes_no
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 SHARED = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks"
 needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="official benchmark files not beside the checkout")

@@ -20,9 +20,9 @@ from fake_openai_server import FakeChatServer
 from helpers import REPO_ROOT, entry_env
 from test_finer_builder import GRAPH
 
+from core.io import STAGING_SUFFIX, recover_output
 from data_builders.oric.annotations import ImageRecord
 from veritune.cli import main
-from veritune.core.io import STAGING_SUFFIX, recover_output
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
@@ -53,8 +53,8 @@ OUTPUTS = {
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from data_builders.synthetic_world import build_synthetic_world
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
+    from miniature.world import build_synthetic_world
 
     root = tmp_path_factory.mktemp("keep-world")
     paths = build_synthetic_world(root / "world", num_train_images=16, num_val_images=16)
@@ -381,7 +381,7 @@ def counted(real):
         return real(*args, **kwargs)
     return call
 os.replace, os.unlink, shutil.rmtree = counted(os.replace), counted(os.unlink), counted(shutil.rmtree)
-import veritune.core.io as io
+import core.io as io
 io._exchange = counted(io._exchange)
 from veritune.cli import main
 code = main(sys.argv[1:])
@@ -447,7 +447,7 @@ def test_kill_9_during_force_rebuild_leaves_old_or_new(
 
 # ---------------------------------------------------------------------------------------------- recipe paths
 
-DEMO_RECIPE = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+DEMO_RECIPE = REPO_ROOT / "recipes" / "miniature" / "tiny_oric_demo.yaml"
 SUBMIT = ["slurm", "submit", "--entry", "grpo", "--recipe", str(DEMO_RECIPE), "--run-dir", "r"]
 
 # Run from a folder outside the repository: each flag's own mistake is the error, not the accelerate config.

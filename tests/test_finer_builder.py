@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.errors import UserError
 from data_builders.finer.bench import (
     CSV_COLUMNS,
     BenchSettings,
@@ -24,10 +25,9 @@ from data_builders.finer.bench import (
 )
 from data_builders.finer.build import build_finer_from_scene_graphs
 from data_builders.finer.scene_graph import parse_scene_graph, tuples_for_image
-from data_builders.finer.synthetic import scene_graphs_from_coco
 from data_builders.finer.templates import TEMPLATES
+from miniature.scene_graphs import scene_graphs_from_coco
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 # One image: a dog lying on a rug, in the layout of the FINER benchmark files (four negatives everywhere).
 GRAPH = {
@@ -514,7 +514,7 @@ def test_bench_rejects_unknown_setting() -> None:
 
 
 def test_synthetic_scene_graphs_feed_both_builders(tmp_path: Path) -> None:
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     world = build_synthetic_world(tmp_path / "world", num_train_images=6, num_val_images=2, seed=0, image_size=64)
     graphs = scene_graphs_from_coco(Path(world["train_annotations"]), tmp_path / "graphs.json")

@@ -118,7 +118,7 @@ def held(record: dict, name: str, named: list[str]) -> bool:
 
 @pytest.fixture(scope="module")
 def drawn_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     root = tmp_path_factory.mktemp("contrast")
     return build_synthetic_world(
@@ -224,12 +224,13 @@ def test_missing_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 
 def test_the_contrast_recipe_is_the_measured_dpo() -> None:
-    # recipes/tiny_finer_contrast.yaml: F14 of docs/LAB_NOTEBOOK.md (full parameters, tower frozen, sigmoid + SFT)
+    # recipes/miniature/tiny_finer_contrast.yaml: F14 of docs/LAB_NOTEBOOK.md (full parameters, tower frozen,
+    # sigmoid + SFT)
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
     types = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
-    script_args, args, model_args = parse_recipe(["recipes/tiny_finer_contrast.yaml"], types)
+    script_args, args, model_args = parse_recipe(["recipes/miniature/tiny_finer_contrast.yaml"], types)
     assert model_args.freeze_vision_tower and not model_args.use_peft
     assert list(args.loss_type) == ["sigmoid", "sft"] and args.beta == 0.1
     assert args.learning_rate == 1e-4 and args.max_steps == 19200 and args.per_device_train_batch_size == 4

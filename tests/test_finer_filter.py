@@ -14,11 +14,11 @@ from fake_openai_server import FakeChatServer
 from PIL import Image
 from test_finer_builder import GRAPH
 
+from core.llm_client import ChatClient
 from data_builders.finer import prompts
 from data_builders.finer.filtering import LETTERS, ChoiceDiscriminator, choice_entropy, filter_negatives, mcq_prompt
 from data_builders.finer.scene_graph import parse_scene_graph
 from veritune.cli import main
-from veritune.core.llm_client import ChatClient
 
 
 class ScriptedDiscriminator:
@@ -138,7 +138,7 @@ def test_log_lets_a_rerun_skip_the_model(scene: tuple[list[Any], Path], tmp_path
 
 @pytest.fixture(scope="module")
 def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     return build_tiny_model("qwen3vl", tmp_path_factory.mktemp("tiny-filter"), seed=0, format_warmup_steps=0)
 

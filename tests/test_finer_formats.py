@@ -13,9 +13,9 @@ from PIL import Image
 from test_finer_builder import GRAPH
 from trl.data_utils import prepare_multimodal_messages
 
+from core.errors import UserError
 from data_builders.finer.build import build_finer_from_scene_graphs
 from finetune.preference_data import PreferenceReport, iter_preference_rows, load_preference_dataset, with_images
-from veritune.core.errors import UserError
 
 COLUMNS = {"images", "prompt", "chosen", "rejected", "subset", "polarity"}
 

@@ -12,13 +12,13 @@ import pytest
 from fake_openai_server import FakeChatServer
 from PIL import Image
 
+from core.errors import UserError
+from core.llm_client import PROBE_PROMPT, ChatClient
 from data_builders.finer import phrases, prompts
 from data_builders.finer.build import build_finer_from_captions
 from data_builders.finer.llm import Caption
 from data_builders.finer.phrases import Rejected
 from veritune.cli import main
-from veritune.core.errors import UserError
-from veritune.core.llm_client import PROBE_PROMPT, ChatClient
 
 CAPTION = (
     "A brown dog with a red collar is lying on a striped rug in a bright living room. "

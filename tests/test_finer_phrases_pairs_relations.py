@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from data_builders.finer import phrases
 from data_builders.finer.bench import BenchSettings, BenchStats, build_mcqs, multi_rel_pairs
 from data_builders.finer.phrases import Rejected
 from data_builders.finer.scene_graph import parse_scene_graph, tuples_for_image
 from eval_hooks.benchmarks.finer import FIELDS, Finer
-from veritune.core.errors import UserError
 
 NEGATIVES = ["is under the", "is beside the", "is behind the", "is inside the"]
 

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
+from core.recipe_file import read_recipe
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe
-from veritune.core.errors import UserError
-from veritune.core.recipe_file import read_recipe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
@@ -123,21 +123,21 @@ def test_global_batch_not_divisible_names_the_numbers() -> None:
 
 def test_precomputed_reference_log_probs_are_refused() -> None:
     with pytest.raises(UserError, match="precompute_ref_log_probs: not supported for vision-language models"):
-        parse("tiny_finer_demo", "--precompute_ref_log_probs", "true")
+        parse("miniature/tiny_finer_demo", "--precompute_ref_log_probs", "true")
 
 
 def test_keep_end_truncation_is_refused() -> None:
     with pytest.raises(UserError, match="truncation_mode: keep_end would cut the image tokens"):
-        parse("tiny_finer_demo", "--truncation_mode", "keep_end")
+        parse("miniature/tiny_finer_demo", "--truncation_mode", "keep_end")
 
 
 def test_validation_ratio_out_of_range() -> None:
     with pytest.raises(UserError, match=r"validation_ratio: must be in \[0, 1\), got 1.5"):
-        parse("tiny_finer_demo", "--validation_ratio", "1.5")
+        parse("miniature/tiny_finer_demo", "--validation_ratio", "1.5")
 
 
 def test_tiny_recipe_is_a_few_cpu_steps_of_lora_with_wandb() -> None:
-    script_args, args, model_args = parse("tiny_finer_demo")
+    script_args, args, model_args = parse("miniature/tiny_finer_demo")
     assert args.use_cpu and args.max_steps == 8 and not args.bf16
     assert (
         model_args.use_peft

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.errors import UserError
+from core.finer_yn import COLUMNS, PATTERNS
 from data_builders.finer.scene_graph import SceneGraph, parse_scene_graph
 from data_builders.finer.yn import (
     Chain,
@@ -33,8 +35,6 @@ from eval_hooks.evaluate import score_benchmark
 from eval_hooks.prepare import prepare_benchmark
 from eval_hooks.registry import get_benchmark
 from veritune.cli import main
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import COLUMNS, PATTERNS
 
 A1 = "with predominantly white coat featuring black and grey markings"
 A2 = "with its head turned downwards"
@@ -193,7 +193,7 @@ def test_levels_a_graph_cannot_fill_are_skipped_and_counted() -> None:
 
 
 def _world(tmp_path: Path) -> tuple[Path, Path]:
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     world = build_synthetic_world(tmp_path / "world", num_train_images=1, num_val_images=12, seed=0, image_size=64)
     return Path(world["val_scene_graphs"]), Path(world["val_images"])
@@ -255,7 +255,7 @@ def test_a_drawn_world_fills_all_seven_levels_with_image_only_negatives(
     """``build synthetic-world --instance-attributes drawn``: three attributes (shade, border, pattern) and a
     relation per anchor, so every sample fills L1-L7; each negative swaps one value for its other one (never a
     hue). The letter protocol builds what four negatives allow and counts the rest; FINER-Tuning tuples build."""
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     world = build_synthetic_world(
         tmp_path / "world", num_train_images=1, num_val_images=12, seed=0, instance_attributes="drawn"

@@ -14,7 +14,7 @@ from helpers import REPO_ROOT, entry_env, log_history, run_entry
 from safetensors.torch import load_file
 from wandb_offline import offline_config, offline_history
 
-RECIPE = "recipes/tiny_oric_demo.yaml"
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"
 
 
 def grpo_args(model: Path, data: tuple[Path, Path], output_dir: Path, *extra: str) -> list[str]:

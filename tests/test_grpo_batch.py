@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import log_history, run_entry
 
-RECIPE = "recipes/tiny_oric_demo.yaml"
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from helpers import REPO_ROOT, entry_env
 
-RECIPE = "recipes/tiny_oric_demo.yaml"
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"
 SMALL = ["--global_batch_prompts", "2"]  # 2 prompts x G = 4 = 8 completions per optimizer step
 ROLLOUT = [*SMALL, "--rollout_batch_prompts", "4"]  # 2 optimizer steps per round
 

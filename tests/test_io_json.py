@@ -1,4 +1,4 @@
-"""``veritune.core.io.json_text``: the same text as ``json.dumps(indent=..., ensure_ascii=False)``, to the byte,
+"""``core.io.json_text``: the same text as ``json.dumps(indent=..., ensure_ascii=False)``, to the byte,
 on the records builders write and on every shape it leaves to ``json.dumps``."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from veritune.core.io import atomic_write_json, json_chunks, json_text
+from core.io import atomic_write_json, json_chunks, json_text
 
 
 def record(number: int, **extra: object) -> dict:
@@ -80,7 +80,7 @@ def test_a_file_hashed_as_it_was_read_or_written_is_not_read_again(tmp_path, mon
     import hashlib
     import os
 
-    from veritune.core import io as vio
+    from core import io as vio
 
     source = tmp_path / "in.json"
     source.write_text('{"a": [1, 2]}\n')
@@ -98,7 +98,7 @@ def test_a_file_hashed_as_it_was_read_or_written_is_not_read_again(tmp_path, mon
 def test_data_kept_by_gc_paused_is_frozen_and_the_collector_resumes() -> None:
     import gc
 
-    from veritune.core.io import gc_paused
+    from core.io import gc_paused
 
     frozen = gc.get_freeze_count()
     try:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from fake_openai_server import FakeChatServer
 
-from veritune.core.errors import UserError
-from veritune.core.llm_client import PROBE_PROMPT, ChatClient
+from core.errors import UserError
+from core.llm_client import PROBE_PROMPT, ChatClient
 
 
 def echo(request: dict) -> str:

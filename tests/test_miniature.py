@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from helpers import run_entry
 
-from data_builders.synthetic_world import build_synthetic_world
 from finetune.sft import caption, conventional_examples
+from miniature.world import build_synthetic_world
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +175,8 @@ def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
+    from core.trl_adapter import set_cpu_compact_lm_head
     from finetune.sft import examples_dataset
-    from veritune.core.trl_adapter import set_cpu_compact_lm_head
 
     monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after the test
     rows_scored: list[int] = []
@@ -220,7 +220,7 @@ def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
 
 def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: Path, tmp_path: Path) -> None:
     command = [
-        "recipes/tiny_sft_warmstart.yaml",
+        "recipes/miniature/tiny_sft_warmstart.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -253,7 +253,7 @@ def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path:
     bad.write_text(json.dumps({"images": []}))
     result = run_entry(
         "sft.py",
-        "recipes/tiny_sft_warmstart.yaml",
+        "recipes/miniature/tiny_sft_warmstart.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -268,7 +268,7 @@ def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path:
 
 
 def test_tiny_clip_learns_the_train_split(world: dict[str, Path], tmp_path: Path) -> None:
-    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip, train_tiny_clip
 
     build_tiny_clip(tmp_path / "clip", seed=0)
     stats = train_tiny_clip(tmp_path / "clip", world["train_annotations"], world["train_images"], steps=30)
@@ -283,7 +283,7 @@ def test_step0_baseline_and_before_after_report(world: dict[str, Path], tiny_qwe
     val = world["val_annotations"].parent
     result = run_entry(
         "grpo.py",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -353,7 +353,7 @@ def test_sft_recipe_loads() -> None:
     from finetune.sft import SFTScriptArguments
 
     script_args, training_args, model_args = parse_recipe(
-        ["recipes/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VerituneModelConfig)
+        ["recipes/miniature/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     )
     assert script_args.answer_styles == ["plain"] and training_args.completion_only_loss is True
     assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1400
@@ -362,7 +362,7 @@ def test_sft_recipe_loads() -> None:
 
 
 def test_demo_launches_each_recipe_with_its_accelerate_config() -> None:
-    from veritune.demo import DPO_RECIPE, RECIPE, SFT_RECIPE, recipe_accelerate_config
+    from miniature.stages import DPO_RECIPE, RECIPE, SFT_RECIPE, recipe_accelerate_config
 
     for recipe in (SFT_RECIPE, RECIPE, DPO_RECIPE):
         assert recipe_accelerate_config(recipe) == "recipes/accelerate/single.yaml"
@@ -373,13 +373,13 @@ def test_demo_background_stage_reports_its_log(tmp_path: Path) -> None:
     one error naming the log."""
     import sys
 
-    from veritune.core.errors import UserError
-    from veritune.demo import _Background, _run
+    from core.errors import UserError
+    from miniature.stages import Background, run_command
 
     def stage() -> None:
-        _run([sys.executable, "-c", "print('built'); raise SystemExit(3)"])
+        run_command([sys.executable, "-c", "print('built'); raise SystemExit(3)"])
 
-    background = _Background("DPO", tmp_path / "logs" / "dpo.log", stage)
+    background = Background("DPO", tmp_path / "logs" / "dpo.log", stage)
     with pytest.raises(UserError, match=r"DPO \(log: .*dpo.log\): demo step failed \(exit 3\)"):
         background.join()
     assert "built" in (tmp_path / "logs" / "dpo.log").read_text()
@@ -391,7 +391,7 @@ def test_miniature_grpo_recipe_loads() -> None:
     from finetune.recipe import parse_recipe
 
     script_args, training_args, _ = parse_recipe(
-        ["recipes/tiny_oric_miniature.yaml"], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
+        ["recipes/miniature/tiny_oric_miniature.yaml"], (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
     )
     assert script_args.prompt_template == "plain" and script_args.reward_funcs == ["plain_accuracy"]
     assert script_args.replay_path == "outputs/demo/world/train/coco_pope_random.json"
@@ -401,7 +401,7 @@ def test_miniature_grpo_recipe_loads() -> None:
 
 def test_replay_ratio_selection_rule() -> None:
     """demo-select's rule: the largest mean dev gain among ratios that keep POPE, else the smallest POPE drop."""
-    from veritune.demo_selection import choose_ratio, format_selection
+    from miniature.selection import choose_ratio, format_selection
 
     means = [
         {"ratio": 0.0, "oric_gain": 12.0, "pope_change": -4.0},
@@ -420,8 +420,8 @@ def test_replay_ratio_selection_rule() -> None:
 
 
 def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:
+    from core.sampling import sample_indices
     from finetune.sft import SFTScriptArguments, training_examples
-    from veritune.core.sampling import sample_indices
 
     def args(limit: int | None) -> SFTScriptArguments:
         return SFTScriptArguments(

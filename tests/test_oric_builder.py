@@ -10,16 +10,16 @@ import pytest
 from fake_openai_server import FakeChatServer
 from PIL import Image
 
+from core.errors import UserError
+from core.llm_client import PROBE_PROMPT, ChatClient
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, union_area
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import CooccurrenceJudge, OpenAIJudge, get_judge
 from data_builders.oric.questions import paraphrases, r1_prompt, with_article
 from data_builders.oric.review import sample_for_review
-from data_builders.synthetic_world import build_synthetic_world
 from finetune.oric_data import get_oric_dataset
+from miniature.world import build_synthetic_world
 from veritune.cli import main
-from veritune.core.errors import UserError
-from veritune.core.llm_client import PROBE_PROMPT, ChatClient
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 needs_official = pytest.mark.skipif(not SHARED_ORIC.is_dir(), reason="official ORIC files not present")
@@ -265,7 +265,7 @@ def test_most_similar_never_returns_the_image_itself() -> None:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
 
     root = tmp_path_factory.mktemp("oric-world")
     paths = build_synthetic_world(
@@ -703,7 +703,7 @@ def test_fully_cached_openai_judge_rebuild_runs_offline(world: dict[str, Path], 
 
 
 def test_no_half_written_output(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from veritune.core import io as vio
+    from core import io as vio
 
     target = tmp_path / "out.json"
     target.write_text("[]")  # a previous, complete output

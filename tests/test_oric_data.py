@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from helpers import run_entry
 
+from core.errors import UserError
+from core.images import load_image
+from core.prompts import with_r1_instruction
+from core.sampling import sample_indices
 from finetune.oric_data import get_oric_dataset, prompt_length, question_from_problem
-from veritune.core.errors import UserError
-from veritune.core.images import load_image
-from veritune.core.prompts import with_r1_instruction
-from veritune.core.sampling import sample_indices
 
 SHARED_ORIC = Path(__file__).resolve().parent.parent.parent / "shared" / "benchmarks" / "oric"
 
@@ -89,7 +89,7 @@ def test_grpo_passes_max_train_samples_and_the_seed(
     from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 
-    recipe = Path(__file__).resolve().parent.parent / "recipes" / "tiny_oric_demo.yaml"
+    recipe = Path(__file__).resolve().parent.parent / "recipes" / "miniature" / "tiny_oric_demo.yaml"
     flags = ["--dataset_path", str(oric_fixture[0]), "--image_root", str(oric_fixture[1])]
     flags += ["--output_dir", str(tmp_path / "run"), "--max_train_samples", "3", "--seed", "7", "--report_to", "none"]
     flags += ["--model_name_or_path", str(tmp_path)]  # a folder that exists: the run checks it; none is loaded
@@ -195,7 +195,7 @@ def test_entry_point_reports_bad_data_in_one_line(
     rewrite(path, mutate)
     result = run_entry(
         "grpo.py",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT
 
+from core.errors import UserError, exit_on_user_error
+from core.recipe_file import load_recipe_file, read_recipe
 from finetune.configs import (
     DPOScriptArguments,
     GRPOScriptArguments,
@@ -17,13 +19,11 @@ from finetune.configs import (
     VerituneModelConfig,
 )
 from finetune.recipe import load_recipe, parse_recipe
-from veritune.core.errors import UserError, exit_on_user_error
-from veritune.core.recipe_file import load_recipe_file, read_recipe
 
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 DPO_TYPES = (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
 BASES = sorted((REPO_ROOT / "recipes" / "base").glob("*.yaml"))
-TINY = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+TINY = REPO_ROOT / "recipes" / "miniature" / "tiny_oric_demo.yaml"
 
 
 def write(path: Path, text: str) -> Path:
@@ -237,7 +237,8 @@ def test_slurm_layout_prints_the_included_accelerate_config(
 
 
 def test_launch_and_demo_read_the_included_accelerate_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from veritune import demo, launch
+    from miniature import stages as demo
+    from veritune import launch
 
     recipe = write(tmp_path / "r.yaml", f"include: {REPO_ROOT / 'recipes/qwen3vl_oric.yaml'}\n")
     monkeypatch.chdir(REPO_ROOT)
@@ -268,10 +269,10 @@ def test_model_card_and_provenance_carry_the_bases(tmp_path: Path) -> None:
 
 
 def test_a_demo_stage_key_covers_the_recipes_bases(tmp_path: Path) -> None:
-    from veritune.demo import DPO_RECIPE, RECIPE, _file_digest, recipe_digest
+    from miniature.stages import DPO_RECIPE, RECIPE, file_digest, recipe_digest
 
     for recipe in (RECIPE, DPO_RECIPE):  # a recipe without includes keeps its key (the demo's caches stay valid)
-        assert recipe_digest(REPO_ROOT / recipe) == _file_digest(REPO_ROOT / recipe)
+        assert recipe_digest(REPO_ROOT / recipe) == file_digest(REPO_ROOT / recipe)
     base = write(tmp_path / "b.yaml", "seed: 1\n")
     recipe = write(tmp_path / "r.yaml", "include: b.yaml\n")
     before = recipe_digest(recipe)

@@ -23,8 +23,12 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FIXTURE = REPO_ROOT / "tests" / "fixtures" / "recipe_settings.json"
-# The runnable recipes (recipes/base/ holds the shared bases, which are not run on their own).
-RECIPES = sorted(path.name for path in (REPO_ROOT / "recipes").glob("*.yaml"))
+# The runnable recipes, named relative to recipes/ (recipes/base/ holds the shared bases, which are not run on
+# their own; recipes/miniature/ the CPU miniature's).
+RECIPES = sorted(
+    str(path.relative_to(REPO_ROOT / "recipes"))
+    for path in [*(REPO_ROOT / "recipes").glob("*.yaml"), *(REPO_ROOT / "recipes" / "miniature").glob("*.yaml")]
+)
 
 
 def recipe_types(name: str) -> tuple[type, ...]:
@@ -65,8 +69,8 @@ def recipe_settings(name: str, elsewhere: Path) -> dict[str, Any]:
     the repository's path written ``<repo>`` for the paths that must exist, dropped from the others, which
     resolve there only when this checkout holds their data) and every dataclass field, as the entry script
     parses it on one CPU process."""
+    from core.recipe_file import REQUIRED_PATH_KEYS
     from finetune.recipe import load_recipe, parse_recipe
-    from veritune.core.recipe_file import REQUIRED_PATH_KEYS
 
     types = recipe_types(name)
     recipe = Path("recipes") / name
@@ -120,7 +124,7 @@ def write_fixture() -> None:
     """Record every recipe's settings as the recipes parse now."""
     import tempfile
 
-    from veritune.core.io import atomic_write_text
+    from core.io import atomic_write_text
 
     os.environ.pop("WORLD_SIZE", None)
     with tempfile.TemporaryDirectory() as elsewhere:

@@ -6,13 +6,15 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.recipe import load_recipe, parse_recipe
-from veritune.core.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
-GRPO_RECIPES = sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if "oric" in p.name)
+# the paper recipes in recipes/, the miniature's in recipes/miniature/
+RECIPES = sorted([*(REPO_ROOT / "recipes").glob("*.yaml"), *(REPO_ROOT / "recipes" / "miniature").glob("*.yaml")])
+GRPO_RECIPES = [p for p in RECIPES if "oric" in p.name]
 # Recipes are parsed on this CPU machine: `use_cpu` lets TrainingArguments accept their bf16 settings.
 ON_CPU = ["--use_cpu", "true"]
 
@@ -40,7 +42,7 @@ def test_grpo_recipe_loads(recipe: Path) -> None:
 
 
 def test_every_recipe_is_covered_by_a_loader_test() -> None:
-    recipes = {p.name for p in (REPO_ROOT / "recipes").glob("*.yaml")}
+    recipes = {p.name for p in RECIPES}
     assert all("oric" in name or "finer" in name or "sft" in name for name in recipes), (
         recipes
     )  # sft: tests/test_miniature.py
@@ -99,7 +101,7 @@ def test_unknown_recipe_key_names_the_closest(tmp_path: Path) -> None:
 
 def test_unknown_flag_names_the_closest_tiny() -> None:
     with pytest.raises(UserError, match=r"unknown key 'num_generation' \(did you mean 'num_generations'\?\)"):
-        parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generation", "4")
+        parse_grpo(REPO_ROOT / "recipes/miniature/tiny_oric_demo.yaml", "--num_generation", "4")
 
 
 def test_missing_recipe_file() -> None:
@@ -118,7 +120,7 @@ def test_generation_batch_not_divisible_names_the_numbers_tiny() -> None:
     with pytest.raises(
         UserError, match=r"per_device_train_batch_size \(4\) x processes \(1\) x steps_per_generation \(2\)"
     ):
-        parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--num_generations", "3")
+        parse_grpo(REPO_ROOT / "recipes/miniature/tiny_oric_demo.yaml", "--num_generations", "3")
 
 
 def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
@@ -128,7 +130,7 @@ def test_recipe_naming_a_missing_accelerate_config(tmp_path: Path) -> None:
         parse_recipe([str(recipe)], GRPO_TYPES)
 
 
-@pytest.mark.parametrize("recipe", sorted((REPO_ROOT / "recipes").glob("*finer*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("recipe", [p for p in RECIPES if "finer" in p.name], ids=lambda p: p.name)
 def test_dpo_recipe_loads(recipe: Path) -> None:
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 
@@ -160,7 +162,7 @@ def test_gpu_extras_missing_is_one_line(flag: str, package: str) -> None:
         pytest.skip(f"{package} is installed here")
     with pytest.raises(UserError, match=rf"{flag[2:]}: .* need the {package} package, not installed here"):
         parse_recipe(
-            ["recipes/tiny_oric_demo.yaml", flag, "true"],
+            ["recipes/miniature/tiny_oric_demo.yaml", flag, "true"],
             (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig),
         )
 
@@ -274,7 +276,7 @@ def test_bad_rollout_batch_is_one_line(overrides: list[str], message: str) -> No
 def test_rollout_batch_needs_global_batch_prompts_tiny() -> None:
     """The tiny recipe states no global_batch_prompts: a rollout round in prompts has nothing to be a multiple of."""
     with pytest.raises(UserError, match=r"rollout_batch_prompts: 4 needs global_batch_prompts"):
-        parse_grpo(REPO_ROOT / "recipes/tiny_oric_demo.yaml", "--rollout_batch_prompts", "4")
+        parse_grpo(REPO_ROOT / "recipes/miniature/tiny_oric_demo.yaml", "--rollout_batch_prompts", "4")
 
 
 def test_rollout_round_larger_than_the_data_is_refused() -> None:
@@ -303,7 +305,7 @@ def test_tiny_recipes_keep_one_generation_per_step() -> None:
     """The CPU demo's and walkthrough's numbers stay as they were: no tiny recipe sets a rollout round."""
     import yaml
 
-    for recipe in sorted((REPO_ROOT / "recipes").glob("tiny_*.yaml")):
+    for recipe in sorted((REPO_ROOT / "recipes" / "miniature").glob("*.yaml")):
         assert "rollout_batch_prompts" not in yaml.safe_load(recipe.read_text()), recipe.name
 
 
@@ -359,7 +361,7 @@ PAPER_BENCHMARKS = {
 
 @pytest.mark.parametrize(
     "recipe",
-    sorted(p for p in (REPO_ROOT / "recipes").glob("*.yaml") if not p.name.startswith("tiny_")),
+    sorted((REPO_ROOT / "recipes").glob("*.yaml")),  # the paper recipes (the miniature's are in recipes/miniature/)
     ids=lambda p: p.name,
 )
 def test_real_recipe_evaluates_its_papers_benchmarks_with_limits(recipe: Path) -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from core.errors import UserError
 from veritune.cli import main
-from veritune.core.errors import UserError
 from veritune.report import (
     GRPO_ZERO_LOSS_NOTE,
     log_ticks,
@@ -218,7 +218,7 @@ def test_report_and_demo_results_share_one_bootstrap(tmp_path: Path) -> None:
     from eval_hooks.bootstrap import DEFAULT_RESAMPLES
     from eval_hooks.evaluate import score_benchmark
     from eval_hooks.registry import get_benchmark
-    from veritune.demo import results_table
+    from miniature.stages import results_table
 
     data, images = write_oric_bench(tmp_path / "data", questions=6)
     items = get_benchmark("oric_bench").load(data, images)

@@ -17,10 +17,10 @@ import torch
 from helpers import REPO_ROOT, entry_env, run_entry
 from safetensors.torch import load_file
 
+from core.errors import UserError
+from core.run_layout import is_complete_checkpoint
 from finetune.console import TRAIN_LOG_FILE
 from finetune.resume import find_resumable_checkpoint, keep_train_log_until, resume_checkpoint
-from veritune.core.errors import UserError
-from veritune.core.run_layout import is_complete_checkpoint
 
 STEPS = 4
 
@@ -30,7 +30,7 @@ def grpo_command(
 ) -> list[str]:
     """The tiny GRPO run's arguments; ``resume=()`` leaves ``resume_from_checkpoint`` out."""
     return [
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         str(model),
         "--dataset_path",

@@ -16,7 +16,7 @@ STEPS = 2  # fewer than the steps of one epoch: the Trainer only checks max_step
 
 def command(model: Path, data: tuple[Path, Path], output_dir: Path) -> list[str]:
     return [
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         str(model),
         "--dataset_path",

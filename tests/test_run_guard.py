@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO_ROOT, run_entry
 
+from core.errors import UserError
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.recipe import parse_recipe, recipe_report_to
 from finetune.run_dir import (
@@ -21,13 +22,14 @@ from finetune.run_dir import (
     run_settings,
     settings_difference,
 )
-from veritune.core.errors import UserError
 
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 
 
 def settings_of(*argv: str) -> dict:
-    return run_settings(*parse_recipe(["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", *argv], GRPO_TYPES))
+    return run_settings(
+        *parse_recipe(["recipes/miniature/tiny_oric_demo.yaml", "--use_cpu", "true", *argv], GRPO_TYPES)
+    )
 
 
 @pytest.mark.parametrize(
@@ -79,14 +81,16 @@ def test_a_directory_that_kept_only_its_checkpoints_is_compared_through_them(tmp
 
 def test_a_setting_an_older_veritune_did_not_record_counts_only_off_its_default(tmp_path: Path) -> None:
     # a run recorded before freeze_vision_tower existed is this run while the key stays at its default
-    args = parse_recipe(["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)], GRPO_TYPES)
+    args = parse_recipe(
+        ["recipes/miniature/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)], GRPO_TYPES
+    )
     older = run_settings(*args)
     del older["freeze_vision_tower"]
     (tmp_path / "veritune_run.json").write_text(json.dumps({"settings": older}))
     assert _difference_from_recorded(tmp_path, *args) == ""
     frozen = parse_recipe(
         [
-            "recipes/tiny_oric_demo.yaml",
+            "recipes/miniature/tiny_oric_demo.yaml",
             "--use_cpu",
             "true",
             "--output_dir",
@@ -101,7 +105,7 @@ def test_a_setting_an_older_veritune_did_not_record_counts_only_off_its_default(
 
 def test_overwrite_output_dir_starts_the_same_run_over(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     # the same settings would resume: overwrite_output_dir is the explicit way to start over instead
-    argv = ["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)]
+    argv = ["recipes/miniature/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)]
     args = parse_recipe([*argv, "--overwrite_output_dir", "true"], GRPO_TYPES)
     (tmp_path / "veritune_run.json").write_text(json.dumps({"settings": run_settings(*args)}))
     (tmp_path / "checkpoint-1").mkdir()
@@ -116,7 +120,7 @@ def test_overwrite_output_dir_starts_the_same_run_over(tmp_path: Path, caplog: p
 
 def test_overwrite_output_dir_never_clears_the_checkpoint_it_is_asked_to_resume(tmp_path: Path) -> None:
     (tmp_path / "checkpoint-1").mkdir()
-    argv = ["recipes/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)]
+    argv = ["recipes/miniature/tiny_oric_demo.yaml", "--use_cpu", "true", "--output_dir", str(tmp_path)]
     argv += ["--overwrite_output_dir", "true", "--resume_from_checkpoint", str(tmp_path / "checkpoint-1")]
     with pytest.raises(UserError, match="overwrite_output_dir: true clears .* drop one of the two"):
         claim_run_dir(*parse_recipe(argv, GRPO_TYPES))
@@ -132,7 +136,7 @@ def test_a_second_run_into_a_run_directory_is_refused_unless_overwritten(
 ) -> None:
     run = tmp_path / "run"
     common = [
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -219,7 +223,7 @@ def no_model_load(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_credentials_are_found_where_wandb_looks(
     no_wandb_credentials: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from veritune.core.wandb_login import wandb_can_log
+    from core.wandb_login import wandb_can_log
 
     assert not wandb_can_log()
     settings = tmp_path / "home" / ".config" / "wandb" / "settings"
@@ -239,11 +243,13 @@ def test_credentials_are_found_where_wandb_looks(
 
 
 def test_report_to_is_read_as_the_entry_script_reads_it() -> None:
-    recipe = "recipes/tiny_oric_demo.yaml"
+    recipe = "recipes/miniature/tiny_oric_demo.yaml"
     assert recipe_report_to([recipe]) == ["wandb"]
     assert recipe_report_to([recipe, "--report_to", "none"]) == ["none"]
     assert recipe_report_to(["--report_to=tensorboard"]) == ["tensorboard"]
-    assert recipe_report_to(["recipes/tiny_sft_warmstart.yaml", "--report_to", "wandb", "--seed", "1"]) == ["wandb"]
+    assert recipe_report_to(["recipes/miniature/tiny_sft_warmstart.yaml", "--report_to", "wandb", "--seed", "1"]) == [
+        "wandb"
+    ]
     assert recipe_report_to([]) == "none"
 
 
@@ -259,7 +265,11 @@ def test_entry_script_without_wandb_credentials_stops_in_one_line(
     import importlib
 
     module = importlib.import_module(f"finetune.{script}")
-    recipe = {"grpo": "tiny_oric_demo", "dpo": "tiny_finer_demo", "sft": "tiny_sft_warmstart"}[script]
+    recipe = {
+        "grpo": "miniature/tiny_oric_demo",
+        "dpo": "miniature/tiny_finer_demo",
+        "sft": "miniature/tiny_sft_warmstart",
+    }[script]
     monkeypatch.chdir(REPO_ROOT)
     argv = [f"recipes/{recipe}.yaml", "--output_dir", str(tmp_path / "run"), "--report_to", "wandb"]
     (tmp_path / "model").mkdir()  # the recipe's paths must exist (checked first); the model is never loaded
@@ -288,13 +298,13 @@ def test_launch_without_wandb_credentials_stops_before_any_worker(
     monkeypatch.chdir(REPO_ROOT)
     monkeypatch.setattr("accelerate.commands.launch.launch_command", lambda args: pytest.fail("a worker started"))
     command = ["launch", "--config_file", "recipes/accelerate/single.yaml", "finetune/grpo.py"]
-    assert main([*command, "recipes/tiny_oric_demo.yaml"]) == 2
+    assert main([*command, "recipes/miniature/tiny_oric_demo.yaml"]) == 2
     assert capsys.readouterr().err.strip() == (
         f"error: grpo.py: report_to names wandb, {LOGIN_LINE}, or set report_to: none"
     )
     started: list[object] = []
     monkeypatch.setattr("accelerate.commands.launch.launch_command", started.append)
-    assert main([*command, "recipes/tiny_oric_demo.yaml", "--report_to", "none"]) == 0 and len(started) == 1
+    assert main([*command, "recipes/miniature/tiny_oric_demo.yaml", "--report_to", "none"]) == 0 and len(started) == 1
 
 
 def test_slurm_submit_without_wandb_credentials_submits_nothing(
@@ -303,7 +313,7 @@ def test_slurm_submit_without_wandb_credentials_submits_nothing(
     from veritune.cli import main
 
     monkeypatch.chdir(REPO_ROOT)
-    recipe = str(REPO_ROOT / "recipes" / "tiny_oric_demo.yaml")
+    recipe = str(REPO_ROOT / "recipes" / "miniature" / "tiny_oric_demo.yaml")
     with pytest.raises(SystemExit) as exit_info:
         main(["slurm", "submit", "--entry", "grpo", "--recipe", recipe, "--dry-run"])
     assert exit_info.value.code == 2

@@ -58,7 +58,7 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
         "--job-name=tiny-grpo",
         "slurm/train.sbatch",
         "grpo",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--",
         "--model_name_or_path",
         tiny_qwen3vl,
@@ -87,7 +87,7 @@ def test_grpo_then_eval_and_dpo_jobs(cluster, tiny_qwen3vl: Path, tmp_path: Path
         "--job-name=tiny-grpo2",
         "slurm/train.sbatch",
         "grpo",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--",
         "--model_name_or_path",
         tiny_qwen3vl,
@@ -136,7 +136,7 @@ def test_dpo_job(cluster, tiny_qwen3vl: Path, tmp_path: Path) -> None:
         "--job-name=tiny-dpo",
         "slurm/train.sbatch",
         "dpo",
-        "recipes/tiny_finer_demo.yaml",
+        "recipes/miniature/tiny_finer_demo.yaml",
         "--",
         "--model_name_or_path",
         tiny_qwen3vl,
@@ -165,7 +165,7 @@ def test_bad_accelerate_config_and_unwritable_run_dir(cluster, tmp_path: Path) -
     blocker.write_text("x")
     env = dict(cluster, VERITUNE_RUN_DIR=str(blocker / "run"))
     job, result = sbatch(
-        env, f"--output={tmp_path}/%j.out", "slurm/train.sbatch", "grpo", "recipes/tiny_oric_demo.yaml"
+        env, f"--output={tmp_path}/%j.out", "slurm/train.sbatch", "grpo", "recipes/miniature/tiny_oric_demo.yaml"
     )
     assert result.returncode != 0
     assert f"error: run directory not writable: {blocker}/run" in (tmp_path / f"{job}.out").read_text()
@@ -214,7 +214,7 @@ def test_submit_from_outside_the_repository_runs_build_and_train(cluster, tiny_q
     overrides = f"--model_name_or_path {tiny_qwen3vl} --dataset_path {tmp_path / 'finer'} --max_steps 1"
     command = [
         *(sys.executable, "-m", "veritune.cli", "slurm", "submit", "--entry", "dpo"),
-        *("--recipe", str(REPO_ROOT / "recipes" / "tiny_finer_demo.yaml"), "--run-dir", "runs/r"),
+        *("--recipe", str(REPO_ROOT / "recipes" / "miniature" / "tiny_finer_demo.yaml"), "--run-dir", "runs/r"),
         *("--override", overrides + " --save_steps 1 --report_to none"),
         *("--build", "synthetic-world --out world --train-images 2 --val-images 2"),
     ]

@@ -14,7 +14,7 @@ from slurm_cluster import available, local_cluster
 from veritune import slurm_submit
 from veritune.cli import main
 
-RECIPE = REPO_ROOT / "recipes" / "tiny_oric_demo.yaml"
+RECIPE = REPO_ROOT / "recipes" / "miniature" / "tiny_oric_demo.yaml"
 CHAIN = [
     "slurm",
     "submit",

@@ -12,7 +12,7 @@ import pytest
 from helpers import REPO_ROOT, entry_env
 
 SCRIPT = REPO_ROOT / "slurm" / "train.sbatch"
-RECIPE = "recipes/tiny_oric_demo.yaml"  # accelerate_config: recipes/accelerate/single.yaml
+RECIPE = "recipes/miniature/tiny_oric_demo.yaml"  # accelerate_config: recipes/accelerate/single.yaml
 
 
 def stubs(tmp_path: Path) -> tuple[Path, Path]:

@@ -14,8 +14,8 @@ import pytest
 from helpers import REPO_ROOT, entry_env
 from slurm_cluster import available, job_state, local_cluster
 
+from core.errors import UserError
 from veritune.cli import main
-from veritune.core.errors import UserError
 from veritune.slurm_layout import shell_assignments, vllm_server_layout
 
 SERVER_RECIPE = "recipes/qwen3vl_oric_vllm_server.yaml"

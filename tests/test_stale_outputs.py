@@ -134,8 +134,8 @@ class AlwaysYes:
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    from data_builders.synthetic_world import build_synthetic_world
-    from veritune.tiny.clip import build_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip
+    from miniature.world import build_synthetic_world
 
     root = tmp_path_factory.mktemp("stale-world")
     paths = build_synthetic_world(root / "world", num_train_images=24, num_val_images=24)
@@ -281,7 +281,7 @@ def test_predictions_without_a_header_are_not_taken_for_this_models(tiny_qwen3vl
 
 
 def test_outputs_honour_the_umask(tmp_path: Path) -> None:
-    from veritune.core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
+    from core.io import atomic_write_bytes, atomic_write_json, atomic_write_text
 
     umask = os.umask(0)
     os.umask(umask)

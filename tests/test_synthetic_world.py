@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from data_builders.synthetic_world import (
+from core.errors import UserError
+from miniature.world import (
     CATEGORIES,
     COLOUR_NAMES,
     SCENES,
@@ -21,7 +22,6 @@ from data_builders.synthetic_world import (
     spatial_relation,
 )
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 
 @pytest.fixture(scope="module")
@@ -360,7 +360,7 @@ def test_drawn_scene_graphs_ask_only_what_the_pixels_show(drawn_pair: tuple[dict
 def test_a_negative_another_instance_shows_is_left_out() -> None:
     """A second cup with the other border, lying right of the bowl: "with a white border" and "is to the right
     of the" would be true of a cup of the image, so neither is the cup's negative; the rest keep theirs."""
-    from data_builders.synthetic_world import use_drawn_attributes
+    from miniature.world import use_drawn_attributes
 
     def instance(name: str, bbox: list[float], shade: str, border: str, pattern: str) -> dict:
         return {"name": name, "bbox": bbox, "shade": shade, "border": border, "pattern": pattern}
@@ -440,7 +440,7 @@ def test_drawn_instances_show_their_border_and_pattern(drawn_pair: tuple[dict[st
 def test_stripes_are_clipped_to_the_shape_under_its_border(shape: str) -> None:
     """Exact pixels (no JPEG): the 2-px outline in the border colour, stripes on rows 3-4, 9-10, ... below the
     box's top inside the shape (black on a light fill), nothing outside the shape."""
-    from data_builders.synthetic_world import draw_attributed_shape
+    from miniature.world import draw_attributed_shape
 
     background, fill = (200, 200, 200), (240, 120, 120)
     image = Image.new("RGB", (40, 40), background)

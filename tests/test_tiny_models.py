@@ -8,8 +8,8 @@ import pytest
 import torch
 from PIL import Image
 
-from veritune.core.errors import UserError
-from veritune.tiny.models import QWEN_SPECIAL_TOKENS, build_tiny_model
+from core.errors import UserError
+from miniature.tiny.models import QWEN_SPECIAL_TOKENS, build_tiny_model
 
 
 @pytest.mark.parametrize("fixture", ["tiny_qwen3vl", "tiny_qwen25vl"])
@@ -54,8 +54,8 @@ def test_system_turn_and_multi_image_rendering(tiny_qwen3vl: Path) -> None:
 def test_tiny_model_answers_in_r1_format(tiny_qwen3vl: Path) -> None:
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from core.prompts import with_r1_instruction
     from rewards import format_reward
-    from veritune.core.prompts import with_r1_instruction
 
     model = AutoModelForImageTextToText.from_pretrained(tiny_qwen3vl)
     processor = AutoProcessor.from_pretrained(tiny_qwen3vl)

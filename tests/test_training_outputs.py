@@ -42,7 +42,7 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         str(record),
         "finetune/grpo.py",
         "--config",
-        "recipes/tiny_oric_demo.yaml",
+        "recipes/miniature/tiny_oric_demo.yaml",
         "--model_name_or_path",
         str(tiny_qwen3vl),
         "--dataset_path",
@@ -160,7 +160,7 @@ def test_model_card_names_base_model_data_recipe_and_eval(pushed_run: dict, tiny
     assert "[None]" not in card and f"`{tiny_qwen3vl}`" in card
     manifest = pushed_run["data"].parent / "manifest.json"
     assert hashlib.sha256(manifest.read_bytes()).hexdigest() in card
-    # veritune_run.json records the same manifest the card names (one lookup: veritune.core.io.dataset_manifest)
+    # veritune_run.json records the same manifest the card names (one lookup: core.io.dataset_manifest)
     provenance = json.loads((pushed_run["dir"] / "veritune_run.json").read_text())
     assert provenance["dataset_manifest"] == json.loads(manifest.read_text())
     assert "## Recipe" in card and "num_generations: 4" in card
@@ -179,7 +179,7 @@ def test_push_to_hub_uploads_weights_processor_and_card(pushed_run: dict) -> Non
 
 
 def test_dataset_manifest_is_found_for_each_build_layout(tmp_path: Path) -> None:
-    from veritune.core.io import dataset_manifest
+    from core.io import dataset_manifest
 
     build = tmp_path / "finer"  # a directory build: manifest.json inside
     build.mkdir()

@@ -1,7 +1,7 @@
-"""The TRL contract: every TRL private name veritune's adapter (veritune/core/trl_adapter.py) relies on, checked
+"""The TRL contract: every TRL private name veritune's adapter (core/trl_adapter.py) relies on, checked
 against the installed TRL, so that a TRL upgrade fails here, naming what moved, before a run fails halfway.
 
-On a failure after a TRL upgrade: read the named TRL method in the new release, update veritune/core/trl_adapter.py
+On a failure after a TRL upgrade: read the named TRL method in the new release, update core/trl_adapter.py
 (and the overrides in finetune/grpo_trainer.py) to it, then REQUIRED_TRL and pyproject's ``trl==`` pin together.
 """
 
@@ -13,11 +13,11 @@ import textwrap
 
 import pytest
 
-from veritune.core import trl_adapter
-from veritune.core.errors import UserError
-from veritune.core.trl_adapter import Generated, pack_generated, unpack_generated
+from core import trl_adapter
+from core.errors import UserError
+from core.trl_adapter import Generated, pack_generated, unpack_generated
 
-UPGRADE = "update veritune/core/trl_adapter.py to the new TRL (tests/test_trl_contract.py's docstring says how)"
+UPGRADE = "update core/trl_adapter.py to the new TRL (tests/test_trl_contract.py's docstring says how)"
 
 
 def _function_ast(function: object) -> ast.FunctionDef:
@@ -66,7 +66,7 @@ def test_pyproject_pins_the_trl_the_adapter_is_written_for() -> None:
 
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())["project"]
     assert f"trl=={trl_adapter.REQUIRED_TRL}" in project["dependencies"], (
-        "pyproject's trl pin and veritune/core/trl_adapter.REQUIRED_TRL differ: change them together"
+        "pyproject's trl pin and core/trl_adapter.REQUIRED_TRL differ: change them together"
     )
 
 

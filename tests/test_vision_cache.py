@@ -12,10 +12,10 @@ from PIL import Image
 from safetensors.torch import load_file
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
+from core.errors import UserError
 from finetune.configs import VerituneModelConfig
 from finetune.models import freeze_vision_tower
 from finetune.vision_cache import cache_vision_features
-from veritune.core.errors import UserError
 
 
 def images(count: int, offset: int = 0) -> list[Image.Image]:
@@ -120,13 +120,13 @@ def trained_weights(script: str, recipe: str, flags: list[str | Path], out: Path
 
 
 def test_sft_with_the_cache_trains_the_same_weights(tiny_qwen3vl: Path, tmp_path: Path) -> None:
-    from data_builders.synthetic_world import build_synthetic_world
+    from miniature.world import build_synthetic_world
 
     world = build_synthetic_world(tmp_path / "world", num_train_images=6, num_val_images=2, seed=5)
     flags: list[str | Path] = ["--model_name_or_path", tiny_qwen3vl, "--dataset_path", world["train_annotations"]]
     flags += ["--image_root", world["train_images"], "--max_steps", "3", "--per_device_train_batch_size", "8"]
     flags += ["--dataloader_num_workers", "0", "--dataloader_persistent_workers", "false"]
-    recipe = "recipes/tiny_sft_warmstart.yaml"
+    recipe = "recipes/miniature/tiny_sft_warmstart.yaml"
     plain = trained_weights("sft.py", recipe, flags, tmp_path / "plain", cache=False)
     cached = trained_weights("sft.py", recipe, flags, tmp_path / "cached", cache=True)
     assert plain.keys() == cached.keys()
@@ -140,7 +140,7 @@ def test_full_parameter_dpo_with_the_cache_trains_the_same_weights(tiny_qwen3vl:
     data = write_finer_fixture(tmp_path / "finer", num_images=4)
     flags: list[str | Path] = ["--model_name_or_path", tiny_qwen3vl, "--dataset_path", data]
     flags += ["--max_steps", "2", "--save_strategy", "no", "--use_peft", "false", "--learning_rate", "1e-3"]
-    recipe = "recipes/tiny_finer_demo.yaml"
+    recipe = "recipes/miniature/tiny_finer_demo.yaml"
     plain = trained_weights("dpo.py", recipe, flags, tmp_path / "plain", cache=False)
     cached = trained_weights("dpo.py", recipe, flags, tmp_path / "cached", cache=True)
     assert all(torch.equal(plain[name], cached[name]) for name in plain)
@@ -158,7 +158,7 @@ def test_lora_dpo_with_the_cache_trains_the_same_adapter(tiny_qwen3vl: Path, tmp
         out = tmp_path / f"cache-{cache}"
         args = [*flags, "--output_dir", out, "--freeze_vision_tower", "true", "--report_to", "none"]
         args += ["--vision_feature_cache", str(cache).lower()]
-        result = run_entry("dpo.py", "recipes/tiny_finer_demo.yaml", *args)
+        result = run_entry("dpo.py", "recipes/miniature/tiny_finer_demo.yaml", *args)
         assert result.returncode == 0, result.stderr[-3000:]
         adapters[cache] = load_file(out / "adapter_model.safetensors")
     assert adapters[False].keys() == adapters[True].keys() and adapters[True]

@@ -12,12 +12,12 @@ import torch
 from helpers import run_entry
 from safetensors.torch import load_file
 
-from data_builders.synthetic_world import build_synthetic_world
+from core.errors import UserError
+from core.finer_yn import QUESTION
 from finetune.configs import VerituneModelConfig
 from finetune.models import freeze_vision_tower, get_model, vision_modules
 from finetune.sft import SFTScriptArguments, attribute_pair_examples, training_examples
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import QUESTION
+from miniature.world import build_synthetic_world
 
 
 @pytest.fixture(scope="module")
@@ -128,7 +128,7 @@ def test_attribute_pair_recipe_keys_round_trip(tmp_path: Path) -> None:
 
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(  # the warm-start recipe plus the new keys
-        Path("recipes/tiny_sft_warmstart.yaml").read_text()
+        Path("recipes/miniature/tiny_sft_warmstart.yaml").read_text()
         + "\nattribute_pairs_per_image: 3\nattribute_pair_slots: [0, 2]\nscene_graphs_path: graphs.json\n"
         "freeze_vision_tower: true\n"
     )
@@ -138,7 +138,7 @@ def test_attribute_pair_recipe_keys_round_trip(tmp_path: Path) -> None:
     assert script_args.scene_graph_file() == Path("graphs.json") and model_args.freeze_vision_tower is True
     overridden, _, _ = parse_recipe([str(recipe), "--attribute_pair_slots", "1", "--scene_graphs_path", ""], types)
     assert overridden.attribute_pair_slots == [1]
-    defaults, _, model_defaults = parse_recipe(["recipes/tiny_sft_warmstart.yaml"], types)
+    defaults, _, model_defaults = parse_recipe(["recipes/miniature/tiny_sft_warmstart.yaml"], types)
     assert defaults.attribute_pairs_per_image == 0 and defaults.attribute_pair_slots is None
     assert model_defaults.freeze_vision_tower is False
     with pytest.raises(UserError, match="attribute_pairs_per_image: must be at least 0"):
@@ -152,7 +152,7 @@ def test_sft_without_scene_graphs_is_one_error_line(
     annotations.write_text(drawn_world["train_annotations"].read_text())
     result = run_entry(
         "sft.py",
-        "recipes/tiny_sft_warmstart.yaml",
+        "recipes/miniature/tiny_sft_warmstart.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -173,7 +173,7 @@ def test_sft_with_a_frozen_tower_and_attribute_pairs_keeps_the_vision_weights(
 ) -> None:
     result = run_entry(
         "sft.py",
-        "recipes/tiny_sft_warmstart.yaml",
+        "recipes/miniature/tiny_sft_warmstart.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
@@ -207,8 +207,8 @@ def test_tiny_model_pretrain_vision_trains_the_tower_only(
     from PIL import Image
     from transformers import AutoModelForImageTextToText, AutoProcessor
 
+    from miniature.tiny.models import build_tiny_model
     from veritune.cli import main
-    from veritune.tiny.models import build_tiny_model
 
     plain = build_tiny_model("qwen3vl", tmp_path / "plain", patch_size=8)
     train, dev = drawn_world["train_annotations"].parent, drawn_world["val_annotations"].parent
@@ -274,13 +274,14 @@ def test_tiny_model_pretrain_vision_errors_are_one_line(
 
 
 def test_the_attribute_recipe_is_the_base_that_sees() -> None:
-    # recipes/tiny_sft_attributes.yaml: V8 of docs/LAB_NOTEBOOK.md (V6 for 6,000 steps) through the committed options
+    # recipes/miniature/tiny_sft_attributes.yaml: V8 of docs/LAB_NOTEBOOK.md (V6 for 6,000 steps) through the
+    # committed options
     from trl import SFTConfig
 
     from finetune.recipe import parse_recipe
 
     types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
-    script_args, args, model_args = parse_recipe(["recipes/tiny_sft_attributes.yaml"], types)
+    script_args, args, model_args = parse_recipe(["recipes/miniature/tiny_sft_attributes.yaml"], types)
     assert model_args.freeze_vision_tower and not model_args.use_peft
     assert script_args.attribute_pairs_per_image == 3 and script_args.attribute_pair_slots is None
     assert script_args.questions_per_image == 2 and script_args.answer_styles == ["plain"]

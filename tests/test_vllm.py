@@ -15,13 +15,13 @@ from eval_fixtures import write_oric_bench
 from fake_vllm import install, write_package
 from helpers import REPO_ROOT, run_entry
 
+from core.errors import UserError
 from eval_hooks.callback import EvalHookCallback
 from eval_hooks.runner import PREDICTIONS_FILE, read_predictions_file
 from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 from finetune.models import get_lora_config
 from finetune.recipe import parse_recipe
 from veritune.cli import main
-from veritune.core.errors import UserError
 
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 RECIPES = REPO_ROOT / "recipes"
@@ -114,15 +114,15 @@ def test_lora_vllm_recipe_keeps_adapters_off_the_vision_tower(four_processes: No
 
 def test_vllm_settings_trl_would_refuse_late_are_one_line_at_parse() -> None:
     with pytest.raises(UserError, match="^vllm_mode: expected colocate or server, got 'remote'$"):
-        parse("tiny_oric_demo.yaml", "--use_vllm", "true", "--vllm_mode", "remote")
+        parse("miniature/tiny_oric_demo.yaml", "--use_vllm", "true", "--vllm_mode", "remote")
     with pytest.raises(UserError, match="^ds3_gather_for_generation: false cannot be used with use_vllm"):
-        parse("tiny_oric_demo.yaml", "--use_vllm", "true", "--ds3_gather_for_generation", "false")
+        parse("miniature/tiny_oric_demo.yaml", "--use_vllm", "true", "--ds3_gather_for_generation", "false")
     with pytest.raises(UserError, match="^eval_backend: vllm reuses the trainer's colocated vLLM engine"):
-        parse("tiny_oric_demo.yaml", "--eval_backend", "vllm")
+        parse("miniature/tiny_oric_demo.yaml", "--eval_backend", "vllm")
     with pytest.raises(UserError, match="^eval_backend: vllm reuses .* vllm_mode: server"):
-        parse("tiny_oric_demo.yaml", "--use_vllm", "true", "--vllm_mode", "server", "--eval_backend", "vllm")
+        parse("miniature/tiny_oric_demo.yaml", "--use_vllm", "true", "--vllm_mode", "server", "--eval_backend", "vllm")
     with pytest.raises(UserError, match="^eval_backend: expected one of auto, transformers, vllm, got 'sglang'$"):
-        parse("tiny_oric_demo.yaml", "--eval_backend", "sglang")
+        parse("miniature/tiny_oric_demo.yaml", "--eval_backend", "sglang")
 
 
 # ---------------------------------------------------------------------------------------------- one-line errors
@@ -134,7 +134,9 @@ def test_vllm_run_without_vllm_stops_before_the_model_loads() -> None:
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     # A model path that does not exist: had the model been loaded first, the error would name it.
-    result = run_entry("grpo.py", "recipes/tiny_oric_demo.yaml", "--use_vllm", "true", "--model_name_or_path", "/nope")
+    result = run_entry(
+        "grpo.py", "recipes/miniature/tiny_oric_demo.yaml", "--use_vllm", "true", "--model_name_or_path", "/nope"
+    )
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (
         "error: use_vllm: vLLM is not installed here (pip install -e '.[vllm]', on a GPU machine); "
@@ -150,7 +152,7 @@ def test_vllm_run_without_a_gpu_stops_before_the_model_loads(tmp_path: Path) -> 
         pytest.skip("a GPU is visible here")
     site = write_package(tmp_path / "site")  # vLLM "installed" (importable, with its metadata), no GPU
     path = f"{site}:{REPO_ROOT}:{REPO_ROOT / 'tests'}"
-    common = ["recipes/tiny_oric_demo.yaml", "--use_vllm", "true", "--model_name_or_path", "/nope"]
+    common = ["recipes/miniature/tiny_oric_demo.yaml", "--use_vllm", "true", "--model_name_or_path", "/nope"]
     result = run_entry("grpo.py", *common, "--use_cpu", "false", PYTHONPATH=path)
     assert result.returncode == 2, result.stderr[-2000:]
     assert result.stderr.strip().splitlines()[-1] == (
@@ -182,7 +184,7 @@ def test_eval_backend_vllm_without_vllm_or_gpu_is_one_line(
             "use --backend transformers"
         )
     install(monkeypatch)
-    monkeypatch.setattr("veritune.core.gpu.cuda_available", lambda: False)
+    monkeypatch.setattr("core.gpu.cuda_available", lambda: False)
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
@@ -312,7 +314,7 @@ def test_entry_scripts_hand_the_hook_the_recipes_backend_and_the_trainers_engine
 
     write_oric_bench(tmp_path / "bench", questions=1)
     script_args, training_args, _ = parse(
-        "tiny_oric_demo.yaml",
+        "miniature/tiny_oric_demo.yaml",
         "--eval_on_save",
         "true",
         "--eval_benchmarks",

@@ -1,10 +1,11 @@
 """The veritune command line: one entry point for data builders, evaluation, reports and demos.
 
-Commands are listed in :data:`COMMANDS` by name, with their help line and the ``module:function`` that adds
-their parser. ``veritune --help`` and ``veritune build --help`` import nothing else; a command's module is
-imported only when that command runs or its own ``--help`` is asked, so the help answers at once (torch is
-never imported to print it). The wiring function takes ``subparsers`` and adds one or more commands, each
-with ``handler`` (a function taking the parsed ``argparse.Namespace`` and returning an exit code or None).
+Commands are listed in :data:`COMMANDS` by name, with the ``module:function`` that adds their parser; their
+help lines live below the command modules, in ``core/cli_help.py``. ``veritune --help`` and ``veritune build
+--help`` import nothing else; a command's module is imported only when that command runs or its own ``--help``
+is asked, so the help answers at once (torch is never imported to print it). The wiring function takes
+``subparsers`` and adds one or more commands, each with ``handler`` (a function taking the parsed
+``argparse.Namespace`` and returning an exit code or None).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import sys
 from dataclasses import dataclass
 from typing import NoReturn
 
+from core.cli_help import GROUP_HELP, HelpFormatter, command_help, show_defaults  # noqa: F401
+from core.errors import exit_on_user_error
 from veritune import __version__
-from veritune.core.errors import exit_on_user_error
 
 
 @dataclass(frozen=True)
@@ -26,127 +28,32 @@ class Command:
     group: str | None
     name: str
     target: str  # "module:function(subparsers)"; several commands may share one target
-    help: str
+
+    @property
+    def help(self) -> str:
+        return command_help(self.group, self.name)
 
 
 COMMANDS: list[Command] = [
-    Command(
-        None,
-        "demo",
-        "veritune.demo_cli:register_demo",
-        "the miniature ORIC and FINER experiments: world -> base -> GRPO / DPO -> before/after",
-    ),
-    Command(
-        None,
-        "demo-select",
-        "veritune.demo_cli:register_demo_select",
-        "select the miniature GRPO recipe's replay ratio on the world's dev split (never the benchmarks)",
-    ),
-    Command(
-        None,
-        "tiny-model",
-        "veritune.tiny.cli:register_tiny_model",
-        "build a tiny VLM checkpoint offline (R1 answers warmed up; --warm-start: the demo's trained base)",
-    ),
-    Command(
-        None,
-        "tiny-clip",
-        "veritune.tiny.cli:register_tiny_clip",
-        "build a tiny CLIP offline for `build oric --clip-model` (random, or trained on an annotation file)",
-    ),
-    Command(None, "slurm", "veritune.slurm_submit:register", "submit veritune jobs to a Slurm cluster"),
-    Command(
-        None,
-        "launch",
-        "veritune.launch:register",
-        "`accelerate launch` that exits with the worker's status, without the launcher's traceback",
-    ),
-    Command(
-        "build",
-        "synthetic-world",
-        "data_builders.cli:register",
-        "draw a synthetic COCO-format image world (offline demo data)",
-    ),
-    Command(
-        "build",
-        "scene-graphs",
-        "data_builders.cli:register",
-        "FINER-layout scene graphs of a synthetic world (input of `build finer`)",
-    ),
-    Command(
-        "build",
-        "oric",
-        "data_builders.oric.cli:register",
-        "ORIC-style GRPO training questions (paper: 300 yes + 300 no)",
-    ),
-    Command("build", "oric-bench", "data_builders.oric.cli:register", "ORIC-Bench (paper: 1,000 yes + 1,000 no)"),
-    Command("build", "check-leakage", "data_builders.oric.cli:register", "fail when two ORIC files share an image"),
-    Command(
-        "build",
-        "finer",
-        "data_builders.finer.cli:register",
-        "FINER-Tuning DPO preference tuples (scene graphs or captions + LLM)",
-    ),
-    Command(
-        "build",
-        "finer-bench",
-        "data_builders.finer.cli:register",
-        "FINER MCQ benchmark (Multi-obj/attr/rel, Wh) or yes/no probe (--protocol yn) from scene graphs",
-    ),
-    Command(
-        "build",
-        "finer-contrast",
-        "data_builders.finer.cli:register",
-        "DPO pairs that ask one yes/no-probe description on an image where it is true and one where it is false",
-    ),
-    Command("eval", "run", "eval_hooks.cli:register", "generate answers with a model and score them"),
-    Command("eval", "watch", "eval_hooks.cli:register", "evaluate each new checkpoint of a training run as it appears"),
-    Command("eval", "score", "eval_hooks.cli:register", "score a predictions file (no model is loaded)"),
-    Command(
-        None,
-        "report",
-        "veritune.report_cli:register",
-        "write a static HTML report of a training run or an eval run (opens offline)",
-    ),
+    Command(None, "demo", "veritune.demo_cli:register_demo"),
+    Command(None, "demo-select", "veritune.demo_cli:register_demo_select"),
+    Command(None, "tiny-model", "veritune.tiny_cli:register_tiny_model"),
+    Command(None, "tiny-clip", "veritune.tiny_cli:register_tiny_clip"),
+    Command(None, "slurm", "veritune.slurm_submit:register"),
+    Command(None, "launch", "veritune.launch:register"),
+    Command("build", "synthetic-world", "veritune.world_cli:register"),
+    Command("build", "scene-graphs", "veritune.world_cli:register"),
+    Command("build", "oric", "data_builders.oric.cli:register"),
+    Command("build", "oric-bench", "data_builders.oric.cli:register"),
+    Command("build", "check-leakage", "data_builders.oric.cli:register"),
+    Command("build", "finer", "data_builders.finer.cli:register"),
+    Command("build", "finer-bench", "data_builders.finer.cli:register"),
+    Command("build", "finer-contrast", "data_builders.finer.cli:register"),
+    Command("eval", "run", "eval_hooks.cli:register"),
+    Command("eval", "watch", "eval_hooks.cli:register"),
+    Command("eval", "score", "eval_hooks.cli:register"),
+    Command(None, "report", "veritune.report_cli:register"),
 ]
-
-GROUP_HELP = {
-    "build": "build training data and benchmarks (ORIC, FINER, synthetic worlds)",
-    "eval": "run and score hallucination benchmarks",
-}
-
-
-def command_help(group: str | None, name: str) -> str:
-    """The help line of ``veritune [group] name`` (the one listed in :data:`COMMANDS`)."""
-    return next(c.help for c in COMMANDS if (c.group, c.name) == (group, name))
-
-
-def _no_default(value: object) -> bool:
-    return value is None or value is False or value is argparse.SUPPRESS or (isinstance(value, list) and not value)
-
-
-class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, except where there is none (None, False, an empty list)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if "%(default)" in text or _no_default(action.default) or action.nargs == 0:
-            return text
-        if action.option_strings or action.nargs in (argparse.OPTIONAL, argparse.ZERO_OR_MORE):
-            return f"{text} (default: %(default)s)" if text else "default: %(default)s"
-        return text
-
-
-def show_defaults(parser: argparse.ArgumentParser) -> None:
-    """Give ``parser`` and every parser below it :class:`HelpFormatter`; options without help show their default."""
-    parser.formatter_class = HelpFormatter
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                show_defaults(child)
-        elif action.help is None and action.option_strings and not _no_default(action.default):
-            action.help = ""
-            action.help = HelpFormatter("x")._get_help_string(action)
 
 
 def _selected(argv: list[str]) -> tuple[str | None, str | None]:

@@ -1,5 +1,5 @@
-"""Command lines of ``veritune demo`` and ``veritune demo-select`` (the stages live in ``veritune.demo``, the
-dev-split selection in ``veritune.demo_selection``)."""
+"""Command lines of ``veritune demo`` and ``veritune demo-select`` (the stages live in ``miniature.stages``, the
+dev-split selection in ``miniature.selection``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 def register_demo(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo``."""
-    from veritune.cli import command_help
-    from veritune.demo import FINER_HALVES
+    from core.cli_help import command_help
+    from miniature.stages import FINER_HALVES
 
     parser = subparsers.add_parser("demo", help=command_help(None, "demo"))
     parser.add_argument(
@@ -28,13 +28,13 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         default="tuples",
         help="FINER's half: tuples, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); seeing, a "
         "16-token base whose pretrained, frozen tower sees per-instance attributes, then DPO on image-contrast "
-        "pairs (veritune.demo_seeing; about 18 minutes, beside the whole ORIC half; its rows: docs/RESULTS.md)",
+        "pairs (miniature.seeing; about 18 minutes, beside the whole ORIC half; its rows: docs/RESULTS.md)",
     )
     parser.set_defaults(handler=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from veritune.demo import run_demo
+    from miniature.pipeline import run_demo
 
     run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer)
     return 0
@@ -42,8 +42,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune demo-select``."""
-    from veritune.cli import command_help
-    from veritune.demo_selection import MAX_POPE_DROP, RATIOS, SEEDS
+    from core.cli_help import command_help
+    from miniature.selection import MAX_POPE_DROP, RATIOS, SEEDS
 
     parser = subparsers.add_parser("demo-select", help=command_help(None, "demo-select"))
     parser.add_argument("--out", type=Path, default=Path("outputs/selection"), help="where the sweep is written")
@@ -65,8 +65,8 @@ def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _demo_select(args: argparse.Namespace) -> int:
-    from veritune.core.io import atomic_write_json, atomic_write_text
-    from veritune.demo_selection import format_selection, select_replay_ratio
+    from core.io import atomic_write_json, atomic_write_text
+    from miniature.selection import format_selection, select_replay_ratio
 
     selection = select_replay_ratio(
         args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps, tuple(args.overrides)

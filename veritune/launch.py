@@ -26,7 +26,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from veritune.core.errors import (
+from core.errors import (
     INTERRUPTED_EXIT_CODE,
     PARENT_SAYS_INTERRUPTED_ENV,
     USER_ERROR_EXIT_CODE,
@@ -70,9 +70,9 @@ def check_worker_wandb(script: str, script_args: list[str]) -> bool:
     """Check here, before any worker starts, that W&B can log when the script's recipe and overrides name it in
     ``report_to`` (read as the entry script reads them: ``finetune.recipe.recipe_report_to``); False after printing
     one ``error:`` line when it cannot."""
+    from core.errors import UserError
+    from core.wandb_login import require_wandb_login
     from finetune.recipe import recipe_report_to
-    from veritune.core.errors import UserError
-    from veritune.core.wandb_login import require_wandb_login
 
     try:
         require_wandb_login(recipe_report_to(list(script_args)), f"{Path(script).name}: report_to names wandb")
@@ -114,8 +114,8 @@ def launch_parser() -> argparse.ArgumentParser:
 def recipe_accelerate_config(script_args: list[str]) -> str | None:
     """The ``accelerate_config`` of the recipe among a training script's arguments (an ``--accelerate_config``
     override first), resolved as the entry scripts resolve recipe paths; None without a recipe or the key."""
+    from core.recipe_file import recipe_path_value
     from finetune.recipe import pop_recipe_path
-    from veritune.core.recipe_file import recipe_path_value
 
     args = list(script_args)
     for index, arg in enumerate(args):
@@ -199,7 +199,7 @@ def launch(argv: list[str]) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune launch`` (all arguments are passed to ``accelerate launch``)."""
-    from veritune.cli import command_help
+    from core.cli_help import command_help
 
     parser = subparsers.add_parser(
         "launch",

@@ -25,9 +25,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_text
-from veritune.core.run_layout import EVAL_DIR, checkpoints
+from core.errors import UserError
+from core.io import atomic_write_text
+from core.run_layout import checkpoints, collect_eval
 
 COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
 YES_PROPORTION_KEYS = ("yes_proportion", "yes_ratio")
@@ -332,21 +332,6 @@ def html_table(rows: list[dict[str, Any]], *, text_columns: tuple[str, ...] = ()
 # ---------------------------------------------------------------------------------------------- reading
 
 
-def collect_eval(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """``{benchmark: {step: metrics.json content}}`` from ``RUN_DIR/eval/checkpoint-N/<benchmark>/``."""
-    results: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
-    for step, checkpoint in checkpoints(run_dir / EVAL_DIR):
-        for metrics_file in checkpoint.glob("*/metrics.json"):
-            try:
-                content = json.loads(metrics_file.read_text(encoding="utf-8"))
-            except (json.JSONDecodeError, OSError) as err:
-                raise UserError(f"{metrics_file}: not a readable metrics file ({err})") from None
-            if not isinstance(content, dict) or not isinstance(content.get("metrics"), dict):
-                raise UserError(f"{metrics_file}: expected a JSON object with a 'metrics' object")
-            results[metrics_file.parent.name][step] = content
-    return {name: dict(sorted(by_step.items())) for name, by_step in sorted(results.items())}
-
-
 def training_history(run_dir: Path) -> tuple[list[dict[str, Any]], Path | None]:
     """The log history of the run's final ``trainer_state.json``, else of its newest checkpoint."""
     candidates = [run_dir / "trainer_state.json"]
@@ -576,7 +561,7 @@ def _thumbnail(path: Path, size: int = 64, blind_fill: tuple[int, int, int] | No
     import base64
     import io
 
-    from veritune.core.images import load_image_cached
+    from core.images import load_image_cached
 
     try:
         image = load_image_cached(path, cache=False, blind_fill=blind_fill).copy()

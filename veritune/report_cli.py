@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from veritune.cli import command_help
+from core.cli_help import command_help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from veritune.core.errors import UserError, exit_on_user_error
-from veritune.core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_path
+from core.errors import UserError, exit_on_user_error
+from core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_path
 
 DEFAULT_PORT = 8000  # TRL's vllm_server_port default
 _TRUE, _FALSE = {"true", "yes", "1", "y", "t"}, {"false", "no", "0", "n", "f"}

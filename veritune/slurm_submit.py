@@ -30,8 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.recipe_file import read_recipe, recipe_path_value
+from core.errors import UserError
+from core.recipe_file import read_recipe, recipe_path_value
 
 # slurm/*.sbatch of the repository holding this package: given to sbatch as absolute paths, so that a
 # submission works from any directory.
@@ -214,8 +214,8 @@ def check_wandb_login(recipe: str, overrides: list[str]) -> None:
     Raises:
         UserError: one line saying how to log in or go offline.
     """
+    from core.wandb_login import require_wandb_login
     from finetune.recipe import recipe_report_to
-    from veritune.core.wandb_login import require_wandb_login
 
     require_wandb_login(recipe_report_to([recipe, *overrides]), f"{recipe}: report_to names wandb")
 
@@ -300,7 +300,7 @@ def submit(args: argparse.Namespace) -> dict[str, str]:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune slurm submit``."""
-    from veritune.cli import command_help
+    from core.cli_help import command_help
 
     slurm = subparsers.add_parser("slurm", help=command_help(None, "slurm"))
     commands = slurm.add_subparsers(dest="slurm_command", metavar="COMMAND")

@@ -27,6 +27,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from core.errors import UserError
+from core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
 from data_builders.finer.build import MANIFEST_PACKAGES, split_missing
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, filter_negatives
 from data_builders.finer.scene_graph import (
@@ -41,8 +43,6 @@ from data_builders.finer.scene_graph import (
     wh_question,
 )
 from data_builders.finer.templates import join_oxford
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
 
 SETTINGS = ("multi_obj", "multi_attr", "multi_rel", "wh")
 CSV_COLUMNS = ("image", "qtype", "question", "choice1", "choice2", "choice3", "choice4", "choice5", "gt_index")
@@ -346,7 +346,7 @@ def build_finer_bench(
     build: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Write the MCQ CSV and ``<out stem>.manifest.json``; returns the manifest (``build``: the build's
-    identity, :func:`veritune.core.io.build_identity`, recorded so that a rerun recognises its own output).
+    identity, :func:`core.io.build_identity`, recorded so that a rerun recognises its own output).
 
     With ``image_root``, records whose image is missing are skipped and listed. With a ``discriminator``
     (which needs ``image_root``), negatives are filtered first (App. B.3), regenerated with ``client`` when

@@ -21,13 +21,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
+from core.progress import progress_bar
 from data_builders.finer.filtering import DEFAULT_THRESHOLDS, filter_negatives
 from data_builders.finer.llm import DEFAULT_ATTEMPTS, Caption, LLMStats, read_captions, tuples_from_captions
 from data_builders.finer.scene_graph import SceneGraph, load_scene_graphs, tuples_for_image
 from data_builders.finer.templates import PreferenceTuple
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
-from veritune.core.progress import progress_bar
 
 VALIDATION_RATIO = 0.005  # FINER App. C / Table 10: "Val. ratio 0.005"
 DEFAULT_MAX_TUPLES = 160_000  # FINER App. C: at most 160K tuples

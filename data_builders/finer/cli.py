@@ -16,7 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data_builders.cli import add_llm_arguments, llm_client_options
+from core.cli_help import add_llm_arguments, command_help, llm_client_options
+from core.errors import UserError
+from core.io import build_identity, check_output_path, claim_output_dir, claim_output_file, iter_jsonl
 from data_builders.export import add_also_save_argument, save_hf_copy
 from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench, filter_bench_negatives
 from data_builders.finer.build import (
@@ -31,9 +33,6 @@ from data_builders.finer.filtering import DEFAULT_THRESHOLDS, ChoiceDiscriminato
 from data_builders.finer.llm import DEFAULT_ATTEMPTS, read_captions
 from data_builders.finer.scene_graph import load_scene_graphs
 from data_builders.finer.yn import YnSettings, build_finer_yn
-from veritune.cli import command_help
-from veritune.core.errors import UserError
-from veritune.core.io import build_identity, check_output_path, claim_output_dir, claim_output_file, iter_jsonl
 
 
 def _add_llm(parser: argparse.ArgumentParser, purpose: str) -> None:
@@ -162,7 +161,7 @@ def _client(args: argparse.Namespace, required: str | None = None) -> Any:
         if required:
             raise UserError(f"{required}: needs --llm-base-url and --llm-model")
         return None
-    from veritune.core.llm_client import ChatClient
+    from core.llm_client import ChatClient
 
     return ChatClient(args.llm_base_url, args.llm_model, **llm_client_options(args))
 

@@ -35,6 +35,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.finer_yn import LEVELS, QUESTION
+from core.progress import progress_bar
 from data_builders.finer.build import Reservoir, _base_manifest, split_missing, write_preference_dataset
 from data_builders.finer.scene_graph import SceneGraph, load_scene_graphs, relation_text
 from data_builders.finer.yn import (
@@ -47,9 +50,6 @@ from data_builders.finer.yn import (
     object_present,
     relation_true,
 )
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import LEVELS, QUESTION
-from veritune.core.progress import progress_bar
 
 YES, NO = "Yes.", "No."  # the probe's answer, limited to Yes or No (Fig. 1)
 DEFAULT_CANDIDATES = 50

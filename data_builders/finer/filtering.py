@@ -27,11 +27,11 @@ from typing import Any
 
 from tqdm import tqdm
 
+from core.errors import UserError
 from data_builders.finer import phrases
 from data_builders.finer.llm import Ask, LLMStats, ask_all
 from data_builders.finer.prompts import NEGATIVE_PROPOSAL
 from data_builders.finer.scene_graph import SceneGraph, relation_text
-from veritune.core.errors import UserError
 
 LEVELS = ("obj", "attr", "rel")
 # FINER Table 7, FINER-CompreCap (C-SG): θ = 0.8 (objects), 0.8 (attributes), 0.4 (relations).
@@ -86,7 +86,7 @@ class ChoiceDiscriminator:
         """``p`` over the options (in the given order) for one image and one MCQ."""
         import torch
 
-        from veritune.core.images import load_image
+        from core.images import load_image
 
         image = load_image(image_path, self.max_pixels)
         messages = [

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import iter_jsonl
 from data_builders.finer import phrases
 from data_builders.finer.phrases import AttributePhrase, Rejected, RelationPhrase
 from data_builders.finer.prompts import (
@@ -42,8 +44,6 @@ from data_builders.finer.prompts import (
     Task,
 )
 from data_builders.finer.templates import PreferenceTuple, compose, compose_wh, join_and
-from veritune.core.errors import UserError
-from veritune.core.io import iter_jsonl
 
 DEFAULT_ATTEMPTS = 3
 

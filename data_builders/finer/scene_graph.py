@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json_or_jsonl
 from data_builders.finer.templates import (
     PreferenceTuple,
     capitalize_first,
@@ -33,8 +35,6 @@ from data_builders.finer.templates import (
     join_oxford,
     with_article,
 )
-from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
 
 MAX_UNITS = 5  # FINER-Tuning lists 1-5 objects, attributes or relations per phrase (Figs. 16-18)
 _AUXILIARIES = ("is ", "are ")

@@ -45,11 +45,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.finer_yn import COLUMNS, LEVELS, NEGATED, PATTERNS, QUESTION
+from core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
 from data_builders.finer.build import MANIFEST_PACKAGES, split_missing
 from data_builders.finer.scene_graph import Relation, SceneGraph, SceneObject, load_scene_graphs, relation_text
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import COLUMNS, LEVELS, NEGATED, PATTERNS, QUESTION
-from veritune.core.io import atomic_write_json, atomic_write_text, package_versions, sha256_file
 
 CHAIN_ATTRIBUTES = 3  # levels 5-7 describe the anchor with three attributes (Fig. 1a)
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import gc_paused, read_json
+from core.errors import UserError
+from core.io import gc_paused, read_json
 
 # Object-size tiers of ORIC's size analysis (seed App. B.3.3), in square pixels.
 SMALL_MAX_AREA = 24 * 24

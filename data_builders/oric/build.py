@@ -21,13 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
+from core.progress import progress_bar
 from data_builders.oric.annotations import ImageRecord, describe, load_instances, roi_split, size_tier
 from data_builders.oric.clip_negatives import TEXT_TEMPLATE, ClipScorer, most_similar
 from data_builders.oric.judges import Judge
 from data_builders.oric.questions import r1_prompt, shared_paraphrases
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, manifest_path, package_versions, read_json, sha256_file
-from veritune.core.progress import progress_bar
 
 JUDGE_CHUNK = 256  # query images whose judge queries are sent together (bounded memory, steady progress)
 
@@ -301,7 +301,7 @@ def write_outputs(
     build: dict[str, Any] | None = None,
 ) -> Path:
     """Write the questions file and ``<out stem>.manifest.json`` beside it, both atomically; ``build`` is
-    the build's identity (:func:`veritune.core.io.build_identity`), recorded so a rerun knows its own output."""
+    the build's identity (:func:`core.io.build_identity`), recorded so a rerun knows its own output."""
     atomic_write_json(out, items, indent=4, hashed=True)  # its sha256 for the manifest, without reading it back
     counts = Counter(map(operator.itemgetter("label"), items))
     manifest = {

@@ -8,17 +8,16 @@ import sys
 from functools import partial
 from pathlib import Path
 
-from data_builders.cli import add_llm_arguments, llm_client_options
+from core.cli_help import add_llm_arguments, command_help, llm_client_options
+from core.errors import UserError
+from core.io import build_identity, check_output_path, claim_output_file, manifest_path, read_json
+from core.llm_client import ChatClient
 from data_builders.export import add_also_save_argument, save_hf_copy
 from data_builders.oric.annotations import load_instances
 from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, oric_file_images
 from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
 from data_builders.oric.judges import JUDGES, get_judge, judge_factory
 from data_builders.oric.review import write_review_html
-from veritune.cli import command_help
-from veritune.core.errors import UserError
-from veritune.core.io import build_identity, check_output_path, claim_output_file, manifest_path, read_json
-from veritune.core.llm_client import ChatClient
 
 
 def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:

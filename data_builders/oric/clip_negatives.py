@@ -20,9 +20,9 @@ import numpy as np
 import torch
 from PIL import Image
 
-from veritune.core.errors import UserError
-from veritune.core.hub import require_model_source
-from veritune.core.progress import progress_bar
+from core.errors import UserError
+from core.hub import require_model_source
+from core.progress import progress_bar
 
 DEFAULT_CLIP_MODEL = "openai/clip-vit-base-patch32"  # the encoder of the public ORIC builder
 TEXT_TEMPLATE = "an image contains {name}"

@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from core.errors import UserError
+from core.llm_client import ChatClient
+from core.registry import import_dotted
 from data_builders.oric.annotations import ImageRecord
 from rewards.graders import extract_yes_no
-from veritune.core.errors import UserError
-from veritune.core.llm_client import ChatClient
-from veritune.core.registry import import_dotted
 
 Query = tuple[Sequence[str], str, int]
 

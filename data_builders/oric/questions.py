@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 
-from veritune.core.prompts import with_r1_instruction
+from core.prompts import with_r1_instruction
 
 PARAPHRASES = (
     "Is there {object} in the image?",

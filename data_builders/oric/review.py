@@ -16,8 +16,8 @@ from typing import Any
 
 from PIL import Image, ImageDraw
 
+from core.io import atomic_write_text
 from data_builders.oric.annotations import load_instances
-from veritune.core.io import atomic_write_text
 
 THUMBNAIL_SIZE = 256
 

@@ -24,10 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import extract_yes_no
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 TYPES = {
     "discriminative-hallucination": "existence",

@@ -28,10 +28,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.benchmarks.amber import _find_annotations
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 SIMILARITY = 0.8  # the official --similarity_score
 _WORD = re.compile(r"[a-z]+")

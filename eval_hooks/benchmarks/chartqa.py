@@ -14,12 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv
 from rewards.graders import completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 SPLITS = ("human", "augmented")
 

@@ -25,10 +25,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json_or_jsonl
 from eval_hooks.base import Benchmark, EvalItem, release_file_paths
 from rewards.graders import completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
 
 FIELDS = ("question_id", "image", "text", "category", "correct_option")
 RELATION_CATEGORIES = ("subject", "predicate", "object")

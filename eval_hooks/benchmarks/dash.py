@@ -19,11 +19,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.answers import substring_yes_no
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import ratio
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 PROMPT = "Can you see a {object} in this image? Please answer only with yes or no."
 FILES = {"neg": ("dash_benchmark_neg.json", "no"), "pos": ("dash_benchmark_pos.json", "yes")}

@@ -23,10 +23,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_table
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import grade_letters, letter_list, lettered, option_block, resolution_shares
-from veritune.core.errors import UserError
-from veritune.core.io import read_table
 
 FIELDS = ("image", "qtype", "question", "choice1", "choice2", "choice3", "choice4", "choice5", "gt_index")
 FILE_SUFFIXES = (".csv", ".tsv", ".json", ".jsonl")

@@ -29,13 +29,13 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.finer_yn import LEVELS, PATTERNS
+from core.finer_yn import REQUIRED_COLUMNS as FIELDS
+from core.io import read_table
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.benchmarks.finer import finer_files
 from rewards.graders import extract_yes_no, normalize_yes_no_label
-from veritune.core.errors import UserError
-from veritune.core.finer_yn import LEVELS, PATTERNS
-from veritune.core.finer_yn import REQUIRED_COLUMNS as FIELDS
-from veritune.core.io import read_table
 
 INSTRUCTION = "Please answer with Yes or No."
 FINE_LEVELS = (3, 4, 5, 6, 7)  # the headline: negatives from level 3 on (FINER's "finer granularity")

@@ -21,10 +21,10 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import extract_yes_no
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 FIELDS = ("category", "subcategory", "visual_input", "set_id", "figure_id", "question_id", "question", "gt_answer")
 

@@ -26,11 +26,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_table
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_table
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 FIELDS = ("image_name", "image type", "hallucination type", "question", "groundtruth responses")
 SUBSETS = ("false premises", "visual challenge", "insufficient context")

@@ -26,11 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import atomic_write_bytes, read_table
 from eval_hooks.answers import OPTION_LETTERS
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, option_block, resolution_shares
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_bytes, read_table
 
 FIELDS = ("index", "question", "answer")
 

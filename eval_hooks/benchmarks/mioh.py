@@ -25,10 +25,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json_or_jsonl
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, lettered, option_block, resolution_shares
-from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
 
 FIELDS = ("id", "images", "question", "options", "answer", "task", "pattern", "pressure")
 TASKS = ("existence", "counting", "attribute", "position")

@@ -22,11 +22,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import YnTsv
 from rewards.graders import YesNo, completion_text, normalize_yes_no_label
-from veritune.core.errors import UserError
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 PERCEPTION = ("existence", "count", "position", "color", "posters", "celebrity", "scene", "landmark", "artwork", "OCR")
 COGNITION = ("commonsense_reasoning", "numerical_calculation", "text_translation", "code_reasoning")

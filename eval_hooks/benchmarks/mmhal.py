@@ -24,10 +24,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 FIELDS = ("question_type", "image_src", "image_content", "question", "gt_answer")
 QUESTION_TYPES = ("attribute", "adversarial", "comparison", "counting", "relation", "environment", "holistic", "other")

@@ -22,11 +22,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_table
 from eval_hooks.answers import extract_option
 from eval_hooks.base import EvalItem, RubricJudged, release_file_paths
 from rewards.graders import YesNo, completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import read_table
 
 FIELDS = ("Question", "Options", "Correct Answer")
 JUDGE_SYSTEM = (

@@ -28,11 +28,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import atomic_write_bytes, read_json_or_jsonl
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import completion_text
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_bytes, read_json_or_jsonl
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 SUFFIX = {
     "yes_no": "Please answer Yes or No.",

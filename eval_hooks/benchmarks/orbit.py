@@ -33,10 +33,10 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.answers import extract_count
 from eval_hooks.base import Benchmark, EvalItem
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 MAX_COUNT = 10
 LEVELS = {"Q1": "direct_recognition", "Q2": "property_inference", "Q3": "counterfactual_reasoning"}

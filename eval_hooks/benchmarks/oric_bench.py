@@ -25,13 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
+from core.prompts import with_r1_instruction
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import confusion, per_class_prf
 from rewards.graders import extract_yes_no, grade_tagged_yes_no
 from rewards.oric import ORIC_FIELDS, check_oric_record
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
-from veritune.core.prompts import with_r1_instruction
 
 LABELS = ("no", "yes")
 PROMPT_FIG7 = "Question: {question}\nPlease answer the question based on the given image."

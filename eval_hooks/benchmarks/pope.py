@@ -12,11 +12,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from core.pope_format import SUBSETS, read_pope_questions
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
 from rewards.graders import YesNo, completion_text
-from veritune.core.pope_format import SUBSETS, read_pope_questions
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 
 class Pope(Benchmark):

@@ -25,11 +25,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.pope_format import SUBSETS, read_pope_file
 from eval_hooks.answers import substring_yes_no
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.metrics import f1, ratio
-from veritune.core.errors import UserError
-from veritune.core.pope_format import SUBSETS, read_pope_file
 
 
 def confusion_metrics(labels: list[str], answers: list[str | None]) -> dict[str, float]:

@@ -18,10 +18,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.io import read_json
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.vlmeval_tsv import VqaTsv
-from veritune.core.errors import UserError
-from veritune.core.io import read_json
 
 FIELDS = ("question_id", "question", "image_id", "answers")
 

@@ -28,11 +28,11 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
+from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import EvalItem
 from eval_hooks.benchmarks.mcq_tsv import VlmevalTsv, _blank, read_vlmeval_tsv
 from rewards.graders import YesNo, completion_text, normalize_yes_no_label
-from veritune.core.errors import UserError
-from veritune.core.prompts import MAX_SCAN_CHARS
 
 VQA_PROMPT_SUFFIX = "\nAnswer the question using a single word or phrase."
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from veritune.core.errors import UserError, decode_error_message
+from core.errors import UserError, decode_error_message
 
 
 def _current_umask() -> int:

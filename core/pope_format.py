@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import read_json_or_jsonl
+from core.errors import UserError
+from core.io import read_json_or_jsonl
 
 SUBSETS = ("random", "popular", "adversarial")
 FIELDS = ("question_id", "image", "text", "label")

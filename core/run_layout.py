@@ -15,8 +15,10 @@ optimizer state is saved as well (enough to continue training from it).
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 CHECKPOINT_NAME = re.compile(r"^checkpoint-(\d+)$")
 WANDB_RUN_FILE = "wandb_run.json"  # written by finetune/model_card.py's RunConfigCallback
@@ -65,3 +67,22 @@ def is_complete_checkpoint(path: str | Path) -> bool:
 def checkpoint_eval_dir(run_dir: str | Path, step: int) -> Path:
     """Where the evaluation of checkpoint ``step`` goes: ``RUN_DIR/eval/checkpoint-N``."""
     return Path(run_dir) / EVAL_DIR / checkpoint_name(step)
+
+
+def collect_eval(run_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """``{benchmark: {step: metrics.json content}}`` from ``RUN_DIR/eval/checkpoint-N/<benchmark>/``."""
+    from collections import defaultdict
+
+    from core.errors import UserError
+
+    results: dict[str, dict[int, dict[str, Any]]] = defaultdict(dict)
+    for step, checkpoint in checkpoints(run_dir / EVAL_DIR):
+        for metrics_file in checkpoint.glob("*/metrics.json"):
+            try:
+                content = json.loads(metrics_file.read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, OSError) as err:
+                raise UserError(f"{metrics_file}: not a readable metrics file ({err})") from None
+            if not isinstance(content, dict) or not isinstance(content.get("metrics"), dict):
+                raise UserError(f"{metrics_file}: expected a JSON object with a 'metrics' object")
+            results[metrics_file.parent.name][step] = content
+    return {name: dict(sorted(by_step.items())) for name, by_step in sorted(results.items())}

@@ -1,5 +1,5 @@
 """Command-line wiring of ``veritune tiny-model`` and ``veritune tiny-clip`` (the library code is
-:mod:`veritune.tiny.models` and :mod:`veritune.tiny.clip`): the offline stand-ins of the CPU walk-through
+:mod:`miniature.tiny.models` and :mod:`miniature.tiny.clip`): the offline stand-ins of the CPU walk-through
 (docs/CPU_WALKTHROUGH.md)."""
 
 from __future__ import annotations
@@ -10,23 +10,23 @@ import os
 import shutil
 from pathlib import Path
 
-from veritune.cli import command_help
-from veritune.core.errors import UserError
-from veritune.core.quiet import use_cpu_accelerator_without_gpu
+from core.cli_help import command_help
+from core.errors import UserError
+from core.quiet import use_cpu_accelerator_without_gpu
 
 
 def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     """Add ``veritune tiny-model``."""
-    from veritune.tiny.models import FAMILIES, SIZES
+    from miniature.tiny.models import FAMILIES, SIZES
 
     parser = subparsers.add_parser(
         "tiny-model",
         help=command_help(None, "tiny-model"),
         description="A tiny offline VLM checkpoint. By default its language model is warmed up on R1-style answers "
         "(<REASONING>...</REASONING><SOLUTION>yes|no</SOLUTION>), so that ORIC's R1 recipes "
-        "(recipes/tiny_oric_demo.yaml) earn the format reward and the accuracy reward at chance from the first "
-        "step. --warm-start gives instead the demo's conventionally trained base (an SFT warm-start on the "
-        "synthetic world, minutes on a CPU, cached; plain answers: recipes/tiny_oric_miniature.yaml).",
+        "(recipes/miniature/tiny_oric_demo.yaml) earn the format reward and the accuracy reward at chance from the "
+        "first step. --warm-start gives instead the demo's conventionally trained base (an SFT warm-start on the "
+        "synthetic world, minutes on a CPU, cached; plain answers: recipes/miniature/tiny_oric_miniature.yaml).",
     )
     parser.add_argument("--family", choices=FAMILIES, default="qwen3vl", help="architecture of the tiny model")
     parser.add_argument("--out", required=True, type=Path, help="output directory")
@@ -39,8 +39,8 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
         "--warm-start",
         action="store_true",
         help="the demo's warm-started base (qwen3vl, demo size): synthetic world, then finetune/sft.py with "
-        "recipes/tiny_sft_warmstart.yaml, reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the demo "
-        "or an earlier call made it",
+        "recipes/miniature/tiny_sft_warmstart.yaml, reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the "
+        "demo or an earlier call made it",
     )
     parser.add_argument(
         "--warm-start-steps", type=int, help="with --warm-start: SFT steps instead of the recipe's (a smoke test)"
@@ -58,7 +58,7 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
         metavar="SPLIT_DIR",
         help="then pretrain the vision tower on a synthetic-world split (instances.json, scene_graphs.json, "
         "images/): linear heads on the vision token at each object's box centre predict its class and each "
-        "attribute's value, the language model untouched (veritune/tiny/tower.py)",
+        "attribute's value, the language model untouched (miniature/tiny/tower.py)",
     )
     parser.add_argument(
         "--pretrain-vision-steps", type=int, help="with --pretrain-vision: steps of 64 images (default 1000)"
@@ -74,7 +74,7 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
 
 def _tiny_model(args: argparse.Namespace) -> int:
     use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
-    from veritune.tiny.models import build_tiny_model
+    from miniature.tiny.models import build_tiny_model
 
     if args.warm_start_steps is not None and not args.warm_start:
         raise UserError("--warm-start-steps: only with --warm-start")
@@ -104,8 +104,8 @@ def _tiny_model(args: argparse.Namespace) -> int:
 
 def _pretrained_vision(args: argparse.Namespace) -> int:
     """The tiny model built in a temporary folder, its vision tower pretrained, then moved to ``--out``."""
-    from veritune.tiny.models import build_tiny_model
-    from veritune.tiny.tower import check_split, pretrain_vision_tower
+    from miniature.tiny.models import build_tiny_model
+    from miniature.tiny.tower import check_split, pretrain_vision_tower
 
     steps = 1000 if args.pretrain_vision_steps is None else args.pretrain_vision_steps
     if steps < 1:
@@ -143,7 +143,7 @@ def _pretrained_vision(args: argparse.Namespace) -> int:
 def _warm_started(args: argparse.Namespace) -> int:
     """The demo's stages 1 to 3 (world, random demo-size Qwen3-VL, SFT warm-start) in ``<out>.work``, then the
     base model copied to ``--out``."""
-    from veritune import demo
+    from miniature import stages as demo
 
     if args.family != "qwen3vl" or args.size != "test" or args.format_warmup_steps != 150:
         raise UserError(
@@ -155,7 +155,7 @@ def _warm_started(args: argparse.Namespace) -> int:
     paths = demo.demo_paths(work)
     demo.pin_threads()
     demo.build_world(paths, args.seed)
-    demo._build_tiny_qwen(paths, args.seed)
+    demo.build_tiny_qwen(paths, args.seed)
     steps = () if args.warm_start_steps is None else ("--max_steps", str(args.warm_start_steps))
     demo.warm_start(paths, work, args.seed, use_cache=True, overrides=steps)
     if args.out.exists():
@@ -183,7 +183,7 @@ def register_tiny_clip(subparsers: argparse._SubParsersAction) -> None:
 
 def _tiny_clip(args: argparse.Namespace) -> int:
     use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
-    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip, train_tiny_clip
 
     if (args.annotations is None) != (args.image_root is None):
         raise UserError("--annotations and --image-root: give both (to train) or neither (random weights)")

@@ -9,7 +9,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 TRUTHY = {"1", "true", "yes", "on"}
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import read_yaml
+from core.errors import UserError
+from core.io import read_yaml
 
 INCLUDE_KEY = "include"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, MutableSequence
 from typing import Any, NamedTuple
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 # The one TRL release this adapter was written against and checked by tests/test_trl_contract.py (pyproject
 # pins the same): TRL changes its private methods between releases, patch releases included.
@@ -99,7 +99,7 @@ def unpack_generated(generated: tuple[Any, ...]) -> Generated:
         raise RuntimeError(
             f"TRL's GRPOTrainer._generate returned {len(generated)} values, veritune's adapter expects "
             f"{len(Generated._fields)} ({', '.join(Generated._fields)}): run tests/test_trl_contract.py and update "
-            "veritune/core/trl_adapter.py for this TRL"
+            "core/trl_adapter.py for this TRL"
         )
     return Generated(*generated)
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from data_builders.synthetic_world import CATEGORIES, RELATIONS, spatial_relation
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, read_json
+from core.errors import UserError
+from core.io import atomic_write_json, read_json
+from miniature.world import CATEGORIES, RELATIONS, spatial_relation
 
 COLOURS = {
     "red": (220, 40, 40),

@@ -23,7 +23,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 RATIOS = (0.0, 0.25, 0.5, 1.0)
 SEEDS = (0, 1, 2)
@@ -60,7 +60,7 @@ def select_replay_ratio(
     """Run the dev-split sweep under ``out`` (one directory per seed, one GRPO run per ratio) and choose.
     ``overrides`` are ``KEY=VALUE`` recipe settings applied to every run."""
     from finetune.training import use_cpu_accelerator_without_gpu
-    from veritune.demo import (
+    from miniature.stages import (
         announce_stage,
         build_oric,
         build_tiny_models,

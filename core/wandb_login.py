@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 NOT_ONLINE_MODES = ("offline", "dryrun", "disabled")
 LOGIN_HINT = (

@@ -14,7 +14,7 @@ Every builder and judge that asks an LLM goes through :class:`ChatClient`:
   retried with exponential backoff (a ``Retry-After`` header, when larger, is honoured). The retry loop is
   ours rather than the ``openai`` client's so that malformed 200 answers are retried too and every
   attempt is counted; the errors are the ``openai`` package's typed ones.
-- an endpoint still failing after the retries is one :class:`~veritune.core.errors.UserError` line saying what
+- an endpoint still failing after the retries is one :class:`~core.errors.UserError` line saying what
   happened (the HTTP status and the start of the body when the server answered; the API-key variable to
   check on 401/403), and the answers received before it stay cached.
 """
@@ -31,8 +31,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.progress import progress_bar
+from core.errors import UserError
+from core.progress import progress_bar
 
 Prompt = str | list[dict[str, Any]]
 RETRYABLE_STATUS = {408, 409, 429}  # plus every 5xx

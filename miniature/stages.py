@@ -1,38 +1,12 @@
-"""``veritune demo``: the miniature ORIC and FINER experiments, end to end on a CPU, offline.
+"""The stages of the CPU miniature (``miniature.pipeline`` runs them in order): each stage function takes
+``demo_paths(out)``, is keyed by what makes its output (:func:`stage_key`, :func:`run_stage`) and runs the
+framework's own commands (``veritune build ...``, ``finetune/sft.py``, ``finetune/grpo.py``, ``finetune/dpo.py``)
+as subprocesses.
 
-1. a synthetic world with scene priors (``veritune build synthetic-world``): COCO ``instances.json``,
-   FINER-layout scene graphs and a POPE-random-style question file per split (train, val, and dev, on which
-   ``veritune demo-select`` chose the GRPO recipe's replay ratio; the demo itself never reads dev);
-2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
-   train split so that ORIC's CLIP-guided negatives mean something;
-3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
-   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code, data and seed; any number of demos may
-   share that cache at once: ``veritune.core.cache``);
-4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage
-   check; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs);
-5. DPO from the base model (``finetune/dpo.py``, ``recipes/tiny_finer_demo.yaml``);
-6. GRPO from the base model (``finetune/grpo.py``, ``recipes/tiny_oric_miniature.yaml``: plain answers, with
-   conventional questions of the train split replayed beside ORIC's), with the eval hook's step-0 baseline;
-7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
-   trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
-   FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
-
-Every stage is keyed by what makes its output: its arguments (``--steps``, ``--seed``, the sizes), the recipe
-it reads and the keys of the stages it builds on (``OUT/stages/<stage>.json``, :func:`run_stage`). A stage
-whose key is unchanged and whose output is complete is reused (the summary lists those); one whose key changed
-is removed and rerun, and with it every stage built on it; an interrupted stage with the same key resumes.
-Each process runs on one torch thread, and the machine's second core is used by running stages side by side:
-the tiny CLIP and step 4 beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary
-follows on the terminal).
-Which stages run together changes no number: each is deterministic on its own thread.
-
-``--finer seeing`` replaces steps 4's FINER data and 5 with FINER's half on a base that sees per-instance
-attributes (``veritune.demo_seeing``, about 18 minutes), run on the second core from the start.
-
-The stages are public functions of this module (``build_world``, ``build_tiny_models``, ``build_data``,
-``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``),
-so ``veritune demo-select`` (``veritune.demo_selection``) runs the same stages on the dev split; the command
-line of both lives in ``veritune.demo_cli``.
+The stages are ``build_world``, ``build_tiny_models``, ``build_data``, ``warm_start``, ``build_oric``,
+``train_grpo``, ``build_finer``, ``train_dpo``; ``veritune demo-select`` (``miniature.selection``) runs the same
+stages on the dev split, and ``miniature.seeing`` (``--finer seeing``) builds on :func:`run_stage`,
+:func:`launch` and :func:`run_veritune`. The command line of all three lives in ``veritune.demo_cli``.
 """
 
 from __future__ import annotations
@@ -50,13 +24,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from veritune.core.cache import cache_root, publish_dir
-from veritune.core.errors import PARENT_SAYS_INTERRUPTED_ENV, UserError
+from core.cache import cache_root, publish_dir
+from core.errors import PARENT_SAYS_INTERRUPTED_ENV, UserError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RECIPE = "recipes/tiny_oric_miniature.yaml"
-SFT_RECIPE = "recipes/tiny_sft_warmstart.yaml"
-DPO_RECIPE = "recipes/tiny_finer_demo.yaml"
+RECIPE = "recipes/miniature/tiny_oric_miniature.yaml"
+SFT_RECIPE = "recipes/miniature/tiny_sft_warmstart.yaml"
+DPO_RECIPE = "recipes/miniature/tiny_finer_demo.yaml"
 ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
 CACHE = cache_root()
 STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output was built with
@@ -64,7 +38,7 @@ STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output wa
 # the FINER hook's limit (120 q+/q- pairs, a seeded sample stratified over FINER's settings) and DPO steps
 FINER_QUESTIONS, DPO_STEPS = 240, 16
 # FINER's half of the demo: DPO on FINER-Tuning's tuples from the demo's base (the default), or on a base that
-# sees per-instance attributes (veritune.demo_seeing; about 18 minutes, beyond the demo's budget)
+# sees per-instance attributes (miniature.seeing; about 18 minutes, beyond the demo's budget)
 FINER_HALVES = ("tuples", "seeing")
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
 DEV_IMAGES = 240  # a third split, held out from training and benchmarks: hyperparameters are selected on it
@@ -90,11 +64,11 @@ SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:")  # a backg
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
-def _run(command: list[str], threads: int | None = None) -> None:
-    _wait([_start(command, threads)])
+def run_command(command: list[str], threads: int | None = None) -> None:
+    wait_commands([start_command(command, threads)])
 
 
-def _start(command: list[str], threads: int | None = None) -> tuple[list[str], subprocess.Popen]:
+def start_command(command: list[str], threads: int | None = None) -> tuple[list[str], subprocess.Popen]:
     """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log;
     with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s."""
     log = getattr(_OUTPUT, "log", None)
@@ -116,13 +90,13 @@ def _start(command: list[str], threads: int | None = None) -> tuple[list[str], s
         return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=stream, stderr=subprocess.STDOUT)
 
 
-def _wait(started: list[tuple[list[str], subprocess.Popen]]) -> None:
+def wait_commands(started: list[tuple[list[str], subprocess.Popen]]) -> None:
     for command, process in started:
         if process.wait() != 0:
             raise UserError(f"demo step failed (exit {process.returncode}): {' '.join(command)}")
 
 
-class _Background:
+class Background:
     """A stage run in a thread beside the foreground one (the warm-start and GRPO each keep one core busy and
     leave the other mostly idle); its commands write to ``log``, whose tail is shown if it fails. ``join``
     re-raises its error, or prints the log's summary lines."""
@@ -188,22 +162,22 @@ def latest_progress(log: Path, tail_bytes: int = 16384) -> str | None:
     return None
 
 
-def _veritune(*args: str) -> None:
-    _run([sys.executable, "-m", "veritune.cli", *args])
+def run_veritune(*args: str) -> None:
+    run_command([sys.executable, "-m", "veritune.cli", *args])
 
 
 def recipe_accelerate_config(recipe: str) -> str:
     """The recipe's ``accelerate_config`` key (its includes merged), or one process
     (``recipes/accelerate/single.yaml``)."""
-    from veritune.core.recipe_file import recipe_path_value
+    from core.recipe_file import recipe_path_value
 
     return recipe_path_value(REPO_ROOT / recipe, "accelerate_config") or ACCELERATE_CONFIG
 
 
-def _launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
+def launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
     launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     launcher += ["--config_file", recipe_accelerate_config(recipe)]
-    _run([*launcher, script, recipe, *overrides], threads)
+    run_command([*launcher, script, recipe, *overrides], threads)
 
 
 def pin_threads() -> None:
@@ -252,7 +226,7 @@ def run_stage(
     """Run stage ``name`` unless its ``outputs`` are complete (``done``) and were built with ``key``; outputs
     built with another key (other arguments or inputs), or by an older demo that recorded none, are removed
     first. Returns True when the stage was reused; the status goes to :data:`STAGE_STATUS`."""
-    from veritune.core.io import atomic_write_json
+    from core.io import atomic_write_json
 
     previous = recorded_key(out, name)
     if previous == key and done():
@@ -267,13 +241,13 @@ def run_stage(
     return False
 
 
-def _file_digest(path: Path) -> str:
+def file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
 def recipe_files(recipe: Path) -> list[Path]:
     """The files a recipe is made of: itself, then the bases it includes."""
-    from veritune.core.recipe_file import load_recipe_file
+    from core.recipe_file import load_recipe_file
 
     return load_recipe_file(recipe).files
 
@@ -281,7 +255,7 @@ def recipe_files(recipe: Path) -> list[Path]:
 def recipe_digest(recipe: Path) -> str:
     """A stage key's hash of a recipe: its file's, or with included bases, of every file it is made of."""
     files = recipe_files(recipe)
-    return _file_digest(recipe) if len(files) == 1 else warmstart_key(*files)
+    return file_digest(recipe) if len(files) == 1 else warmstart_key(*files)
 
 
 def warmstart_key(*files: Path) -> str:
@@ -311,114 +285,6 @@ def demo_paths(out: Path) -> dict[str, Path]:
     }
 
 
-def run_demo(
-    out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True, finer: str = "tuples"
-) -> dict[str, Path]:
-    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and
-    training). ``finer``: ``"tuples"``, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); or
-    ``"seeing"``, the FINER half on a base that sees per-instance attributes (``veritune.demo_seeing``, about 18
-    minutes, beside the whole ORIC half)."""
-    if finer not in FINER_HALVES:
-        raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
-    from finetune.training import use_cpu_accelerator_without_gpu
-
-    use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
-    # With --finer seeing: set once the ORIC half has trained, so that a stage of the FINER half started after it
-    # may use the core it leaves (veritune.demo_seeing); not when OMP_NUM_THREADS is the user's to set
-    oric_done = threading.Event() if finer == "seeing" and "OMP_NUM_THREADS" not in os.environ else None
-    pin_threads()
-
-    out = out if out.is_absolute() else REPO_ROOT / out
-    paths = demo_paths(out)
-    STAGE_STATUS.clear()
-    timings: dict[str, float] = {}
-    clock = time.monotonic()
-
-    def lap(name: str) -> None:
-        nonlocal clock
-        timings[name] = round(time.monotonic() - clock, 1)
-        clock = time.monotonic()
-
-    seeing = None
-    if finer == "seeing":  # the long pole: on the second core from the start, beside everything below
-        from veritune.demo_seeing import run_seeing_finer
-
-        seeing = _Background(
-            "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
-            out / "logs" / "finer-seeing.log",
-            lambda: run_seeing_finer(out, seed, spare_core=oric_done),
-        )
-    announce_stage(
-        "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
-    )
-    build_world(paths, seed)
-    lap("world")
-
-    announce_stage("2/7 tiny models: random-initialised Qwen3-VL (here), tiny CLIP trained on the train split (step 4)")
-    _build_tiny_qwen(paths, seed)
-    lap("tiny Qwen3-VL")
-
-    # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
-    # built beside it on the other core, their output in a log
-    data = _Background(
-        "tiny CLIP, ORIC and FINER data" if seeing is None else "tiny CLIP and ORIC data",
-        out / "logs" / "data.log",
-        lambda: build_data(paths, out, seed, finer=seeing is None),
-    )
-    announce_stage(
-        "3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)"
-    )
-    warm_start(paths, out, seed, use_cache)
-    lap("warm-start")
-
-    finer_data = "; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
-    finer_data = finer_data if seeing is None else ""
-    announce_stage(
-        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided "
-        f"negatives{finer_data}"
-    )
-    data.join()
-    clock = time.monotonic()  # waiting for the data, if at all, is not counted twice
-    timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
-
-    # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
-    dpo = None
-    if seeing is None:
-        announce_stage(
-            "5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)"
-        )
-        dpo = _Background("DPO", out / "logs" / "dpo.log", lambda: train_dpo(paths, seed, report=True))
-    announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
-    train_grpo(paths, steps, seed)
-    lap("GRPO")
-    if oric_done is not None:
-        oric_done.set()
-    if dpo is not None:
-        dpo.join()
-        clock = time.monotonic()  # the wait for DPO, if any, is not counted
-        timings["DPO and its report (beside GRPO)"] = dpo.seconds
-        runs, table, probe = {"grpo": paths["run"], "dpo": paths["dpo"]}, TABLE, paths["finer_yn"]
-    else:
-        from veritune.demo_seeing import RUN, seeing_paths
-        from veritune.demo_seeing import TABLE as SEEING_TABLE
-
-        announce_stage("5/7 FINER on a base that sees: waiting for the stages run beside the ORIC half")
-        seeing.join(progress_every=60)
-        lap("waiting for FINER on a base that sees")
-        timings["FINER on a base that sees, with its report (beside the ORIC half)"] = seeing.seconds
-        probe = seeing_paths(out)["probe"]
-        runs = {"grpo": paths["run"], RUN: seeing_paths(out)["dpo"]}
-        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + SEEING_TABLE
-
-    announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
-    report = _start(_report_command(paths["run"]))  # the DPO run's report was written beside GRPO
-    rows = results_table(runs, table)
-    _wait([report])
-    lap("reports and table")
-    _summarise(paths, rows, timings, out, runs, probe)
-    return paths
-
-
 def build_world(paths: dict[str, Path], seed: int) -> None:
     """The synthetic world with scene priors (both splits)."""
     world = paths["world"]
@@ -429,7 +295,7 @@ def build_world(paths: dict[str, Path], seed: int) -> None:
         world_key(seed),
         [world],
         lambda: (world / "dev" / "coco_pope_random.json").is_file(),
-        lambda: _veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed)),
+        lambda: run_veritune("build", "synthetic-world", "--out", str(world), *sizes, "--seed", str(seed)),
     )
 
 
@@ -444,12 +310,12 @@ def world_key(seed: int) -> str:
 
 def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
     """The random-initialised demo-size Qwen3-VL and the tiny CLIP trained on the train split."""
-    _build_tiny_qwen(paths, seed)
+    build_tiny_qwen(paths, seed)
     _note(_build_tiny_clip(paths, seed))
 
 
-def _build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
-    from veritune.tiny.models import build_tiny_model
+def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
+    from miniature.tiny.models import build_tiny_model
 
     # the "demo" size: wider than the tests' model, which never learned to use the image (docs/LAB_NOTEBOOK.md,
     # "Diagnosis")
@@ -466,7 +332,7 @@ def _build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
 
 def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
     """The tiny CLIP, trained contrastively on the train split (one torch thread: ``pin_threads``)."""
-    from veritune.tiny.clip import build_tiny_clip, train_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip, train_tiny_clip
 
     world = paths["world"]
 
@@ -503,14 +369,14 @@ def _note(message: str) -> None:
 
 def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, overrides: tuple[str, ...] = ()) -> None:
     """The base model: the SFT warm-start, reused from the shared cache when its inputs are unchanged (two
-    demos building the same entry at once both succeed: :func:`veritune.core.cache.publish_dir`; ``overrides``:
+    demos building the same entry at once both succeed: :func:`core.cache.publish_dir`; ``overrides``:
     further recipe keys, e.g. ``--max_steps 2`` for a smoke test; part of the cache key)."""
     world = paths["world"]
     key = warmstart_key(
         *recipe_files(REPO_ROOT / SFT_RECIPE),  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
         REPO_ROOT / "finetune" / "training.py",  # whether TRL's LM head scores only labelled positions (start_run)
-        REPO_ROOT / "veritune" / "core" / "trl_adapter.py",  # how it does (set_cpu_compact_lm_head)
+        REPO_ROOT / "core" / "trl_adapter.py",  # how it does (set_cpu_compact_lm_head)
         world / "train" / "instances.json",
         paths["model"] / "model.safetensors",
     )
@@ -524,7 +390,7 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, ov
             print(f"reusing the cached warm-start {cached}")
             STAGE_STATUS["base"] = "shared cache"
         else:
-            _launch(
+            launch(
                 "finetune/sft.py",
                 SFT_RECIPE,
                 [
@@ -585,10 +451,10 @@ def build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) 
             stage_key(command, upstream),
             [output.parent],
             output.is_file,
-            lambda command=command: _veritune(*command),
+            lambda command=command: run_veritune(*command),
         )
     for bench in builds[1:]:
-        _veritune("build", "check-leakage", str(paths["oric_train"]), str(bench[2]))
+        run_veritune("build", "check-leakage", str(paths["oric_train"]), str(bench[2]))
 
 
 def train_grpo(
@@ -651,7 +517,7 @@ def train_grpo(
         key,
         [run],
         lambda: (run / "trainer_state.json").is_file(),
-        lambda: _launch("finetune/grpo.py", RECIPE, overrides),
+        lambda: launch("finetune/grpo.py", RECIPE, overrides),
     )
     return run
 
@@ -668,7 +534,7 @@ def build_finer(paths: dict[str, Path], seed: int) -> None:
         stage_key(tuples, upstream),
         [paths["finer"]],
         (paths["finer"] / "train.jsonl").is_file,
-        lambda: _veritune(*tuples),
+        lambda: run_veritune(*tuples),
     )
     # FINER-bench (the letter protocol) and its yes/no probe: the same val graphs, two protocols, one folder
     benches = [
@@ -691,7 +557,7 @@ def build_finer(paths: dict[str, Path], seed: int) -> None:
     def build_benches() -> None:
         for command, bench in zip(benches, (paths["finer_bench"], paths["finer_yn"]), strict=True):
             if not bench.is_file():
-                _veritune(*command)
+                run_veritune(*command)
 
     run_stage(
         out,
@@ -750,13 +616,13 @@ def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
         key,
         [paths["dpo"]],
         lambda: (paths["dpo"] / "trainer_state.json").is_file(),
-        lambda: _launch("finetune/dpo.py", DPO_RECIPE, overrides),
+        lambda: launch("finetune/dpo.py", DPO_RECIPE, overrides),
     )
     if report:
-        _run(_report_command(paths["dpo"]))
+        run_command(report_command(paths["dpo"]))
 
 
-def _report_command(run: Path) -> list[str]:
+def report_command(run: Path) -> list[str]:
     """``veritune report RUN``: the run's HTML report (step-0 baseline, every checkpoint, sample rows)."""
     return [sys.executable, "-m", "veritune.cli", "report", str(run)]
 
@@ -770,8 +636,8 @@ def results_table(
     (:func:`eval_hooks.bootstrap.hook_difference_intervals`, same resamples and seed). An entry of ``table`` is
     ``(benchmark, metric)``, read from ``runs["dpo"]`` for FINER's benchmarks and ``runs["grpo"]`` otherwise, or
     ``(benchmark, metric, run)``, read from ``runs[run]`` and labelled with the run's name."""
+    from core.run_layout import collect_eval
     from eval_hooks.bootstrap import hook_difference_intervals
-    from veritune.report import collect_eval
 
     def source(entry: tuple[str, ...]) -> str:
         return entry[2] if len(entry) > 2 else "dpo" if entry[0].startswith("finer") else "grpo"
@@ -803,7 +669,7 @@ def results_table(
     return rows
 
 
-def _summarise(
+def summarise(
     paths: dict[str, Path],
     rows: list[dict[str, Any]],
     timings: dict[str, float],
@@ -811,8 +677,8 @@ def _summarise(
     runs: dict[str, Path],
     probe: Path,
 ) -> None:
+    from core.io import atomic_write_json, atomic_write_text
     from eval_hooks.bootstrap import format_table
-    from veritune.core.io import atomic_write_json, atomic_write_text
 
     state = json.loads((paths["run"] / "trainer_state.json").read_text())
     rewards = [row["reward"] for row in state["log_history"] if "reward" in row]

@@ -109,8 +109,8 @@ def _labelled_images(annotations: str | Path, image_root: str | Path) -> tuple[l
     import torch
     from PIL import Image
 
-    from veritune.core.errors import UserError
-    from veritune.core.io import read_json
+    from core.errors import UserError
+    from core.io import read_json
 
     data = read_json(annotations, what="annotation file")
     try:

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, read_json
+from core.errors import UserError
+from core.io import atomic_write_json, read_json
 
-IDENTITY_FILE = "veritune_tiny.json"  # the tiny model's identity (veritune.tiny.models), stats added here
+IDENTITY_FILE = "veritune_tiny.json"  # the tiny model's identity (miniature.tiny.models), stats added here
 STATS_KEY = "vision_pretraining"
 CLASS_HEAD = "class"
 IGNORE = -100  # a target the split does not give (a value the train split never showed, a missing slot)

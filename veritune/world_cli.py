@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from veritune.cli import command_help
+from core.cli_help import command_help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,8 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _synthetic_world(args: argparse.Namespace) -> int:
-    from data_builders.synthetic_world import build_synthetic_world, check_world_settings
-    from veritune.core.io import build_identity, check_output_path, claim_output_dir
+    from core.io import build_identity, check_output_path, claim_output_dir
+    from miniature.world import build_synthetic_world, check_world_settings
 
     check_output_path(args.out, directory=True)
     settings = {
@@ -92,9 +92,9 @@ def _synthetic_world(args: argparse.Namespace) -> int:
 
 
 def _scene_graphs(args: argparse.Namespace) -> int:
-    from data_builders.finer.synthetic import scene_graphs_from_coco
+    from core.io import build_identity, check_output_path, claim_output_file
     from data_builders.oric.annotations import load_instances
-    from veritune.core.io import build_identity, check_output_path, claim_output_file
+    from miniature.scene_graphs import scene_graphs_from_coco
 
     check_output_path(args.out)
     load_instances(args.annotations)  # the input in full (boxes, categories) before the output policy
@@ -103,93 +103,3 @@ def _scene_graphs(args: argparse.Namespace) -> int:
         scene_graphs_from_coco(args.annotations, staged.path)
     print(f"wrote {args.out}")
     return 0
-
-
-# ---- the one LLM flag family, shared by `build oric`, `build finer`, `build finer-bench` and the eval judge
-
-LLM_FLAGS = (
-    "base_url",
-    "model",
-    "api_key_env",
-    "cache",
-    "concurrency",
-    "max_retries",
-    "timeout",
-    "temperature",
-    "max_tokens",
-)
-
-
-def add_llm_arguments(
-    parser: argparse.ArgumentParser,
-    purpose: str,
-    *,
-    cache: str = "outputs/cache/llm.sqlite",
-    max_tokens: int | None = 512,
-    model_help: str = "model name sent to the endpoint (recorded with the output)",
-    aliases: str | None = None,
-) -> argparse._ArgumentGroup:
-    """Add ``--llm-base-url``, ``--llm-model``, ``--llm-cache``, ``--llm-timeout``, ... to ``parser``.
-
-    ``aliases="judge"`` also accepts the deprecated ``--judge-base-url`` style spellings (hidden from help).
-    """
-    group = parser.add_argument_group(f"LLM ({purpose}; any OpenAI-compatible endpoint: vLLM, SGLang, OpenAI, ...)")
-    group.add_argument("--llm-base-url", help="endpoint, e.g. http://127.0.0.1:8000/v1")
-    group.add_argument("--llm-model", help=model_help)
-    group.add_argument(
-        "--llm-api-key-env",
-        default="OPENAI_API_KEY",
-        help="environment variable holding the API key (local servers need none)",
-    )
-    group.add_argument(
-        "--llm-cache",
-        type=Path,
-        default=Path(cache),
-        help="SQLite answer cache: a rerun sends no request already answered",
-    )
-    group.add_argument("--llm-concurrency", type=int, default=8, help="requests in flight at once")
-    group.add_argument(
-        "--llm-max-retries",
-        type=int,
-        default=5,
-        help="retries per request on timeouts, connection errors, 408/409/429 and 5xx",
-    )
-    group.add_argument("--llm-timeout", type=float, default=60.0, help="seconds per request")
-    group.add_argument("--llm-temperature", type=float, default=0.0, help="sampling temperature")
-    group.add_argument("--llm-max-tokens", type=int, default=max_tokens, help="answer length budget")
-    if aliases:
-        for name in ("base_url", "model", "api_key_env", "cache"):
-            flag = f"--{aliases}-{name.replace('_', '-')}"
-            group.add_argument(
-                flag,
-                dest=f"llm_{name}",
-                type=Path if name == "cache" else str,
-                default=argparse.SUPPRESS,
-                help=argparse.SUPPRESS,
-            )
-    return group
-
-
-def llm_client_options(args: argparse.Namespace) -> dict:
-    """The :class:`~veritune.core.llm_client.ChatClient` keyword options from :func:`add_llm_arguments`' flags,
-    checked (one ``error:`` line naming the flag)."""
-    from veritune.core.errors import UserError
-
-    for flag, value, least in (
-        ("--llm-concurrency", args.llm_concurrency, 1),
-        ("--llm-max-retries", args.llm_max_retries, 0),
-        ("--llm-timeout", args.llm_timeout, 1e-9),
-        ("--llm-temperature", args.llm_temperature, 0.0),
-        ("--llm-max-tokens", args.llm_max_tokens if args.llm_max_tokens is not None else 1, 1),
-    ):
-        if value < least:
-            raise UserError(f"{flag}: must be {'positive' if least == 1e-9 else f'at least {least:g}'}, got {value:g}")
-    return {
-        "cache_path": args.llm_cache,
-        "api_key_env": args.llm_api_key_env,
-        "concurrency": args.llm_concurrency,
-        "max_retries": args.llm_max_retries,
-        "timeout": args.llm_timeout,
-        "temperature": args.llm_temperature,
-        "max_tokens": args.llm_max_tokens,
-    }

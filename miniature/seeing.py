@@ -1,6 +1,6 @@
 """``veritune demo --finer seeing``: the demo's FINER half on a tiny base that sees per-instance attributes.
 
-The default FINER half (``veritune.demo.train_dpo``) trains DPO on FINER-Tuning's tuples from the demo's base,
+The default FINER half (``miniature.stages.train_dpo``) trains DPO on FINER-Tuning's tuples from the demo's base,
 which sees each 64-pixel image as four vision tokens and cannot tell one object's border or pattern from
 another's, so DPO has nothing to cure there. This half runs the path docs/LAB_NOTEBOOK.md measures in "Sixteen
 vision tokens and a pretrained, frozen vision tower" (dev for the choices, val reported, three seeds), stage by stage:
@@ -9,19 +9,19 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
    images for the warm-start (each image seen about 16 times in 6,000 steps of 32), and one of the demo's sizes
    whose train scene graphs give the DPO pairs and whose val split gives the probe and POPE;
 2. a tiny Qwen3-VL with 16 vision tokens per image (``veritune tiny-model --patch-size 8``) whose vision tower is
-   pretrained on the fresh world's per-instance attributes (``--pretrain-vision``, ``veritune.tiny.tower``);
-3. the base: ``finetune/sft.py`` with ``recipes/tiny_sft_attributes.yaml`` (the tower frozen, three pairs of each
-   drawn attribute per image in the probe's wording, 6,000 steps);
+   pretrained on the fresh world's per-instance attributes (``--pretrain-vision``, ``miniature.tiny.tower``);
+3. the base: ``finetune/sft.py`` with ``recipes/miniature/tiny_sft_attributes.yaml`` (the tower frozen, three pairs
+   of each drawn attribute per image in the probe's wording, 6,000 steps);
 4. DPO pairs that ask one description on an image where it is true and on one where it is false (``veritune
    build finer-contrast --false-image random``), and FINER's yes/no probe on the val scene graphs (``veritune
    build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1);
-5. DPO (``finetune/dpo.py``, ``recipes/tiny_finer_contrast.yaml`` at 9,600 steps and learning rate 2e-4, the
+5. DPO (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_contrast.yaml`` at 9,600 steps and learning rate 2e-4, the
    cheapest setting that met the DPO bound on the dev split of every seed), whose eval hook scores the probe and
    POPE on the val split before the first step and after the last.
 
 On one core this takes about 20 minutes, twice the demo's budget: ``veritune demo`` runs it beside the ORIC half
 only when asked (``--finer seeing``), and gives its DPO a second torch thread once the ORIC half is done (about 18
-minutes in all from nothing cached). The stages are keyed like the demo's (``veritune.demo.run_stage``), so an
+minutes in all from nothing cached). The stages are keyed like the demo's (``miniature.stages.run_stage``), so an
 interrupted run resumes and a rerun reuses what is unchanged.
 """
 
@@ -31,23 +31,23 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from veritune.demo import (
+from miniature.stages import (
     DEV_IMAGES,
     REPO_ROOT,
     TRAIN_IMAGES,
     VAL_IMAGES,
-    _launch,
-    _report_command,
-    _run,
-    _veritune,
+    launch,
     recipe_digest,
     recorded_key,
+    report_command,
+    run_command,
     run_stage,
+    run_veritune,
     stage_key,
 )
 
-SFT_RECIPE = "recipes/tiny_sft_attributes.yaml"
-DPO_RECIPE = "recipes/tiny_finer_contrast.yaml"
+SFT_RECIPE = "recipes/miniature/tiny_sft_attributes.yaml"
+DPO_RECIPE = "recipes/miniature/tiny_finer_contrast.yaml"
 # The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, as in the runs that
 # chose this path (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen vision tower", rounds 5-9)
 FRESH_SEED_OFFSET = 100
@@ -119,7 +119,7 @@ def run_seeing_finer(
     def command_stage(name: str, command: list[str], upstream: list[str], output: Path, done: Path) -> None:
         """A stage that is one ``veritune`` command, keyed by it and by the stages it reads."""
         key = stage_key(command, *(recorded_key(out, stage) for stage in upstream))
-        run_stage(out, name, key, [output], done.is_file, lambda: _veritune(*command))
+        run_stage(out, name, key, [output], done.is_file, lambda: run_veritune(*command))
 
     def world_stage(name: str, folder: Path, arguments: list[str]) -> None:
         command = ["build", "synthetic-world", "--out", str(folder), *arguments, "--instance-attributes", "drawn"]
@@ -155,7 +155,7 @@ def run_seeing_finer(
         stage_key(warmstart, recipe_digest(REPO_ROOT / SFT_RECIPE), recorded_key(out, "seeing-model")),
         [paths["base"]],
         lambda: (paths["base"] / "model.safetensors").is_file(),
-        lambda: _launch("finetune/sft.py", SFT_RECIPE, warmstart),
+        lambda: launch("finetune/sft.py", SFT_RECIPE, warmstart),
     )
 
     pairs = ["build", "finer-contrast", "--false-image", "random", "--seed", str(seed)]
@@ -184,8 +184,8 @@ def run_seeing_finer(
         stage_key(dpo, recipe_digest(REPO_ROOT / DPO_RECIPE), upstream),
         [paths["dpo"]],
         lambda: (paths["dpo"] / "trainer_state.json").is_file(),
-        lambda: _launch("finetune/dpo.py", DPO_RECIPE, dpo, threads=dpo_threads(spare_core)),
+        lambda: launch("finetune/dpo.py", DPO_RECIPE, dpo, threads=dpo_threads(spare_core)),
     )
     if report:
-        _run(_report_command(paths["dpo"]))
+        run_command(report_command(paths["dpo"]))
     return paths["dpo"]

@@ -35,8 +35,8 @@ from typing import Any
 from PIL import Image, ImageChops, ImageDraw
 from tqdm import tqdm
 
-from veritune.core.errors import UserError
-from veritune.core.io import atomic_write_json, atomic_write_text
+from core.errors import UserError
+from core.io import atomic_write_json, atomic_write_text
 
 # (name, shape, colour): one distinct shape + colour per class, so that a class is recognisable from its
 # pixels alone even at the tiny model's 64-pixel input. Names follow COCO's, a few starting with a vowel.

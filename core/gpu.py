@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 VLLM_INSTALL = "pip install -e '.[vllm]'"
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from veritune.core.errors import UserError
+from core.errors import UserError
 
 # The special tokens of the Qwen2-VL / Qwen2.5-VL / Qwen3-VL tokenizers, in their release order.
 QWEN_SPECIAL_TOKENS = [

@@ -1,0 +1,174 @@
+"""``veritune demo``: the miniature ORIC and FINER experiments, end to end on a CPU, offline.
+
+1. a synthetic world with scene priors (``veritune build synthetic-world``): COCO ``instances.json``,
+   FINER-layout scene graphs and a POPE-random-style question file per split (train, val, and dev, on which
+   ``veritune demo-select`` chose the GRPO recipe's replay ratio; the demo itself never reads dev);
+2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
+   train split so that ORIC's CLIP-guided negatives mean something;
+3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
+   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code, data and seed; any number of demos may
+   share that cache at once: ``core.cache``);
+4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage
+   check; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs);
+5. DPO from the base model (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_demo.yaml``);
+6. GRPO from the base model (``finetune/grpo.py``, ``recipes/miniature/tiny_oric_miniature.yaml``: plain answers, with
+   conventional questions of the train split replayed beside ORIC's), with the eval hook's step-0 baseline;
+7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
+   trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
+   FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
+
+Every stage is keyed by what makes its output: its arguments (``--steps``, ``--seed``, the sizes), the recipe
+it reads and the keys of the stages it builds on (``OUT/stages/<stage>.json``, :func:`run_stage`). A stage
+whose key is unchanged and whose output is complete is reused (the summary lists those); one whose key changed
+is removed and rerun, and with it every stage built on it; an interrupted stage with the same key resumes.
+Each process runs on one torch thread, and the machine's second core is used by running stages side by side:
+the tiny CLIP and step 4 beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary
+follows on the terminal).
+Which stages run together changes no number: each is deterministic on its own thread.
+
+``--finer seeing`` replaces steps 4's FINER data and 5 with FINER's half on a base that sees per-instance
+attributes (``miniature.seeing``, about 18 minutes), run on the second core from the start.
+
+The stages are the functions of ``miniature.stages`` (``build_world``, ``build_tiny_models``, ``build_data``,
+``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``),
+so ``veritune demo-select`` (``miniature.selection``) runs the same stages on the dev split; the command
+line of both lives in ``veritune.demo_cli``.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+from core.errors import UserError
+from miniature.stages import (
+    FINER_HALVES,
+    REPO_ROOT,
+    STAGE_STATUS,
+    TABLE,
+    Background,
+    announce_stage,
+    build_data,
+    build_tiny_qwen,
+    build_world,
+    demo_paths,
+    pin_threads,
+    report_command,
+    results_table,
+    start_command,
+    summarise,
+    train_dpo,
+    train_grpo,
+    wait_commands,
+    warm_start,
+)
+
+
+def run_demo(
+    out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True, finer: str = "tuples"
+) -> dict[str, Path]:
+    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and
+    training). ``finer``: ``"tuples"``, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); or
+    ``"seeing"``, the FINER half on a base that sees per-instance attributes (``miniature.seeing``, about 18
+    minutes, beside the whole ORIC half)."""
+    if finer not in FINER_HALVES:
+        raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
+    from finetune.training import use_cpu_accelerator_without_gpu
+
+    use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
+    # With --finer seeing: set once the ORIC half has trained, so that a stage of the FINER half started after it
+    # may use the core it leaves (miniature.seeing); not when OMP_NUM_THREADS is the user's to set
+    oric_done = threading.Event() if finer == "seeing" and "OMP_NUM_THREADS" not in os.environ else None
+    pin_threads()
+
+    out = out if out.is_absolute() else REPO_ROOT / out
+    paths = demo_paths(out)
+    STAGE_STATUS.clear()
+    timings: dict[str, float] = {}
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        timings[name] = round(time.monotonic() - clock, 1)
+        clock = time.monotonic()
+
+    seeing = None
+    if finer == "seeing":  # the long pole: on the second core from the start, beside everything below
+        from miniature.seeing import run_seeing_finer
+
+        seeing = Background(
+            "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
+            out / "logs" / "finer-seeing.log",
+            lambda: run_seeing_finer(out, seed, spare_core=oric_done),
+        )
+    announce_stage(
+        "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
+    )
+    build_world(paths, seed)
+    lap("world")
+
+    announce_stage("2/7 tiny models: random-initialised Qwen3-VL (here), tiny CLIP trained on the train split (step 4)")
+    build_tiny_qwen(paths, seed)
+    lap("tiny Qwen3-VL")
+
+    # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
+    # built beside it on the other core, their output in a log
+    data = Background(
+        "tiny CLIP, ORIC and FINER data" if seeing is None else "tiny CLIP and ORIC data",
+        out / "logs" / "data.log",
+        lambda: build_data(paths, out, seed, finer=seeing is None),
+    )
+    announce_stage(
+        "3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)"
+    )
+    warm_start(paths, out, seed, use_cache)
+    lap("warm-start")
+
+    finer_data = "; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
+    finer_data = finer_data if seeing is None else ""
+    announce_stage(
+        "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided "
+        f"negatives{finer_data}"
+    )
+    data.join()
+    clock = time.monotonic()  # waiting for the data, if at all, is not counted twice
+    timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
+
+    # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
+    dpo = None
+    if seeing is None:
+        announce_stage(
+            "5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)"
+        )
+        dpo = Background("DPO", out / "logs" / "dpo.log", lambda: train_dpo(paths, seed, report=True))
+    announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
+    train_grpo(paths, steps, seed)
+    lap("GRPO")
+    if oric_done is not None:
+        oric_done.set()
+    if dpo is not None:
+        dpo.join()
+        clock = time.monotonic()  # the wait for DPO, if any, is not counted
+        timings["DPO and its report (beside GRPO)"] = dpo.seconds
+        runs, table, probe = {"grpo": paths["run"], "dpo": paths["dpo"]}, TABLE, paths["finer_yn"]
+    else:
+        from miniature.seeing import RUN, seeing_paths
+        from miniature.seeing import TABLE as SEEING_TABLE
+
+        announce_stage("5/7 FINER on a base that sees: waiting for the stages run beside the ORIC half")
+        seeing.join(progress_every=60)
+        lap("waiting for FINER on a base that sees")
+        timings["FINER on a base that sees, with its report (beside the ORIC half)"] = seeing.seconds
+        probe = seeing_paths(out)["probe"]
+        runs = {"grpo": paths["run"], RUN: seeing_paths(out)["dpo"]}
+        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + SEEING_TABLE
+
+    announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
+    report = start_command(report_command(paths["run"]))  # the DPO run's report was written beside GRPO
+    rows = results_table(runs, table)
+    wait_commands([report])
+    lap("reports and table")
+    summarise(paths, rows, timings, out, runs, probe)
+    return paths
