@@ -15,7 +15,7 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 ``loss_type: grpo``; with ``beta: 0`` no reference model is loaded, exactly as Eq. 6 reduces to.
 ``replay_path`` (not in the paper, off in its recipes) mixes conventional questions in POPE's layout into the
 data, ``replay_ratio`` per ORIC question: the tiny miniature needs them to keep its ordinary accuracy
-(docs/LAB_NOTEBOOK.md, "Fourth pass").
+(docs/LAB_NOTEBOOK.md).
 """
 
 from __future__ import annotations

@@ -104,8 +104,8 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
     Replay is not in the ORIC paper: its 8B model keeps its ordinary recognition while GRPO shifts its
     answers on incongruous questions. A tiny model trained on ORIC's questions alone learns the reverse of
     its prior instead and loses ordinary accuracy; questions of the warm-start's kind, which the prior
-    answers right, penalise that reverse rule (the ratios measured: docs/LAB_NOTEBOOK.md, "Fourth pass" and
-    "Eighth pass").
+    answers right, penalise that reverse rule (the ratios measured:
+    docs/LAB_NOTEBOOK.md).
     """
     try:
         questions = read_pope_questions(Path(path), image_root)

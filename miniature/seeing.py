@@ -49,7 +49,7 @@ from miniature.stages import (
 SFT_RECIPE = "recipes/miniature/tiny_sft_attributes.yaml"
 DPO_RECIPE = "recipes/miniature/tiny_finer_contrast.yaml"
 # The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, as in the runs that
-# chose this path (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen vision tower", rounds 5-9)
+# chose this path (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen vision tower")
 FRESH_SEED_OFFSET = 100
 RUN = "finer-seeing"  # the DPO run's name in the before/after table
 # The before/after rows of this half: the DPO bound reads the L3-L7 pairs (both twins right), the

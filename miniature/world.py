@@ -480,10 +480,10 @@ def build_synthetic_world(
     as in COCO, and the incongruous cases ORIC asks about (out-of-context present, in-context absent) exist
     but are the minority. ``backgrounds="shared"`` draws every scene on one grey, so the scene is known only
     from its objects; ``"scene"`` gives each scene its own colour, a global cue a tiny model learns instead
-    of the objects, which is why the demo's world and the CLI's default are ``"shared"`` (docs/LAB_NOTEBOOK.md,
-    "Third pass"). About 5% of boxes are
-    ``iscrowd``. Per split: ``instances.json`` (COCO), ``scene_graphs.json`` (the FINER layout, read by
-    ``veritune build finer`` / ``finer-bench``), ``coco_pope_random.json`` (POPE's layout) and ``images/``.
+    of the objects, which is why the demo's world and the CLI's default are ``"shared"``
+    (docs/LAB_NOTEBOOK.md). About 5% of boxes are ``iscrowd``. Per split: ``instances.json`` (COCO),
+    ``scene_graphs.json`` (the FINER layout, read by ``veritune build finer`` / ``finer-bench``),
+    ``coco_pope_random.json`` (POPE's layout) and ``images/``.
 
     ``instance_attributes="drawn"`` also draws a border and a pattern on every instance, from a generator of its
     own seeded by ``seed``, and writes scene graphs of the attributes only the pixels show (module docstring);

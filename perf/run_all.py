@@ -65,7 +65,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "rollout",
         ["perf/bench_rollout.py"],
         "GRPO step at rollout batches of 8 to 256 completions with Qwen3-VL's real pixel budget: veritune, its "
-        "compiled decode and plain TRL, micro-batches (issue 53)",
+        "compiled decode and plain TRL, micro-batches",
     ),
     (
         "cli_help",

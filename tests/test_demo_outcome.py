@@ -24,7 +24,7 @@ GAIN_MIN = 6.0
 # POPE accuracy points GRPO may cost (seeds 0, 1, 2: -2.3, +3.3, +1.0 with dynamic sampling; without it -3.6, +2.3, -0.1
 # on another 2-core machine; the target is 2, unmet on seed 0).
 # Float sums differ between CPU types and move a run's numbers: the same code gave seed 0 a POPE change of
-# -3.3 on one machine and -1.6 on another (docs/LAB_NOTEBOOK.md, "Eighth pass"), so the bound is seed 0's -3.6 less
+# -3.3 on one machine and -1.6 on another (docs/LAB_NOTEBOOK.md), so the bound is seed 0's -3.6 less
 # that shift, rounded out
 POPE_DROP_MAX = 5.5
 

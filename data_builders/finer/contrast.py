@@ -94,7 +94,7 @@ class ContrastSettings:
     anchors_per_image: int = 4
     candidates: int = DEFAULT_CANDIDATES
     # a random false image: the nearest miss cost the probe's positives (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens
-    # and a pretrained, frozen vision tower", rounds 10-11)
+    # and a pretrained, frozen vision tower")
     false_image: str = "random"
     max_tuples: int = 160_000
     validation_ratio: float = 0.005
