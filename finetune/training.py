@@ -26,6 +26,7 @@ from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
 from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
 from finetune.run_dir import claim_run_dir, run_settings
+from finetune.threads import threads_callback
 
 logger = logging.getLogger("veritune")
 
@@ -73,11 +74,14 @@ def get_model_and_processor(model_args: VerituneModelConfig) -> tuple[Any, Any, 
 def get_callbacks(
     script_args: ScriptArguments, training_args: TrainingArguments, model_args: VerituneModelConfig | None = None
 ) -> list[TrainerCallback]:
-    """Callbacks every entry script adds: W&B settings, the run's record (its settings, from ``model_args`` too)
-    and, when enabled, the eval hooks."""
+    """Callbacks every entry script adds: W&B settings, the run's record (its settings, from ``model_args`` too),
+    the thread count a file may raise (:mod:`finetune.threads`) and, when enabled, the eval hooks."""
     settings = run_settings(script_args, training_args, model_args) if model_args is not None else None
     configure_wandb(script_args, training_args)
     callbacks: list[TrainerCallback] = [RunConfigCallback(script_args, settings)]
+    threads = threads_callback()  # more torch threads once VERITUNE_THREADS_FILE appears (finetune.threads)
+    if threads is not None:
+        callbacks.append(threads)
     hook = eval_hook(script_args)
     if hook is not None:
         callbacks.append(hook)
@@ -188,7 +192,7 @@ def train_with_hooks(
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:
     """Train (from the checkpoint :func:`start_run` chose, if any), then save weights, processor, trainer state
     and the train metrics (``train_results.json``: what marks the run finished), end the W&B run
-    (:func:`finish_wandb_run`) and say, last, where the model was saved.
+    (:func:`finish_wandb_run`), leave the process group, and say, last, where the model was saved.
 
     A finished run never gets here (:func:`start_run` stops the entry script first); a run resumed from the
     checkpoint of its last step trains no further and saves that checkpoint's weights and history as the
@@ -229,6 +233,10 @@ def train_and_save(trainer: Any, processor: Any, training_args: TrainingArgument
         url = trainer.push_to_hub(commit_message=f"veritune: {Path(training_args.output_dir).name}")
         logger.info("pushed to the Hub: %s", getattr(url, "commit_url", url))
     finish_wandb_run()
+    # every process leaves the process group before exit: gloo's threads left to the interpreter's teardown can
+    # abort a worker after its work is saved ("terminate called without an active exception")
+    trainer.accelerator.wait_for_everyone()
+    trainer.accelerator.end_training()
     logger.info("model saved to %s", training_args.output_dir)
 
 

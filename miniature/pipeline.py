@@ -1,44 +1,46 @@
-"""``veritune demo``: the miniature ORIC and FINER experiments, end to end on a CPU, offline.
+"""``veritune demo``: the miniature ORIC and FINER experiments, end to end on a CPU, offline, in one run.
+
+The ORIC half, on the first core:
 
 1. a synthetic world with scene priors (``veritune build synthetic-world``): COCO ``instances.json``,
    FINER-layout scene graphs and a POPE-random-style question file per split (train, val, and dev, on which
    ``veritune demo-select`` chose the GRPO recipe's replay ratio; the demo itself never reads dev);
-2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the
-   train split so that ORIC's CLIP-guided negatives mean something;
+2. tiny models: a random-initialised Qwen3-VL (``veritune tiny-model``) and a tiny CLIP trained on the train split
+   so that ORIC's CLIP-guided negatives mean something;
 3. the base model: a supervised warm-start on conventional data (``finetune/sft.py``, cached under
-   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code, data and seed; any number of demos may
-   share that cache at once: ``core.cache``);
-4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage
-   check; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs);
-5. DPO from the base model (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_demo.yaml``);
-6. GRPO from the base model (``finetune/grpo.py``, ``recipes/miniature/tiny_oric_miniature.yaml``: plain answers, with
-   conventional questions of the train split replayed beside ORIC's), with the eval hook's step-0 baseline;
-7. the before/after table: the eval hooks evaluate the base model before the first step (step 0) and the
-   trained model at the end on the same items (ORIC-Bench and POPE-random-style questions in the GRPO run,
-   FINER-bench in the DPO run); with 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
+   ``~/.cache/veritune/warmstart/`` by a hash of its recipe, code, data and seed; any number of demos may share that
+   cache at once: ``core.cache``);
+4. ORIC training data (train images) and ORIC-Bench (val images) with the real builders, and the leakage check;
+5. GRPO from the base model (``finetune/grpo.py``, ``recipes/miniature/tiny_oric_miniature.yaml``: plain answers,
+   with conventional questions of the train split replayed beside ORIC's), whose eval hook scores ORIC-Bench and
+   the POPE-random-style questions of the val split before the first step and after the last.
 
-Every stage is keyed by what makes its output: its arguments (``--steps``, ``--seed``, the sizes), the recipe
-it reads and the keys of the stages it builds on (``OUT/stages/<stage>.json``, :func:`run_stage`). A stage
-whose key is unchanged and whose output is complete is reused (the summary lists those); one whose key changed
-is removed and rerun, and with it every stage built on it; an interrupted stage with the same key resumes.
-Each process runs on one torch thread, and the machine's second core is used by running stages side by side:
-the tiny CLIP and step 4 beside the warm-start, DPO beside GRPO (their output goes to ``OUT/logs/``; a summary
-follows on the terminal).
-Which stages run together changes no number: each is deterministic on its own thread.
+The FINER half (``miniature.seeing``), on the second core from the start: a 16-token base whose pretrained, frozen
+vision tower sees per-instance attributes (cached under ``~/.cache/veritune/seeing-base/``), DPO on image-contrast
+pairs, and its eval hook on FINER's yes/no probe and POPE. Once the ORIC half has trained, the FINER half's training
+runs take its core too (``miniature.stages.SpareCore``). ``--finer tuples`` runs instead the control the demo used to
+show: DPO on FINER-Tuning's tuples from the ORIC half's base (built in step 4, trained beside GRPO), which cannot see
+the attributes those tuples ask about, so its FINER rows do not move.
 
-``--finer seeing`` replaces steps 4's FINER data and 5 with FINER's half on a base that sees per-instance
-attributes (``miniature.seeing``, about 18 minutes), run on the second core from the start.
+Then the before/after table: each eval hook's step-0 baseline against the trained model, on the same items, with
+95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
+
+Every stage is keyed by what makes its output: its arguments (``--steps``, ``--seed``, the sizes, paths counted
+relative to ``OUT`` so that a demo folder can be copied or moved), the recipe it reads and the keys of the stages it
+builds on (``OUT/stages/<stage>.json``, :func:`run_stage`). A stage whose key is unchanged and whose output is
+complete is reused (the summary lists those); one whose key changed is removed and rerun, and with it every stage
+built on it; an interrupted stage with the same key resumes. Each process starts on one torch thread; which stages
+run together, and on how many threads, changes no number on the machines measured.
 
 The stages are the functions of ``miniature.stages`` (``build_world``, ``build_tiny_models``, ``build_data``,
-``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``),
-so ``veritune demo-select`` (``miniature.selection``) runs the same stages on the dev split; the command
-line of both lives in ``veritune.demo_cli``.
+``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``) and
+of ``miniature.seeing``, so ``veritune demo-select`` (``miniature.selection``) runs the same stages on the dev
+split; the command line of both lives in ``veritune.demo_cli``.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -49,6 +51,7 @@ from miniature.stages import (
     STAGE_STATUS,
     TABLE,
     Background,
+    SpareCore,
     announce_stage,
     build_data,
     build_tiny_qwen,
@@ -67,24 +70,26 @@ from miniature.stages import (
 
 
 def run_demo(
-    out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True, finer: str = "tuples"
+    out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True, finer: str = "seeing"
 ) -> dict[str, Path]:
-    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the world, models and
-    training). ``finer``: ``"tuples"``, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); or
-    ``"seeing"``, the FINER half on a base that sees per-instance attributes (``miniature.seeing``, about 18
-    minutes, beside the whole ORIC half)."""
+    """Run the whole demo under ``out`` and return where things went (``seed`` seeds the worlds, models and
+    training). ``finer``: ``"seeing"``, the FINER half on a base that sees per-instance attributes
+    (``miniature.seeing``, beside the whole ORIC half); or ``"tuples"``, the control: DPO on FINER-Tuning's tuples
+    from the ORIC half's base (beside GRPO). ``use_cache``: take the warm-started bases from the shared cache when
+    the same inputs made them before."""
     if finer not in FINER_HALVES:
         raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
-    # With --finer seeing: set once the ORIC half has trained, so that a stage of the FINER half started after it
-    # may use the core it leaves (miniature.seeing); not when OMP_NUM_THREADS is the user's to set
-    oric_done = threading.Event() if finer == "seeing" and "OMP_NUM_THREADS" not in os.environ else None
+    # The FINER half that sees takes the core the ORIC half leaves once that has trained (miniature.seeing); not
+    # when OMP_NUM_THREADS is the user's to set
+    spare_core_wanted = finer == "seeing" and "OMP_NUM_THREADS" not in os.environ
     pin_threads()
 
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = demo_paths(out)
+    oric_done = SpareCore(out) if spare_core_wanted else None
     STAGE_STATUS.clear()
     timings: dict[str, float] = {}
     clock = time.monotonic()
@@ -101,7 +106,7 @@ def run_demo(
         seeing = Background(
             "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
             out / "logs" / "finer-seeing.log",
-            lambda: run_seeing_finer(out, seed, spare_core=oric_done),
+            lambda: run_seeing_finer(out, seed, spare_core=oric_done, use_cache=use_cache),
         )
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
@@ -147,7 +152,7 @@ def run_demo(
     train_grpo(paths, steps, seed)
     lap("GRPO")
     if oric_done is not None:
-        oric_done.set()
+        oric_done.release()
     if dpo is not None:
         dpo.join()
         clock = time.monotonic()  # the wait for DPO, if any, is not counted

@@ -27,16 +27,20 @@ interrupted run resumes and a rerun reuses what is unchanged.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from miniature.stages import (
     DEV_IMAGES,
     REPO_ROOT,
+    SPARE_THREADS,
+    STAGE_STATUS,
     TRAIN_IMAGES,
     VAL_IMAGES,
+    SpareCore,
+    copy_dir,
     launch,
+    note,
     recipe_digest,
     recorded_key,
     report_command,
@@ -44,6 +48,7 @@ from miniature.stages import (
     run_stage,
     run_veritune,
     stage_key,
+    warmstart_key,
 )
 
 SFT_RECIPE = "recipes/miniature/tiny_sft_attributes.yaml"
@@ -62,16 +67,38 @@ TABLE = [
 ]
 
 
-# DPO's torch threads when a second core is free. The trained weights and the hook's scores are the same bytes
-# as on one thread (cmp on seed 0's full run, docs/LAB_NOTEBOOK.md, "The idle core, given to DPO"), and a step is
-# about 1.3 times cheaper; the
-# warm-start starts beside the ORIC half, so it keeps one thread.
-DPO_THREADS = 2
+# The torch threads of this half's training runs once the ORIC half has left its core (miniature.stages.SpareCore):
+# the trained weights and the hook's scores are the same bytes as on one thread (cmp on seed 0's full run,
+# docs/LAB_NOTEBOOK.md, "The idle core, given to DPO"), and a DPO step is about 1.3 times cheaper.
+DPO_THREADS = SPARE_THREADS
+# The code the seeing base is made by (its shared-cache key, with the commands, the recipe and the libraries'
+# versions): the drawn worlds, the tiny model and its tower's pretraining, and the warm-start's trainer
+BASE_CODE = (
+    "core",
+    "finetune",
+    "miniature/tiny",
+    "miniature/world.py",
+    "miniature/scene_graphs.py",
+    "veritune/world_cli.py",
+    "veritune/tiny_cli.py",
+)
+BASE_LIBRARIES = ("torch", "transformers", "trl", "accelerate", "numpy", "pillow")
 
 
-def dpo_threads(spare_core: threading.Event | None) -> int | None:
-    """``DPO_THREADS`` once ``spare_core`` is set, else None (the demo's one thread per process)."""
-    return DPO_THREADS if spare_core is not None and spare_core.is_set() else None
+def dpo_threads(spare_core: SpareCore | None) -> int | None:
+    """``DPO_THREADS`` for a run started once ``spare_core`` is free, else None (the demo's one thread)."""
+    return spare_core.threads() if spare_core is not None else None
+
+
+def base_code_digest() -> str:
+    """A short hash of :data:`BASE_CODE`'s Python files and :data:`BASE_LIBRARIES`' versions."""
+    from importlib.metadata import version
+
+    files = []
+    for name in BASE_CODE:
+        path = REPO_ROOT / name
+        files += sorted(path.rglob("*.py")) if path.is_dir() else [path]
+    return stage_key(warmstart_key(*files), [(library, version(library)) for library in BASE_LIBRARIES])
 
 
 @dataclass(frozen=True)
@@ -107,56 +134,76 @@ def run_seeing_finer(
     seed: int = 0,
     sizes: SeeingSizes = SeeingSizes(),
     report: bool = True,
-    spare_core: threading.Event | None = None,
+    spare_core: SpareCore | None = None,
+    use_cache: bool = True,
 ) -> Path:
     """Every stage of this half under ``out`` (the demo's directory); returns the DPO run, whose eval hook holds
-    the step-0 and final scores. With ``report``, then the run's HTML report. ``spare_core``: set once the
-    process beside this half has left its core; DPO, if it starts after that, trains on two torch threads
-    (``DPO_THREADS``)."""
+    the step-0 and final scores. With ``report``, then the run's HTML report. ``spare_core``: freed once the
+    process beside this half has left its core; the warm-start and DPO then train on two torch threads (from
+    their next step, or from the start if they start after that). With ``use_cache``, the base (its worlds, its
+    pretrained tower and its warm-start: about 10 minutes) comes from the shared cache when the same commands,
+    code and libraries made it before (``CACHE/seeing-base/KEY``), like the ORIC half's warm-start."""
+    from core.cache import publish_dir
+    from miniature import stages
+
     paths = seeing_paths(out)
     fresh, world = paths["fresh"], paths["world"]
+    threads_file = spare_core.file if spare_core is not None else None
 
     def command_stage(name: str, command: list[str], upstream: list[str], output: Path, done: Path) -> None:
         """A stage that is one ``veritune`` command, keyed by it and by the stages it reads."""
-        key = stage_key(command, *(recorded_key(out, stage) for stage in upstream))
+        key = stage_key(command, *(recorded_key(out, stage) for stage in upstream), out=out)
         run_stage(out, name, key, [output], done.is_file, lambda: run_veritune(*command))
 
-    def world_stage(name: str, folder: Path, arguments: list[str]) -> None:
-        command = ["build", "synthetic-world", "--out", str(folder), *arguments, "--instance-attributes", "drawn"]
-        command_stage(name, command, [], folder, folder / "dev" / "coco_pope_random.json")
+    def world_command(folder: Path, arguments: list[str]) -> list[str]:
+        return ["build", "synthetic-world", "--out", str(folder), *arguments, "--instance-attributes", "drawn"]
 
-    world_stage(
-        "seeing-fresh",
+    fresh_world = world_command(
         fresh,
         ["--train-images", str(sizes.fresh_images), "--val-images", "10", "--dev-images", "10"]
         + ["--seed", str(FRESH_SEED_OFFSET + seed)],
     )
-    world_stage(
-        "seeing-world",
+    demo_world = world_command(
         world,
         [f"--{split}-images={count}" for split, count in zip(("train", "val", "dev"), sizes.world_images, strict=True)]
         + ["--seed", str(seed)],
     )
-
     model = ["tiny-model", "--size", "demo", "--format-warmup-steps", "0", "--patch-size", "8", "--seed", str(seed)]
     model += ["--pretrain-vision", str(fresh / "train"), "--pretrain-vision-steps", str(sizes.tower_steps)]
     model += ["--pretrain-vision-eval", str(world / "dev"), "--out", str(paths["model"])]
-    command_stage(
-        "seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], paths["model"] / "model.safetensors"
-    )
-
     warmstart = ["--model_name_or_path", str(paths["model"]), "--output_dir", str(paths["base"])]
     warmstart += ["--dataset_path", str(fresh / "train" / "instances.json")]
     warmstart += ["--image_root", str(fresh / "train" / "images"), "--seed", str(seed)]
     warmstart += ["--max_steps", str(sizes.warmstart_steps)]
-    run_stage(
-        out,
+
+    command_stage("seeing-world", demo_world, [], world, world / "dev" / "coco_pope_random.json")
+
+    # The base is keyed by the commands that make it (paths relative to ``out``), its recipe, its code and the
+    # libraries' versions: the same key from the cache or built here, so the stages after it do not tell them apart
+    base_key = stage_key(
         "seeing-base",
-        stage_key(warmstart, recipe_digest(REPO_ROOT / SFT_RECIPE), recorded_key(out, "seeing-model")),
-        [paths["base"]],
-        lambda: (paths["base"] / "model.safetensors").is_file(),
-        lambda: launch("finetune/sft.py", SFT_RECIPE, warmstart),
+        [fresh_world, demo_world, model, warmstart],
+        recipe_digest(REPO_ROOT / SFT_RECIPE),
+        base_code_digest(),
+        out=out,
     )
+    cached = stages.CACHE / "seeing-base" / base_key
+
+    def build_base() -> None:
+        if use_cache and (cached / "model.safetensors").is_file():
+            note(f"reusing the cached base that sees {cached}")
+            STAGE_STATUS["seeing-base"] = "shared cache"
+            copy_dir(cached, paths["base"])
+            return
+        command_stage("seeing-fresh", fresh_world, [], fresh, fresh / "dev" / "coco_pope_random.json")
+        weights = paths["model"] / "model.safetensors"
+        command_stage("seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], weights)
+        launch("finetune/sft.py", SFT_RECIPE, warmstart, threads=dpo_threads(spare_core), threads_file=threads_file)
+        if use_cache and not publish_dir(paths["base"], cached):
+            note(f"another process cached this base first: {cached}")
+
+    base_done = (paths["base"] / "model.safetensors").is_file
+    run_stage(out, "seeing-base", base_key, [paths["base"]], base_done, build_base)
 
     pairs = ["build", "finer-contrast", "--false-image", "random", "--seed", str(seed)]
     pairs += ["--scene-graphs", str(world / "train" / "scene_graphs.json")]
@@ -181,10 +228,10 @@ def run_seeing_finer(
     run_stage(
         out,
         "seeing-dpo",
-        stage_key(dpo, recipe_digest(REPO_ROOT / DPO_RECIPE), upstream),
+        stage_key(dpo, recipe_digest(REPO_ROOT / DPO_RECIPE), upstream, out=out),
         [paths["dpo"]],
         lambda: (paths["dpo"] / "trainer_state.json").is_file(),
-        lambda: launch("finetune/dpo.py", DPO_RECIPE, dpo, threads=dpo_threads(spare_core)),
+        lambda: launch("finetune/dpo.py", DPO_RECIPE, dpo, threads=dpo_threads(spare_core), threads_file=threads_file),
     )
     if report:
         run_command(report_command(paths["dpo"]))

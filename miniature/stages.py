@@ -37,9 +37,10 @@ STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output wa
 # The before/after table: (benchmark, metric) in the units the scorers report.
 # the FINER hook's limit (120 q+/q- pairs, a seeded sample stratified over FINER's settings) and DPO steps
 FINER_QUESTIONS, DPO_STEPS = 240, 16
-# FINER's half of the demo: DPO on FINER-Tuning's tuples from the demo's base (the default), or on a base that
-# sees per-instance attributes (miniature.seeing; about 18 minutes, beyond the demo's budget)
-FINER_HALVES = ("tuples", "seeing")
+# FINER's half of the demo: DPO on image-contrast pairs from a base that sees per-instance attributes
+# (miniature.seeing; the default), or DPO on FINER-Tuning's tuples from the ORIC half's base, which cannot see
+# them: a control that shows DPO has nothing to cure where the base does not perceive the attribute
+FINER_HALVES = ("seeing", "tuples")
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
 DEV_IMAGES = 240  # a third split, held out from training and benchmarks: hyperparameters are selected on it
 ORIC_TRAIN_PER_ANSWER, ORIC_BENCH_PER_ANSWER = 300, 60  # the paper's 600 training questions (300 yes, 300 no)
@@ -64,13 +65,16 @@ SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:")  # a backg
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
-def run_command(command: list[str], threads: int | None = None) -> None:
-    wait_commands([start_command(command, threads)])
+def run_command(command: list[str], threads: int | None = None, threads_file: Path | None = None) -> None:
+    wait_commands([start_command(command, threads, threads_file)])
 
 
-def start_command(command: list[str], threads: int | None = None) -> tuple[list[str], subprocess.Popen]:
+def start_command(
+    command: list[str], threads: int | None = None, threads_file: Path | None = None
+) -> tuple[list[str], subprocess.Popen]:
     """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log;
-    with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s."""
+    with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s; with ``threads_file``, a
+    training run takes the thread count written there once it appears (``finetune.threads``)."""
     log = getattr(_OUTPUT, "log", None)
     line = "$ " + (f"OMP_NUM_THREADS={threads} " if threads is not None else "") + " ".join(command)
     if log is None:
@@ -81,6 +85,10 @@ def start_command(command: list[str], threads: int | None = None) -> tuple[list[
     env[PARENT_SAYS_INTERRUPTED_ENV] = "1"  # on Ctrl-C the demo says "interrupted", not each stage again
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
+    if threads_file is not None:
+        from finetune.threads import THREADS_FILE_ENV
+
+        env[THREADS_FILE_ENV] = str(threads_file)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if log is None:
         return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env)
@@ -174,10 +182,48 @@ def recipe_accelerate_config(recipe: str) -> str:
     return recipe_path_value(REPO_ROOT / recipe, "accelerate_config") or ACCELERATE_CONFIG
 
 
-def launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
+def launch(
+    script: str, recipe: str, overrides: list[str], threads: int | None = None, threads_file: Path | None = None
+) -> None:
     launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     launcher += ["--config_file", recipe_accelerate_config(recipe)]
-    run_command([*launcher, script, recipe, *overrides], threads)
+    run_command([*launcher, script, recipe, *overrides], threads, threads_file)
+
+
+# The torch threads a training run of the seeing half takes once the ORIC half has left its core
+SPARE_THREADS = 2
+
+
+class SpareCore:
+    """The core one half of the demo leaves when it is done, offered to the training runs of the other:
+    :meth:`release` writes :data:`SPARE_THREADS` into :attr:`file` (``OUT/stages/spare-threads``), which a run
+    launched with it as ``threads_file`` reads before each step (``finetune.threads``); a run started after that
+    starts on that many threads (:meth:`threads`). Not used when ``OMP_NUM_THREADS`` is the user's to set."""
+
+    def __init__(self, out: Path) -> None:
+        self.file = out / STAGES_DIR / "spare-threads"
+        self.file.unlink(missing_ok=True)  # an earlier demo's: this one's other half has not finished yet
+        self.freed = threading.Event()
+
+    def release(self) -> None:
+        from core.io import atomic_write_text
+
+        atomic_write_text(self.file, f"{SPARE_THREADS}\n")
+        self.freed.set()
+
+    def threads(self) -> int | None:
+        """:data:`SPARE_THREADS` once released, else None (one thread a process)."""
+        return SPARE_THREADS if self.freed.is_set() else None
+
+
+def copy_dir(source: Path, target: Path) -> None:
+    """``source`` copied to ``target`` beside it, then renamed: a demo killed while copying leaves no half-copied
+    folder that looks complete."""
+    partial = target.with_name(f".{target.name}.partial")
+    _remove(partial)
+    shutil.copytree(source, partial)
+    _remove(target)
+    os.rename(partial, target)
 
 
 def pin_threads() -> None:
@@ -195,10 +241,14 @@ def pin_threads() -> None:
 STAGE_STATUS: dict[str, str] = {}  # stage -> "reused" / "shared cache" / "run", for this process's summary
 
 
-def stage_key(*parts: Any) -> str:
+def stage_key(*parts: Any, out: Path | None = None) -> str:
     """A short hash of what makes a stage's output: its arguments, the files it reads, the keys of the stages
-    it builds on."""
-    return hashlib.sha256(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()[:16]
+    it builds on. Paths under ``out`` (the demo's directory) count relative to it, so a demo directory copied or
+    moved elsewhere keeps its keys: a rerun there reuses what is unchanged."""
+    text = json.dumps(parts, default=str, sort_keys=True)
+    if out is not None:
+        text = re.sub(re.escape(str(out)) + r'(?=[/"])', "$OUT", text)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _stage_record(out: Path, name: str) -> Path:
@@ -311,7 +361,7 @@ def world_key(seed: int) -> str:
 def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
     """The random-initialised demo-size Qwen3-VL and the tiny CLIP trained on the train split."""
     build_tiny_qwen(paths, seed)
-    _note(_build_tiny_clip(paths, seed))
+    note(_build_tiny_clip(paths, seed))
 
 
 def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
@@ -351,13 +401,13 @@ def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
 def build_data(paths: dict[str, Path], out: Path, seed: int, finer: bool = True) -> None:
     """What needs neither the base model nor a trained one: the tiny CLIP, ORIC's data, FINER's data (unless
     ``finer`` is False)."""
-    _note(_build_tiny_clip(paths, seed))
+    note(_build_tiny_clip(paths, seed))
     build_oric(paths, out, seed)
     if finer:
         build_finer(paths, seed)
 
 
-def _note(message: str) -> None:
+def note(message: str) -> None:
     """A line for the terminal, or for the stage log of a background stage."""
     log = getattr(_OUTPUT, "log", None)
     if log is None:
@@ -409,12 +459,7 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, ov
             )
             if use_cache and not publish_dir(out / "sft", cached):
                 print(f"another process cached this warm-start first: using {cached}")
-        # copied beside, then renamed: a demo killed while copying leaves no half-copied base that looks complete
-        partial = paths["base"].with_name(f".{paths['base'].name}.partial")
-        _remove(partial)
-        shutil.copytree(cached if use_cache else out / "sft", partial)
-        _remove(paths["base"])
-        os.rename(partial, paths["base"])
+        copy_dir(cached if use_cache else out / "sft", paths["base"])
 
     # out/sft, the warm-start's run directory, goes with a base of other inputs (it would refuse their settings)
     outputs = [paths["base"], out / "sft"]
@@ -448,7 +493,7 @@ def build_oric(paths: dict[str, Path], out: Path, seed: int, dev: bool = False) 
         run_stage(
             out,
             output.parent.name,  # oric, oric-bench, oric-dev: one folder each
-            stage_key(command, upstream),
+            stage_key(command, upstream, out=out),
             [output.parent],
             output.is_file,
             lambda command=command: run_veritune(*command),
@@ -510,6 +555,7 @@ def train_grpo(
         overrides,
         recipe_digest(REPO_ROOT / RECIPE),
         [recorded_key(out, name) for name in ("world", "base", "oric", "oric-bench" if split == "val" else "oric-dev")],
+        out=out,
     )
     run_stage(
         out,
@@ -531,7 +577,7 @@ def build_finer(paths: dict[str, Path], seed: int) -> None:
     run_stage(
         out,
         "finer",
-        stage_key(tuples, upstream),
+        stage_key(tuples, upstream, out=out),
         [paths["finer"]],
         (paths["finer"] / "train.jsonl").is_file,
         lambda: run_veritune(*tuples),
@@ -562,7 +608,7 @@ def build_finer(paths: dict[str, Path], seed: int) -> None:
     run_stage(
         out,
         paths["finer_bench"].parent.name,
-        stage_key(benches, upstream),
+        stage_key(benches, upstream, out=out),
         [paths["finer_bench"].parent],
         lambda: paths["finer_bench"].is_file() and paths["finer_yn"].is_file(),
         build_benches,
@@ -609,6 +655,7 @@ def train_dpo(paths: dict[str, Path], seed: int, report: bool = False) -> None:
         overrides,
         recipe_digest(REPO_ROOT / DPO_RECIPE),
         [recorded_key(out, name) for name in ("world", "base", "finer", "finer-bench")],
+        out=out,
     )
     run_stage(
         out,
@@ -703,11 +750,17 @@ def summarise(
     )
     print(f"results:           {out / 'results.json'}\n")
     if "dpo" in runs:
-        print("ORIC-Bench and POPE: base vs GRPO; FINER: base vs DPO (95% paired bootstrap interval of the difference)")
+        print(
+            "ORIC half, rows oric_bench and pope: base vs GRPO. FINER half on the demo's base, which cannot see "
+            "per-instance attributes (--finer tuples), rows finer and finer_yn: base vs DPO on FINER-Tuning's tuples. "
+            "Each with the 95% paired bootstrap interval of the difference."
+        )
     else:
         print(
-            "ORIC-Bench and POPE: base vs GRPO; rows marked (finer-seeing): the base that sees per-instance "
-            "attributes vs its DPO, on its own world's val split (95% paired bootstrap interval of the difference)"
+            "ORIC half, rows oric_bench and pope: the demo's base vs GRPO on ORIC's questions (the demo world's val "
+            "split). FINER half, rows marked (finer-seeing): the base that sees per-instance attributes vs its DPO "
+            "on image-contrast pairs (its drawn world's val split; its pope row: the objects kept). Each with the 95% "
+            "paired bootstrap interval of the difference."
         )
     print(table)
     levels = _finer_yn_levels(probe)

@@ -143,6 +143,24 @@ def test_every_stage_is_reused_with_the_same_arguments_and_the_warm_start_comes_
     assert "from the shared cache: base" in demo.stage_summary(demo.STAGE_STATUS)
 
 
+def test_a_copied_or_moved_demo_directory_rerun_with_other_steps_reruns_grpo_only(stages: dict) -> None:
+    import shutil
+
+    paths, launched = stages["paths"], stages["launched"]
+    every_stage(paths, 60)
+    old = paths["world"].parent
+    for where, move, steps in (("copied", shutil.copytree, 30), ("moved", shutil.move, 45)):
+        new = old.parent / where
+        move(old, new)
+        launched.clear()
+        demo.STAGE_STATUS.clear()
+        every_stage(demo.demo_paths(new), steps)
+        assert [command[0] for command in launched] == ["build", "build", "finetune/grpo.py"]  # the checks, GRPO
+        assert demo.stage_summary(demo.STAGE_STATUS).startswith("run now: grpo; reused (same inputs as before): world")
+        assert launched[-1][launched[-1].index("--output_dir") + 1] == str(new / "grpo")
+        old = new
+
+
 def test_another_seed_reruns_the_world_and_every_stage_built_on_it(stages: dict) -> None:
     paths, launched = stages["paths"], stages["launched"]
     demo.build_world(paths, seed=0)

@@ -7,27 +7,29 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 from pathlib import Path
 
 import pytest
 
 from core.errors import UserError
 from miniature import seeing as demo_seeing
+from miniature import stages
 from miniature.seeing import DPO_THREADS, RUN, TABLE, SeeingSizes, dpo_threads, run_seeing_finer, seeing_paths
-from miniature.stages import STAGE_STATUS, results_table
+from miniature.stages import STAGE_STATUS, SpareCore, results_table
 
 TOY = SeeingSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
 )
-STAGES = ["seeing-fresh", "seeing-world", "seeing-model", "seeing-base", "seeing-pairs", "seeing-probe", "seeing-dpo"]
+STAGES = ["seeing-world", "seeing-base", "seeing-fresh", "seeing-model", "seeing-pairs", "seeing-probe", "seeing-dpo"]
 
 
 @pytest.fixture(scope="module")
 def seeing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("seeing")
     STAGE_STATUS.clear()
-    run_seeing_finer(out, 0, TOY)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stages, "CACHE", out.parent / f"{out.name}-cache")  # the shared cache, this module's own
+        run_seeing_finer(out, 0, TOY)
     assert STAGE_STATUS == dict.fromkeys(STAGES, "run")
     return out
 
@@ -68,24 +70,55 @@ def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
     before = dpo_state.stat().st_mtime_ns
     STAGE_STATUS.clear()
     run_seeing_finer(seeing, 0, TOY, report=False)
-    assert STAGE_STATUS == dict.fromkeys(STAGES, "reused")
+    # the base is there: what it was built from (the fresh world, the tower) is not even looked at
+    assert STAGE_STATUS == dict.fromkeys(
+        [name for name in STAGES if name not in ("seeing-fresh", "seeing-model")], "reused"
+    )
     assert dpo_state.stat().st_mtime_ns == before
-    # the core left by the other half is set free: DPO, started after that, trains on two threads
+    # the core left by the other half is set free: DPO, started after that, trains on two threads, and would take
+    # them from its next step had it started before (the file its environment names)
     launched, launch = [], demo_seeing.launch
-    monkeypatch.setattr(demo_seeing, "launch", lambda *a, **k: (launched.append(k.get("threads")), launch(*a, **k)))
-    spare_core = threading.Event()
-    spare_core.set()
+    monkeypatch.setattr(
+        demo_seeing,
+        "launch",
+        lambda *a, **k: (launched.append((k.get("threads"), k.get("threads_file"))), launch(*a, **k)),
+    )
+    spare_core = SpareCore(seeing)
+    spare_core.release()
     STAGE_STATUS.clear()
     run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False, spare_core=spare_core)
-    assert STAGE_STATUS == {**dict.fromkeys(STAGES[:-1], "reused"), "seeing-dpo": "run"}
+    assert STAGE_STATUS == {
+        **dict.fromkeys(["seeing-world", "seeing-base", "seeing-pairs", "seeing-probe"], "reused"),
+        "seeing-dpo": "run",
+    }
     assert json.loads(dpo_state.read_text())["global_step"] == 3
-    assert launched == [DPO_THREADS]
+    assert launched == [(DPO_THREADS, spare_core.file)]
 
 
-def test_dpo_takes_a_second_thread_only_once_the_core_beside_it_is_free() -> None:
-    spare_core = threading.Event()
+def test_another_demo_directory_takes_the_base_from_the_shared_cache(
+    seeing: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(stages, "CACHE", seeing.parent / f"{seeing.name}-cache")
+    launched, launch = [], demo_seeing.launch
+    monkeypatch.setattr(
+        demo_seeing, "launch", lambda script, *a, **k: (launched.append(script), launch(script, *a, **k))
+    )
+    STAGE_STATUS.clear()
+    run_seeing_finer(tmp_path / "demo", 0, TOY, report=False)
+    assert STAGE_STATUS["seeing-base"] == "shared cache" and "seeing-fresh" not in STAGE_STATUS
+    assert launched == ["finetune/dpo.py"]  # no tower pretraining, no warm-start
+    built, cached = seeing_paths(tmp_path / "demo")["base"], seeing_paths(seeing)["base"]
+    assert (built / "model.safetensors").read_bytes() == (cached / "model.safetensors").read_bytes()
+    assert not seeing_paths(tmp_path / "demo")["fresh"].exists()
+    # the stages after the base have the keys they have where it was built: the same inputs, the same keys
+    for name in ("seeing-base", "seeing-pairs", "seeing-probe"):
+        assert stages.recorded_key(tmp_path / "demo", name) == stages.recorded_key(seeing, name)
+
+
+def test_dpo_takes_a_second_thread_only_once_the_core_beside_it_is_free(tmp_path: Path) -> None:
+    spare_core = SpareCore(tmp_path)
     assert dpo_threads(None) is None and dpo_threads(spare_core) is None
-    spare_core.set()
+    spare_core.release()
     assert dpo_threads(spare_core) == DPO_THREADS == 2
 
 
@@ -112,7 +145,7 @@ def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: py
     from miniature.pipeline import run_demo
     from veritune.cli import main
 
-    with pytest.raises(UserError, match="--finer: expected one of tuples, seeing"):
+    with pytest.raises(UserError, match="--finer: expected one of seeing, tuples"):
         run_demo(tmp_path / "demo", finer="letters")
     assert not (tmp_path / "demo").exists()
     with pytest.raises(SystemExit) as exit_info:

@@ -21,14 +21,17 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--steps", type=int, default=None, help="override the GRPO recipe's max_steps")
     parser.add_argument("--seed", type=int, default=0, help="seeds the world, the models and the training runs")
-    parser.add_argument("--no-cache", action="store_true", help="train the warm-start even when a cached one exists")
+    parser.add_argument(
+        "--no-cache", action="store_true", help="train the warm-started bases even when cached ones exist"
+    )
     parser.add_argument(
         "--finer",
         choices=FINER_HALVES,
-        default="tuples",
-        help="FINER's half: tuples, DPO on FINER-Tuning's tuples from the demo's base (beside GRPO); seeing, a "
-        "16-token base whose pretrained, frozen tower sees per-instance attributes, then DPO on image-contrast "
-        "pairs (miniature.seeing; about 18 minutes, beside the whole ORIC half; its rows: docs/RESULTS.md)",
+        default="seeing",
+        help="FINER's half: seeing (the default), a 16-token base whose pretrained, frozen tower sees per-instance "
+        "attributes, then DPO on image-contrast pairs (miniature.seeing; beside the whole ORIC half); tuples, DPO "
+        "on FINER-Tuning's tuples from the ORIC half's base, which cannot see those attributes: a control whose "
+        "FINER rows do not move (docs/RESULTS.md)",
     )
     parser.set_defaults(handler=_demo)
 
