@@ -11,7 +11,8 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
 2. a tiny Qwen3-VL with 16 vision tokens per image (``veritune tiny-model --patch-size 8``) whose vision tower is
    pretrained on the fresh world's per-instance attributes (``--pretrain-vision``, ``miniature.tiny.tower``);
 3. the base: ``finetune/sft.py`` with ``recipes/miniature/tiny_sft_attributes.yaml`` (the tower frozen, three pairs
-   of each drawn attribute per image in the probe's wording, 6,000 steps);
+   of each drawn attribute per image in the probe's wording, 6,000 steps) on the fresh world's table (``veritune
+   build warmstart-data``);
 4. DPO pairs that ask one description on an image where it is true and on one where it is false (``veritune
    build finer-contrast --false-image random``), and FINER's yes/no probe on the val scene graphs (``veritune
    build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1);
@@ -96,6 +97,7 @@ def seeing_paths(out: Path) -> dict[str, Path]:
         "world": root / "world",
         "model": root / "tiny-qwen3vl",
         "base": root / "base",
+        "data": root / "warmstart-data" / "train.jsonl",
         "pairs": root / "contrast",
         "probe": root / "finer-bench" / "finer_yn.csv",
         "dpo": root / "dpo",
@@ -145,14 +147,23 @@ def run_seeing_finer(
         "seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], paths["model"] / "model.safetensors"
     )
 
+    # the recipe's table: the demo's conventional questions and 3 attribute pairs per image and slot (the scene
+    # graphs beside the instances file)
+    data = ["build", "warmstart-data", "--annotations", str(fresh / "train" / "instances.json")]
+    data += ["--image-root", str(fresh / "train" / "images"), "--out", str(paths["data"])]
+    data += ["--questions-per-image", "2", "--no-captions", "--answer-styles", "plain"]
+    data += ["--attribute-pairs-per-image", "3", "--seed", str(seed)]
+    command_stage("seeing-data", data, ["seeing-fresh"], paths["data"].parent, paths["data"])
+
     warmstart = ["--model_name_or_path", str(paths["model"]), "--output_dir", str(paths["base"])]
-    warmstart += ["--dataset_path", str(fresh / "train" / "instances.json")]
+    warmstart += ["--dataset_path", str(paths["data"])]
     warmstart += ["--image_root", str(fresh / "train" / "images"), "--seed", str(seed)]
     warmstart += ["--max_steps", str(sizes.warmstart_steps)]
+    upstream = [recorded_key(out, name) for name in ("seeing-model", "seeing-data")]
     run_stage(
         out,
         "seeing-base",
-        stage_key(warmstart, recipe_digest(REPO_ROOT / SFT_RECIPE), recorded_key(out, "seeing-model")),
+        stage_key(warmstart, recipe_digest(REPO_ROOT / SFT_RECIPE), upstream),
         [paths["base"]],
         lambda: (paths["base"] / "model.safetensors").is_file(),
         lambda: launch("finetune/sft.py", SFT_RECIPE, warmstart),

@@ -20,7 +20,16 @@ from miniature.stages import STAGE_STATUS, results_table
 TOY = SeeingSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
 )
-STAGES = ["seeing-fresh", "seeing-world", "seeing-model", "seeing-base", "seeing-pairs", "seeing-probe", "seeing-dpo"]
+STAGES = [
+    "seeing-fresh",
+    "seeing-world",
+    "seeing-model",
+    "seeing-data",
+    "seeing-base",
+    "seeing-pairs",
+    "seeing-probe",
+    "seeing-dpo",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +45,21 @@ def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
     paths = seeing_paths(seeing)
     tiny = json.loads((paths["model"] / "veritune_tiny.json").read_text())
     assert tiny["patch_size"] == 8 and tiny["vision_pretraining"]["steps"] == TOY.tower_steps
+    data = json.loads((paths["data"].with_name("train.manifest.json")).read_text())
+    assert data["settings"] == {  # the attribute recipe's former keys, its seed
+        "questions_per_image": 2,
+        "captions": False,
+        "mcq_per_image": 0,
+        "answer_styles": ["plain"],
+        "attribute_pairs_per_image": 3,
+        "attribute_pair_slots": None,
+        "seed": 0,
+    }
+    assert data["source"] == str(paths["fresh"] / "train" / "instances.json")
+    assert data["scene_graphs"] == str(paths["fresh"] / "train" / "scene_graphs.json")
     base = json.loads((paths["base"] / "veritune_run.json").read_text())
     assert base["script_args"]["recipe"] == "recipes/miniature/tiny_sft_attributes.yaml"
+    assert base["settings"]["dataset_path"] == str(paths["data"])
     assert base["settings"]["freeze_vision_tower"] is True and base["settings"]["max_steps"] == TOY.warmstart_steps
     dpo = json.loads((paths["dpo"] / "veritune_run.json").read_text())
     assert dpo["script_args"]["recipe"] == "recipes/miniature/tiny_finer_contrast.yaml"
