@@ -33,6 +33,7 @@ HELP: dict[str | None, dict[str, str]] = {
     "build": {
         "synthetic-world": "draw a synthetic COCO-format image world (offline demo data)",
         "scene-graphs": "FINER-layout scene graphs of a synthetic world (input of `build finer`)",
+        "warmstart-data": "the SFT warm-start's prompt-completion table from a COCO instances file (finetune/sft.py)",
         "oric": "ORIC-style GRPO training questions (paper: 300 yes + 300 no)",
         "oric-bench": "ORIC-Bench (paper: 1,000 yes + 1,000 no)",
         "check-leakage": "fail when two ORIC files share an image",

@@ -11,7 +11,8 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
 2. a tiny Qwen3-VL with 16 vision tokens per image (``veritune tiny-model --patch-size 8``) whose vision tower is
    pretrained on the fresh world's per-instance attributes (``--pretrain-vision``, ``miniature.tiny.tower``);
 3. the base: ``finetune/sft.py`` with ``recipes/miniature/tiny_sft_attributes.yaml`` (the tower frozen, three pairs
-   of each drawn attribute per image in the probe's wording, 6,000 steps);
+   of each drawn attribute per image in the probe's wording, 6,000 steps) on the fresh world's table (``veritune
+   build warmstart-data``);
 4. DPO pairs that ask one description on an image where it is true and on one where it is false (``veritune
    build finer-contrast --false-image random``), and FINER's yes/no probe on the val scene graphs (``veritune
    build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1);
@@ -74,6 +75,7 @@ DPO_THREADS = SPARE_THREADS
 # The code the seeing base is made by (its shared-cache key, with the commands, the recipe and the libraries'
 # versions): the drawn worlds, the tiny model and its tower's pretraining, and the warm-start's trainer
 BASE_CODE = (
+    "miniature/warmstart_data.py",
     "core",
     "finetune",
     "miniature/tiny",
@@ -123,6 +125,7 @@ def seeing_paths(out: Path) -> dict[str, Path]:
         "world": root / "world",
         "model": root / "tiny-qwen3vl",
         "base": root / "base",
+        "data": root / "warmstart-data" / "train.jsonl",
         "pairs": root / "contrast",
         "probe": root / "finer-bench" / "finer_yn.csv",
         "dpo": root / "dpo",
@@ -171,8 +174,14 @@ def run_seeing_finer(
     model = ["tiny-model", "--size", "demo", "--format-warmup-steps", "0", "--patch-size", "8", "--seed", str(seed)]
     model += ["--pretrain-vision", str(fresh / "train"), "--pretrain-vision-steps", str(sizes.tower_steps)]
     model += ["--pretrain-vision-eval", str(world / "dev"), "--out", str(paths["model"])]
+    # the recipe's table: the demo's conventional questions and 3 attribute pairs per image and slot (the scene
+    # graphs beside the instances file)
+    data = ["build", "warmstart-data", "--annotations", str(fresh / "train" / "instances.json")]
+    data += ["--image-root", str(fresh / "train" / "images"), "--out", str(paths["data"])]
+    data += ["--questions-per-image", "2", "--no-captions", "--answer-styles", "plain"]
+    data += ["--attribute-pairs-per-image", "3", "--seed", str(seed)]
     warmstart = ["--model_name_or_path", str(paths["model"]), "--output_dir", str(paths["base"])]
-    warmstart += ["--dataset_path", str(fresh / "train" / "instances.json")]
+    warmstart += ["--dataset_path", str(paths["data"])]
     warmstart += ["--image_root", str(fresh / "train" / "images"), "--seed", str(seed)]
     warmstart += ["--max_steps", str(sizes.warmstart_steps)]
 
@@ -182,7 +191,7 @@ def run_seeing_finer(
     # libraries' versions: the same key from the cache or built here, so the stages after it do not tell them apart
     base_key = stage_key(
         "seeing-base",
-        [fresh_world, demo_world, model, warmstart],
+        [fresh_world, demo_world, model, data, warmstart],
         recipe_digest(REPO_ROOT / SFT_RECIPE),
         base_code_digest(),
         out=out,
@@ -198,6 +207,7 @@ def run_seeing_finer(
         command_stage("seeing-fresh", fresh_world, [], fresh, fresh / "dev" / "coco_pope_random.json")
         weights = paths["model"] / "model.safetensors"
         command_stage("seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], weights)
+        command_stage("seeing-data", data, ["seeing-fresh"], paths["data"].parent, paths["data"])
         launch("finetune/sft.py", SFT_RECIPE, warmstart, threads=dpo_threads(spare_core), threads_file=threads_file)
         if use_cache and not publish_dir(paths["base"], cached):
             note(f"another process cached this base first: {cached}")

@@ -30,6 +30,9 @@ from core.errors import PARENT_SAYS_INTERRUPTED_ENV, UserError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RECIPE = "recipes/miniature/tiny_oric_miniature.yaml"
 SFT_RECIPE = "recipes/miniature/tiny_sft_warmstart.yaml"
+# The warm-start table's flags, as SFT_RECIPE's comment shows them, and the module that generates it
+WARMSTART_DATA_FLAGS = ("--questions-per-image", "2", "--no-captions", "--answer-styles", "plain")
+WARMSTART_GENERATOR = REPO_ROOT / "miniature" / "warmstart_data.py"
 DPO_RECIPE = "recipes/miniature/tiny_finer_demo.yaml"
 ACCELERATE_CONFIG = "recipes/accelerate/single.yaml"
 CACHE = cache_root()
@@ -418,16 +421,25 @@ def note(message: str) -> None:
 
 
 def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, overrides: tuple[str, ...] = ()) -> None:
-    """The base model: the SFT warm-start, reused from the shared cache when its inputs are unchanged (two
+    """The base model: the SFT warm-start on the table of ``veritune build warmstart-data`` (stage
+    ``warmstart-data``), reused from the shared cache when its inputs are unchanged (two
     demos building the same entry at once both succeed: :func:`core.cache.publish_dir`; ``overrides``:
     further recipe keys, e.g. ``--max_steps 2`` for a smoke test; part of the cache key)."""
     world = paths["world"]
+    # the table first (its images named relative to the image root: the same bytes in any demo directory)
+    table, generator = out / "warmstart-data" / "train.jsonl", WARMSTART_GENERATOR
+    data = ["build", "warmstart-data", "--annotations", str(world / "train" / "instances.json")]
+    data += ["--image-root", str(world / "train" / "images"), "--out", str(table), *WARMSTART_DATA_FLAGS]
+    data += ["--seed", str(seed)]
+    data_key = stage_key(data, file_digest(generator), recorded_key(out, "world"), out=out)
+    run_stage(out, "warmstart-data", data_key, [table.parent], table.is_file, lambda: run_veritune(*data))
     key = warmstart_key(
         *recipe_files(REPO_ROOT / SFT_RECIPE),  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
         REPO_ROOT / "finetune" / "training.py",  # whether TRL's LM head scores only labelled positions (start_run)
         REPO_ROOT / "core" / "trl_adapter.py",  # how it does (set_cpu_compact_lm_head)
-        world / "train" / "instances.json",
+        table,
+        generator,
         paths["model"] / "model.safetensors",
     )
     key = stage_key("warm-start", key, seed)  # the seed changes the run too
@@ -447,7 +459,7 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, ov
                     "--model_name_or_path",
                     str(paths["model"]),
                     "--dataset_path",
-                    str(world / "train" / "instances.json"),
+                    str(table),
                     "--image_root",
                     str(world / "train" / "images"),
                     "--output_dir",

@@ -53,8 +53,17 @@ def sft_step_time(output_dir: Path) -> float:
     return runtime / state["global_step"]
 
 
+def warmstart_table(world: dict[str, Path], out: Path, flags: tuple[str, ...] = ()) -> Path:
+    """The warm-start recipes' table of ``world``'s train split (``veritune build warmstart-data``), with
+    ``flags`` added (the attribute recipe's pairs)."""
+    command = [sys.executable, "-m", "veritune.cli", "build", "warmstart-data", "--out", str(out)]
+    command += ["--annotations", str(world["train_annotations"]), "--image-root", str(world["train_images"])]
+    run([*command, "--questions-per-image", "2", "--no-captions", "--answer-styles", "plain", *flags])
+    return out
+
+
 def forward_backward_times(
-    model_dir: Path, world: dict[str, Path], batches: int, repeats: int
+    model_dir: Path, world: dict[str, Path], table: Path, batches: int, repeats: int
 ) -> dict[str, list[float]]:
     """Forward + backward of the SFT loss on the same batches (TRL's fused LM head, as ``SFTTrainer`` runs it),
     alternately: position ids computed in the forward, given by the collator, and given by the collator with
@@ -65,17 +74,10 @@ def forward_backward_times(
     from trl.trainer.utils import add_fused_lm_head
 
     from core.trl_adapter import set_cpu_compact_lm_head
-    from finetune.sft import conventional_examples, examples_dataset, with_position_ids
+    from finetune.sft import SFTScriptArguments, examples_dataset, table_examples, with_position_ids
 
     torch.set_num_threads(1)
-    examples = conventional_examples(
-        world["train_annotations"],
-        world["train_images"],
-        questions_per_image=2,
-        captions=False,
-        styles=["plain"],
-        seed=0,
-    )
+    examples = table_examples(SFTScriptArguments(dataset_path=str(table), image_root=str(world["train_images"])))
     dataset = examples_dataset(examples)
     model = AutoModelForImageTextToText.from_pretrained(model_dir)
     add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
@@ -145,6 +147,7 @@ def main() -> None:
         model = build_tiny_model("qwen3vl", tmp_path / "model", seed=0, format_warmup_steps=0, size="demo")
         data, images = write_oric_fixture(tmp_path / "oric", num_items=64)
         world = build_synthetic_world(tmp_path / "world", num_train_images=200, num_val_images=1)
+        table = warmstart_table(world, tmp_path / "warmstart.jsonl")
         common = ["--model_name_or_path", str(model), "--save_strategy", "no", "--report_to", "none"]
         for repeat in range(args.repeats):
             for bf16 in ("true", "false"):  # alternately, so load on the machine hits both sides alike
@@ -157,13 +160,13 @@ def main() -> None:
             for workers in ("0", "1"):
                 out = tmp_path / f"sft-{workers}-{repeat}"
                 sft = [sys.executable, "finetune/sft.py", "recipes/miniature/tiny_sft_warmstart.yaml", *common]
-                sft += ["--dataset_path", str(world["train_annotations"]), "--image_root", str(world["train_images"])]
+                sft += ["--dataset_path", str(table), "--image_root", str(world["train_images"])]
                 sft += ["--max_steps", str(args.sft_steps), "--dataloader_num_workers", workers]
                 sft += ["--dataloader_persistent_workers", "true" if workers != "0" else "false"]
                 sft += ["--output_dir", str(out)]
                 run(sft)
                 times.setdefault(f"SFT step (batch 32), data workers={workers}", []).append(sft_step_time(out))
-        times.update(forward_backward_times(model, world, args.fb_batches, args.repeats))
+        times.update(forward_backward_times(model, world, table, args.fb_batches, args.repeats))
         # the FINER base's warm-start: 16 vision tokens, tower frozen, the attribute pairs; tower run or cached
         patch8 = build_tiny_model(
             "qwen3vl", tmp_path / "patch8", seed=0, format_warmup_steps=0, size="demo", patch_size=8
@@ -171,12 +174,13 @@ def main() -> None:
         drawn = build_synthetic_world(
             tmp_path / "drawn", num_train_images=args.cache_images, num_val_images=1, instance_attributes="drawn"
         )
+        drawn_table = warmstart_table(drawn, tmp_path / "attributes.jsonl", ("--attribute-pairs-per-image", "3"))
         for repeat in range(args.repeats):
             for cache in ("false", "true"):
                 out = tmp_path / f"sft-cache-{cache}-{repeat}"
                 sft = [sys.executable, "finetune/sft.py", "recipes/miniature/tiny_sft_attributes.yaml", *common]
                 sft[sft.index("--model_name_or_path") + 1] = str(patch8)
-                sft += ["--dataset_path", str(drawn["train_annotations"]), "--image_root", str(drawn["train_images"])]
+                sft += ["--dataset_path", str(drawn_table), "--image_root", str(drawn["train_images"])]
                 sft += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
                 run(sft)
                 times.setdefault(f"{CACHED}{cache}", []).append(sft_step_time(out))

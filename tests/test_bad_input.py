@@ -128,6 +128,52 @@ CLI_CASES = [
         "instances.json: not UTF-8 text",
     ),
     (
+        "warmstart-out-not-jsonl",
+        "build warmstart-data --annotations {annotations} --image-root {images} --out {tmp}/t.json",
+        2,
+        "t.json: expected a .jsonl file (the JSON lines finetune/sft.py reads)",
+    ),
+    (
+        "warmstart-negative-questions",
+        "build warmstart-data --annotations {annotations} --image-root {images} --out {tmp}/t.jsonl "
+        "--questions-per-image -1",
+        2,
+        "--questions-per-image: must be at least 0, got -1",
+    ),
+    (
+        "warmstart-unknown-answer-style",
+        "build warmstart-data --annotations {annotations} --image-root {images} --out {tmp}/t.jsonl "
+        "--answer-styles plain yes",
+        2,
+        "--answer-styles: invalid choice: 'yes'",
+    ),
+    (
+        "warmstart-negative-slot",
+        "build warmstart-data --annotations {annotations} --image-root {images} --out {tmp}/t.jsonl "
+        "--attribute-pairs-per-image 1 --attribute-pair-slots -1",
+        2,
+        "--attribute-pair-slots: expected slot positions 0, 1, ..., got [-1]",
+    ),
+    (
+        "warmstart-slots-without-pairs",
+        "build warmstart-data --annotations {annotations} --image-root {images} --out {tmp}/t.jsonl "
+        "--attribute-pair-slots 0",
+        2,
+        "--scene-graphs and --attribute-pair-slots: only with --attribute-pairs-per-image",
+    ),
+    (
+        "warmstart-image-root-a-file",
+        "build warmstart-data --annotations {annotations} --image-root {blocker} --out {tmp}/t.jsonl",
+        2,
+        "blocker: not a directory",
+    ),
+    (
+        "warmstart-annotations-not-utf8",
+        "build warmstart-data --annotations {annotations} --image-root {images} --out {tmp}/t.jsonl",
+        2,
+        "instances.json: not UTF-8 text",
+    ),
+    (
         "score-predictions-not-utf8",
         "eval score --benchmarks oric_bench --data oric_bench={bench} --predictions {predictions}",
         2,

@@ -112,6 +112,7 @@ def test_every_stage_is_reused_with_the_same_arguments_and_the_warm_start_comes_
         "synthetic-world",
         "tiny-model",
         "tiny-clip",
+        "warmstart-data",
         "finetune/sft.py",
         "oric",
         "oric-bench",
@@ -125,6 +126,11 @@ def test_every_stage_is_reused_with_the_same_arguments_and_the_warm_start_comes_
         "finetune/grpo.py",
     ]
     assert set(demo.STAGE_STATUS.values()) == {"run"}
+    (data,) = [command for command in launched if command[:2] == ["build", "warmstart-data"]]
+    table = data[data.index("--out") + 1]
+    assert data[data.index("--out") + 2 :] == [*demo.WARMSTART_DATA_FLAGS, "--seed", "0"]
+    (sft,) = [command for command in launched if command[0] == "finetune/sft.py"]
+    assert sft[sft.index("--dataset_path") + 1] == table  # the warm-start trains on the table
 
     launched.clear()
     demo.STAGE_STATUS.clear()
@@ -159,6 +165,34 @@ def test_a_copied_or_moved_demo_directory_rerun_with_other_steps_reruns_grpo_onl
         assert demo.stage_summary(demo.STAGE_STATUS).startswith("run now: grpo; reused (same inputs as before): world")
         assert launched[-1][launched[-1].index("--output_dir") + 1] == str(new / "grpo")
         old = new
+
+
+def test_the_warm_start_is_keyed_by_its_table_and_the_module_that_generates_it(
+    stages: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The shared cache's key reads the table's bytes (not the instances file's) and
+    miniature/warmstart_data.py: another table, or another generator (which also rebuilds the table), trains the
+    base anew."""
+    paths, launched = stages["paths"], stages["launched"]
+    out = paths["world"].parent
+    demo.build_world(paths, seed=0)
+    demo.build_tiny_qwen(paths, seed=0)
+
+    def warm_start() -> list[str]:
+        before = len(launched)
+        demo.warm_start(paths, out, 0, use_cache=True)
+        return [command[1] if command[0] == "build" else command[0] for command in launched[before:]]
+
+    assert warm_start() == ["warmstart-data", "finetune/sft.py"]
+    assert warm_start() == []
+    (paths["world"] / "train" / "instances.json").write_text("{}")  # read by the table's build only
+    assert warm_start() == []
+    (out / "warmstart-data" / "train.jsonl").write_text("another table")
+    assert warm_start() == ["finetune/sft.py"]
+    generator = tmp_path / "warmstart_data.py"
+    generator.write_text(demo.WARMSTART_GENERATOR.read_text() + "# changed\n")
+    monkeypatch.setattr(demo, "WARMSTART_GENERATOR", generator)
+    assert warm_start() == ["warmstart-data", "finetune/sft.py"]
 
 
 def test_another_seed_reruns_the_world_and_every_stage_built_on_it(stages: dict) -> None:

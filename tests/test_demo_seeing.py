@@ -20,7 +20,16 @@ from miniature.stages import STAGE_STATUS, SpareCore, results_table
 TOY = SeeingSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
 )
-STAGES = ["seeing-world", "seeing-base", "seeing-fresh", "seeing-model", "seeing-pairs", "seeing-probe", "seeing-dpo"]
+STAGES = [
+    "seeing-world",
+    "seeing-base",
+    "seeing-fresh",
+    "seeing-model",
+    "seeing-data",
+    "seeing-pairs",
+    "seeing-probe",
+    "seeing-dpo",
+]
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +47,21 @@ def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
     paths = seeing_paths(seeing)
     tiny = json.loads((paths["model"] / "veritune_tiny.json").read_text())
     assert tiny["patch_size"] == 8 and tiny["vision_pretraining"]["steps"] == TOY.tower_steps
+    data = json.loads((paths["data"].with_name("train.manifest.json")).read_text())
+    assert data["settings"] == {  # the attribute recipe's former keys, its seed
+        "questions_per_image": 2,
+        "captions": False,
+        "mcq_per_image": 0,
+        "answer_styles": ["plain"],
+        "attribute_pairs_per_image": 3,
+        "attribute_pair_slots": None,
+        "seed": 0,
+    }
+    assert data["source"] == str(paths["fresh"] / "train" / "instances.json")
+    assert data["scene_graphs"] == str(paths["fresh"] / "train" / "scene_graphs.json")
     base = json.loads((paths["base"] / "veritune_run.json").read_text())
     assert base["script_args"]["recipe"] == "recipes/miniature/tiny_sft_attributes.yaml"
+    assert base["settings"]["dataset_path"] == str(paths["data"])
     assert base["settings"]["freeze_vision_tower"] is True and base["settings"]["max_steps"] == TOY.warmstart_steps
     dpo = json.loads((paths["dpo"] / "veritune_run.json").read_text())
     assert dpo["script_args"]["recipe"] == "recipes/miniature/tiny_finer_contrast.yaml"
@@ -72,7 +94,7 @@ def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
     run_seeing_finer(seeing, 0, TOY, report=False)
     # the base is there: what it was built from (the fresh world, the tower) is not even looked at
     assert STAGE_STATUS == dict.fromkeys(
-        [name for name in STAGES if name not in ("seeing-fresh", "seeing-model")], "reused"
+        [name for name in STAGES if name not in ("seeing-fresh", "seeing-model", "seeing-data")], "reused"
     )
     assert dpo_state.stat().st_mtime_ns == before
     # the core left by the other half is set free: DPO, started after that, trains on two threads, and would take

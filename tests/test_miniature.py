@@ -1,5 +1,6 @@
-"""The miniature ORIC / FINER experiment's pieces: conventional warm-start data, the SFT entry point, the
-trained tiny CLIP, the eval hook's step-0 baseline and the report's before/after section."""
+"""The miniature ORIC / FINER experiment's pieces: conventional warm-start data (miniature/warmstart_data.py), the
+SFT entry point on its table, the trained tiny CLIP, the eval hook's step-0 baseline and the report's before/after
+section."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 from helpers import run_entry
 
-from finetune.sft import caption, conventional_examples
+from miniature.warmstart_data import caption, conventional_examples
 from miniature.world import build_synthetic_world
 
 
@@ -38,9 +39,14 @@ def _asked(prompt: str) -> str:
     return match.group(1)
 
 
+def _resolved(world: dict[str, Path], examples: list[dict]) -> list[dict]:
+    """The examples with their images as finetune/sft.py resolves a table's (under ``image_root``)."""
+    return [{**e, "images": [str(world["train_images"] / name) for name in e["images"]]} for e in examples]
+
+
 def _examples(world: dict[str, Path], per_image: int, *, captions: bool, styles: list[str], seed: int) -> list[dict]:
-    """The warm-start's examples of the test world's train split."""
-    return conventional_examples(
+    """The warm-start's examples of the test world's train split, their images resolved."""
+    examples = conventional_examples(
         world["train_annotations"],
         world["train_images"],
         questions_per_image=per_image,
@@ -48,6 +54,17 @@ def _examples(world: dict[str, Path], per_image: int, *, captions: bool, styles:
         styles=styles,
         seed=seed,
     )
+    return _resolved(world, examples)
+
+
+def _table(world: dict[str, Path], out: Path) -> Path:
+    """The demo warm-start's table of the test world's train split (`veritune build warmstart-data`)."""
+    from miniature.stages import WARMSTART_DATA_FLAGS
+    from veritune.cli import main
+
+    command = ["build", "warmstart-data", "--annotations", str(world["train_annotations"]), "--out", str(out)]
+    assert main([*command, "--image-root", str(world["train_images"]), *WARMSTART_DATA_FLAGS]) == 0
+    return out
 
 
 def test_conventional_data_is_true_of_every_image(world: dict[str, Path]) -> None:
@@ -102,6 +119,7 @@ def test_mcq_items_name_one_present_class_and_leave_the_rest_unchanged(world: di
         seed=0,
         mcq_per_image=1,
     )
+    with_mcq = _resolved(world, with_mcq)
     mcq = [e for e in with_mcq if "single capital letter" in e["prompt"][0]["content"]]
     assert len(mcq) == 24 and len(with_mcq) == len(plain) + 24
     present = _present(world["train_annotations"])
@@ -224,7 +242,7 @@ def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: 
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
-        world["train_annotations"],
+        _table(world, tmp_path / "train.jsonl"),
         "--image_root",
         world["train_images"],
         "--output_dir",
@@ -248,7 +266,7 @@ def test_sft_entry_point_trains_and_saves(world: dict[str, Path], tiny_qwen3vl: 
     assert {path: path.stat().st_mtime_ns for path in (tmp_path / "sft").rglob("*") if path.is_file()} == before
 
 
-def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+def test_sft_given_an_annotation_file_names_the_table_builder_in_one_line(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     bad = tmp_path / "instances.json"
     bad.write_text(json.dumps({"images": []}))
     result = run_entry(
@@ -264,7 +282,11 @@ def test_sft_bad_annotation_file_is_one_line_error(tiny_qwen3vl: Path, tmp_path:
         tmp_path / "out",
     )
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {bad}: expected a COCO instances file" in result.stderr
+    assert f"error: dataset_path: {bad} is a COCO instances file, not a table of examples; build one with " in (
+        result.stderr
+    )
+    assert f"`veritune build warmstart-data --annotations {bad} --image-root IMAGES" in result.stderr
+    assert not (tmp_path / "out").exists()  # refused before the run directory is claimed
 
 
 def test_tiny_clip_learns_the_train_split(world: dict[str, Path], tmp_path: Path) -> None:
@@ -355,7 +377,8 @@ def test_sft_recipe_loads() -> None:
     script_args, training_args, model_args = parse_recipe(
         ["recipes/miniature/tiny_sft_warmstart.yaml"], (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     )
-    assert script_args.answer_styles == ["plain"] and training_args.completion_only_loss is True
+    assert Path(script_args.dataset_path).parts[-3:] == ("demo", "warmstart-data", "train.jsonl")
+    assert training_args.completion_only_loss is True and training_args.seed == 0
     assert model_args.model_name_or_path == "outputs/demo/tiny-qwen3vl" and training_args.max_steps == 1400
     assert training_args.per_device_train_batch_size == 32 and training_args.learning_rate == 3e-4
     assert training_args.bf16 is False and training_args.dataloader_num_workers == 1
@@ -417,21 +440,3 @@ def test_replay_ratio_selection_rule() -> None:
         {"runs": [{**run, "pope_base": 76.0, "pope_change": -1.5}], "means": means, "chosen": 0.25, "max_pope_drop": 2}
     )
     assert "chosen replay_ratio: 0.25" in text and "80.0 ->  60.0" in text
-
-
-def test_sft_max_train_samples_is_the_seeded_uniform_subsample(world: dict[str, Path]) -> None:
-    from core.sampling import sample_indices
-    from finetune.sft import SFTScriptArguments, training_examples
-
-    def args(limit: int | None) -> SFTScriptArguments:
-        return SFTScriptArguments(
-            dataset_path=str(world["train_annotations"]),
-            image_root=str(world["train_images"]),
-            max_train_samples=limit,
-        )
-
-    everything = training_examples(args(None), seed=3)
-    picked = training_examples(args(10), seed=3)
-    expected = [everything[i] for i in sample_indices(len(everything), 10, 3)]
-    assert [row["prompt"] for row in picked] == [row["prompt"] for row in expected]
-    assert [row["prompt"] for row in picked] != [row["prompt"] for row in everything[:10]]  # not the first rows

@@ -1,5 +1,6 @@
 """A vision tower that sees per-instance attributes: ``freeze_vision_tower`` on every trainer's model,
-FINER-worded attribute pairs in the SFT warm-start's data, and the tiny models' vision-tower pretraining."""
+FINER-worded attribute pairs in the SFT warm-start's table (miniature/warmstart_data.py), and the tiny models'
+vision-tower pretraining."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ from core.errors import UserError
 from core.finer_yn import QUESTION
 from finetune.configs import VerituneModelConfig
 from finetune.models import freeze_vision_tower, get_model, vision_modules
-from finetune.sft import SFTScriptArguments, attribute_pair_examples, training_examples
+from finetune.sft import SFTScriptArguments
+from miniature.warmstart_data import WarmstartSettings, attribute_pair_examples, warmstart_examples
 from miniature.world import build_synthetic_world
 
 
@@ -74,12 +76,8 @@ def test_attribute_pairs_ask_finer_probe_questions_about_drawn_attributes(drawn_
     by_question = {}
     for image_file, slot in usable:
         for obj in usable[image_file, slot]:
-            by_question[str(images / image_file), QUESTION.format(x=f"{obj['object']} {obj['attribute'][slot]}")] = (
-                "Yes."
-            )
-            by_question[
-                str(images / image_file), QUESTION.format(x=f"{obj['object']} {obj['neg_attribute'][slot][0]}")
-            ] = "No."
+            by_question[image_file, QUESTION.format(x=f"{obj['object']} {obj['attribute'][slot]}")] = "Yes."
+            by_question[image_file, QUESTION.format(x=f"{obj['object']} {obj['neg_attribute'][slot][0]}")] = "No."
     for example in examples:
         key = (example["images"][0], example["prompt"][0]["content"])
         assert example["completion"] == [{"role": "assistant", "content": by_question[key]}], key
@@ -94,90 +92,70 @@ def test_attribute_pairs_ask_finer_probe_questions_about_drawn_attributes(drawn_
     assert list(border_counts) == [1] and all(
         " border in this image?" in e["prompt"][0]["content"] for e in border_only
     )
-    with pytest.raises(UserError, match="attribute_pair_slots: slot 3 is not in .* at most 3 attributes"):
+    with pytest.raises(UserError, match="--attribute-pair-slots: slot 3 is not in .* at most 3 attributes"):
         attribute_pair_examples(drawn_world["train_scene_graphs"], images, per_image=1, slots=[3], seed=7)
 
 
-def test_attribute_pairs_join_the_conventional_examples_shuffled(
-    drawn_world: dict[str, Path], caplog: pytest.LogCaptureFixture
-) -> None:
-    def args(pairs: int) -> SFTScriptArguments:
-        return SFTScriptArguments(
-            dataset_path=str(drawn_world["train_annotations"]),
-            image_root=str(drawn_world["train_images"]),
-            attribute_pairs_per_image=pairs,
-            attribute_pair_slots=[0, 2],
-        )
+def test_attribute_pairs_join_the_conventional_examples_shuffled(drawn_world: dict[str, Path]) -> None:
+    def rows(pairs: int) -> tuple[list[dict], dict]:
+        settings = WarmstartSettings(attribute_pairs_per_image=pairs, attribute_pair_slots=(0, 2), seed=0)
+        return warmstart_examples(drawn_world["train_annotations"], drawn_world["train_images"], settings)
 
-    conventional = training_examples(args(0), seed=0)
-    with caplog.at_level(logging.INFO, logger="veritune.sft"):
-        mixed = training_examples(args(1), seed=0)
-    pairs, counts = attribute_pair_examples(
+    (conventional, _), (mixed, counts) = rows(0), rows(1)
+    pairs, per_slot = attribute_pair_examples(
         drawn_world["train_scene_graphs"], drawn_world["train_images"], per_image=1, slots=[0, 2], seed=1
     )
     assert sorted(map(json.dumps, mixed)) == sorted(map(json.dumps, conventional + pairs))
     assert mixed[: len(conventional)] != conventional  # shuffled together
-    line = f"attribute pairs: {len(pairs)} questions ({len(pairs) // 2} pairs; per slot 0: {counts[0]}, 2: {counts[2]})"
-    assert any(r.getMessage().startswith(line) for r in caplog.records), [r.getMessage() for r in caplog.records]
+    line = f"attribute pairs: {len(pairs)} questions ({len(pairs) // 2} pairs; per slot 0: {per_slot[0]}, "
+    line += f"2: {per_slot[2]})"
+    assert counts["summary"].startswith(line) and counts["summary"].endswith(f"added to {len(conventional)} examples")
+    assert counts["attribute_pairs_by_slot"] == {"0": per_slot[0], "2": per_slot[2]}
 
 
-def test_attribute_pair_recipe_keys_round_trip(tmp_path: Path) -> None:
+def test_the_attribute_flags_and_the_old_recipe_keys(drawn_world: dict[str, Path], tmp_path: Path) -> None:
+    """The builder takes the slots (default: every slot), refuses a negative count, and the SFT recipe no longer
+    has the generation keys: a recipe that still sets one is refused naming it."""
     from trl import SFTConfig
 
     from finetune.recipe import parse_recipe
+    from veritune.cli import main
 
+    command = ["build", "warmstart-data", "--annotations", str(drawn_world["train_annotations"])]
+    command += ["--image-root", str(drawn_world["train_images"]), "--attribute-pairs-per-image", "1"]
+    assert main([*command, "--out", str(tmp_path / "some.jsonl"), "--attribute-pair-slots", "0", "2"]) == 0
+    assert main([*command, "--out", str(tmp_path / "every.jsonl")]) == 0
+    some, every = (json.loads((tmp_path / f"{name}.manifest.json").read_text()) for name in ("some", "every"))
+    assert some["settings"]["attribute_pair_slots"] == [0, 2]
+    assert list(some["counts"]["attribute_pairs_by_slot"]) == ["0", "2"]
+    assert every["settings"]["attribute_pair_slots"] is None
+    assert list(every["counts"]["attribute_pairs_by_slot"]) == ["0", "1", "2"]
+    with pytest.raises(UserError, match="--attribute-pairs-per-image: must be at least 0, got -1"):
+        WarmstartSettings(attribute_pairs_per_image=-1).check()
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text(  # the warm-start recipe plus the new keys
-        Path("recipes/miniature/tiny_sft_warmstart.yaml").read_text()
-        + "\nattribute_pairs_per_image: 3\nattribute_pair_slots: [0, 2]\nscene_graphs_path: graphs.json\n"
-        "freeze_vision_tower: true\n"
+    recipe.write_text(
+        Path("recipes/miniature/tiny_sft_warmstart.yaml").read_text() + "\nattribute_pairs_per_image: 3\n"
     )
-    types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
-    script_args, _, model_args = parse_recipe([str(recipe)], types)
-    assert (script_args.attribute_pairs_per_image, script_args.attribute_pair_slots) == (3, [0, 2])
-    assert script_args.scene_graph_file() == Path("graphs.json") and model_args.freeze_vision_tower is True
-    overridden, _, _ = parse_recipe([str(recipe), "--attribute_pair_slots", "1", "--scene_graphs_path", ""], types)
-    assert overridden.attribute_pair_slots == [1]
-    defaults, _, model_defaults = parse_recipe(["recipes/miniature/tiny_sft_warmstart.yaml"], types)
-    assert defaults.attribute_pairs_per_image == 0 and defaults.attribute_pair_slots is None
-    assert model_defaults.freeze_vision_tower is False
-    with pytest.raises(UserError, match="attribute_pairs_per_image: must be at least 0"):
-        parse_recipe([str(recipe), "--attribute_pairs_per_image", "-1"], types)
-
-
-def test_sft_without_scene_graphs_is_one_error_line(
-    tiny_qwen3vl: Path, drawn_world: dict[str, Path], tmp_path: Path
-) -> None:
-    annotations = tmp_path / "instances.json"  # a split without its scene_graphs.json
-    annotations.write_text(drawn_world["train_annotations"].read_text())
-    result = run_entry(
-        "sft.py",
-        "recipes/miniature/tiny_sft_warmstart.yaml",
-        "--model_name_or_path",
-        tiny_qwen3vl,
-        "--dataset_path",
-        annotations,
-        "--image_root",
-        drawn_world["train_images"],
-        "--output_dir",
-        tmp_path / "out",
-        "--attribute_pairs_per_image",
-        "1",
-    )
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert f"error: {tmp_path / 'scene_graphs.json'}: scene graphs not found" in result.stderr
+    with pytest.raises(UserError, match="unknown key 'attribute_pairs_per_image'"):
+        parse_recipe([str(recipe)], (SFTScriptArguments, SFTConfig, VerituneModelConfig))
 
 
 def test_sft_with_a_frozen_tower_and_attribute_pairs_keeps_the_vision_weights(
     tiny_qwen3vl: Path, drawn_world: dict[str, Path], tmp_path: Path
 ) -> None:
+    from veritune.cli import main
+
+    table = tmp_path / "train.jsonl"
+    command = ["build", "warmstart-data", "--annotations", str(drawn_world["train_annotations"]), "--out", str(table)]
+    assert main([*command, "--image-root", str(drawn_world["train_images"]), "--attribute-pairs-per-image", "1"]) == 0
+    attribute = json.loads((tmp_path / "train.manifest.json").read_text())["counts"]["attribute_questions"]
     result = run_entry(
         "sft.py",
         "recipes/miniature/tiny_sft_warmstart.yaml",
         "--model_name_or_path",
         tiny_qwen3vl,
         "--dataset_path",
-        drawn_world["train_annotations"],
+        table,
         "--image_root",
         drawn_world["train_images"],
         "--output_dir",
@@ -188,11 +166,9 @@ def test_sft_with_a_frozen_tower_and_attribute_pairs_keeps_the_vision_weights(
         "4",
         "--freeze_vision_tower",
         "true",
-        "--attribute_pairs_per_image",
-        "1",
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "freeze_vision_tower: " in result.stderr and "attribute pairs: " in result.stderr
+    assert attribute > 0 and "freeze_vision_tower: " in result.stderr and f"examples from {table}" in result.stderr
     before, after = load_file(tiny_qwen3vl / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
     vision = [name for name in before if name.startswith("model.visual.")]
     assert vision and all(torch.equal(before[name], after[name]) for name in vision)
@@ -283,6 +259,6 @@ def test_the_attribute_recipe_is_the_base_that_sees() -> None:
     types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
     script_args, args, model_args = parse_recipe(["recipes/miniature/tiny_sft_attributes.yaml"], types)
     assert model_args.freeze_vision_tower and not model_args.use_peft
-    assert script_args.attribute_pairs_per_image == 3 and script_args.attribute_pair_slots is None
-    assert script_args.questions_per_image == 2 and script_args.answer_styles == ["plain"]
+    # its table: 3 attribute pairs per image and slot (tests/test_warmstart_data.py checks the comment's command)
+    assert Path(script_args.dataset_path).parts[-3:] == ("seeing", "warmstart-data", "train.jsonl")
     assert args.max_steps == 6000 and args.learning_rate == 3e-4 and args.per_device_train_batch_size == 32

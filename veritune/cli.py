@@ -43,6 +43,7 @@ COMMANDS: list[Command] = [
     Command(None, "launch", "veritune.launch:register"),
     Command("build", "synthetic-world", "veritune.world_cli:register"),
     Command("build", "scene-graphs", "veritune.world_cli:register"),
+    Command("build", "warmstart-data", "veritune.world_cli:register"),
     Command("build", "oric", "data_builders.oric.cli:register"),
     Command("build", "oric-bench", "data_builders.oric.cli:register"),
     Command("build", "check-leakage", "data_builders.oric.cli:register"),

@@ -1,4 +1,5 @@
-"""``veritune build synthetic-world`` and ``veritune build scene-graphs``: offline demo data."""
+"""``veritune build synthetic-world``, ``veritune build scene-graphs`` and ``veritune build warmstart-data``: offline
+demo data."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from core.cli_help import command_help
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``veritune build synthetic-world`` and ``veritune build scene-graphs``."""
+    """Add ``veritune build synthetic-world``, ``veritune build scene-graphs`` and ``veritune build warmstart-data``."""
     world = subparsers.add_parser(
         "synthetic-world",
         help=command_help("build", "synthetic-world"),
@@ -65,6 +66,65 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     graphs.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     graphs.set_defaults(handler=_scene_graphs)
 
+    data = subparsers.add_parser(
+        "warmstart-data",
+        help=command_help("build", "warmstart-data"),
+        description="The SFT warm-start's table (JSON lines of prompt, completion, images; finetune/sft.py's "
+        "dataset_path) from a COCO instances file: POPE-random-style yes/no questions, captions and lettered "
+        "questions about each image's classes, and FINER-worded attribute pairs from the split's scene graphs "
+        "(miniature/warmstart_data.py). Images are named relative to --image-root: give the run that folder as "
+        "image_root.",
+    )
+    data.add_argument("--annotations", type=Path, required=True, help="the train split's COCO instances file")
+    data.add_argument("--image-root", type=Path, required=True, help="the folder holding its images")
+    data.add_argument(
+        "--out", type=Path, required=True, help="output table, .jsonl (a <name>.manifest.json is written beside it)"
+    )
+    data.add_argument(
+        "--questions-per-image", type=int, default=2, help="yes/no questions per image and label (yes and no each)"
+    )
+    data.add_argument(
+        "--captions",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="one caption per image listing its classes",
+    )
+    data.add_argument(
+        "--mcq-per-image",
+        type=int,
+        default=0,
+        help="lettered questions per image: which of five classes is in the image (one present, four absent)",
+    )
+    data.add_argument(
+        "--answer-styles",
+        nargs="+",
+        choices=["plain", "r1"],
+        default=["plain", "r1"],
+        help="plain (Yes. / No.) and/or r1 (ORIC Fig. 11's <REASONING>/<SOLUTION> tags), each question once per style",
+    )
+    data.add_argument(
+        "--attribute-pairs-per-image",
+        type=int,
+        default=0,
+        help="per image and attribute slot, this many scene-graph objects each give a FINER yes/no probe pair: its "
+        "true attribute answered Yes., its first negative No. (0: none)",
+    )
+    data.add_argument(
+        "--attribute-pair-slots",
+        type=int,
+        nargs="+",
+        help="the attribute slots asked about, 0-based (a drawn world: 0 shade, 1 border, 2 pattern); default: all",
+    )
+    data.add_argument(
+        "--scene-graphs",
+        type=Path,
+        help="with --attribute-pairs-per-image: the split's scene graphs (image paths relative to --image-root); "
+        "default: scene_graphs.json beside --annotations",
+    )
+    data.add_argument("--seed", type=int, default=0, help="random seed (same seed and flags, same rows in same order)")
+    data.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
+    data.set_defaults(handler=_warmstart_data)
+
 
 def _synthetic_world(args: argparse.Namespace) -> int:
     from core.io import build_identity, check_output_path, claim_output_dir
@@ -102,4 +162,57 @@ def _scene_graphs(args: argparse.Namespace) -> int:
     with claim_output_file(args.out, identity, force=args.force) as staged:
         scene_graphs_from_coco(args.annotations, staged.path)
     print(f"wrote {args.out}")
+    return 0
+
+
+def _warmstart_data(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from core.errors import UserError
+    from core.io import build_identity, check_output_path, claim_output_file, manifest_path
+    from miniature.warmstart_data import (
+        WarmstartSettings,
+        default_scene_graphs,
+        load_present_classes,
+        write_warmstart_table,
+    )
+
+    check_output_path(args.out)
+    if args.out.suffix != ".jsonl":
+        raise UserError(f"--out {args.out}: expected a .jsonl file (the JSON lines finetune/sft.py reads)")
+    settings = WarmstartSettings(
+        questions_per_image=args.questions_per_image,
+        captions=args.captions,
+        mcq_per_image=args.mcq_per_image,
+        answer_styles=tuple(args.answer_styles),
+        attribute_pairs_per_image=args.attribute_pairs_per_image,
+        attribute_pair_slots=None if args.attribute_pair_slots is None else tuple(args.attribute_pair_slots),
+        seed=args.seed,
+    )
+    settings.check()  # the flags first, then the inputs, then the output policy, then the build
+    if not settings.attribute_pairs_per_image and (args.scene_graphs or args.attribute_pair_slots):
+        raise UserError("--scene-graphs and --attribute-pair-slots: only with --attribute-pairs-per-image")
+    if not args.image_root.is_dir():
+        raise UserError(f"--image-root {args.image_root}: not a directory")
+    load_present_classes(args.annotations)
+    graphs = None
+    if settings.attribute_pairs_per_image:
+        graphs = args.scene_graphs or default_scene_graphs(args.annotations)
+        if not graphs.is_file():
+            raise UserError(
+                f"{graphs}: scene graphs not found (--attribute-pairs-per-image reads them; see --scene-graphs)"
+            )
+    inputs = {"annotations": args.annotations, "scene_graphs": graphs, "image_root": args.image_root}
+    identity = build_identity("build warmstart-data", asdict(settings), inputs)
+    with claim_output_file(args.out, identity, force=args.force) as staged:
+        manifest = write_warmstart_table(
+            args.annotations, args.image_root, staged.path, settings, scene_graphs=graphs, build=identity
+        )
+    counts = manifest["counts"]
+    print(
+        f"wrote {args.out} and {manifest_path(args.out)}: {counts['examples']} examples ({counts['conventional']} "
+        f"conventional, {counts['attribute_questions']} attribute questions)"
+    )
+    if manifest["summary"]:
+        print(manifest["summary"])
     return 0
