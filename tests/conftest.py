@@ -1,4 +1,5 @@
-"""Session-wide fixtures: tiny offline models and small ORIC-format data, built once per test run."""
+"""Session-wide fixtures: tiny offline models and small ORIC-format data, built once per test run; and the default
+demo's run for its outcome test, started beside the rest of the suite (tests/background_demo.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,27 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The demo outcome tests last: they read a run that goes on beside the others (tests/background_demo.py)."""
+    from background_demo import MODULE
+
+    items[:] = [item for item in items if item.path.name != MODULE] + [i for i in items if i.path.name == MODULE]
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the demo run of the outcome tests, when they are selected, before the first test runs."""
+    import background_demo
+
+    if not session.config.option.collectonly and any(i.path.name == background_demo.MODULE for i in session.items):
+        background_demo.start()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    import background_demo
+
+    background_demo.finish()
 
 
 @pytest.fixture(scope="session")

@@ -14,12 +14,8 @@ The bounds are the claims' (docs/RESULTS.md); the three seeds' values on each CP
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-
+import background_demo
 import pytest
-from helpers import REPO_ROOT, entry_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 GAP_MIN = 15.0  # base POPE accuracy minus ORIC-Bench macro-F1: the phenomenon (ORIC, arXiv 2509.15695, Sec. 1)
@@ -31,16 +27,9 @@ FINER_POPE_CHANGE_MAX = 3.0  # the FINER base's POPE accuracy, either way
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
-    out = tmp_path_factory.mktemp("demo")
-    command = [sys.executable, "-m", "veritune.cli", "demo", "--out", str(out / "run"), "--seed", "0"]
-    env = entry_env(VERITUNE_CACHE=str(out / "cache"))
-    env.pop(
-        "OMP_NUM_THREADS"
-    )  # as scripts/demo.sh runs it: one thread a process, the FINER half two once ORIC's is done
-    result = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=3500)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return {"stdout": result.stdout, "results": json.loads((out / "run" / "results.json").read_text())}
+def demo() -> dict[str, object]:
+    # started by conftest.py when the suite was collected, beside the other tests (tests/background_demo.py)
+    return background_demo.start().result(timeout=3500)
 
 
 def _row(demo: dict[str, object], benchmark: str, metric: str, trained_by: str = "grpo") -> dict[str, float]:
