@@ -194,7 +194,7 @@ def hook_difference_intervals(
         result["data"]["path"]
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise UserError(f"{metrics_file}: no readable data record ({err})") from None
-    prepared = prepare_as_evaluated(name, result)  # the same files, limit, seed and mode: the same items
+    prepared = prepare_as_evaluated(name, result, metrics_file.parent)  # the same files, limit, seed, mode: items
     predictions = {
         step: read_predictions(checkpoint_eval_dir(run_dir, step) / name / PREDICTIONS_FILE) for step in steps
     }

@@ -236,6 +236,7 @@ def evaluate_prepared(
         "path": str(prepared.data_path),
         "image_root": str(prepared.image_root) if prepared.image_root else None,
         "limit": prepared.limit,
+        "written_in": str(Path(bench_dir).resolve()),  # where a moved run finds its data again (results.relocated)
     }
     result["selection"] = prepared.selection
     result["generation"] = {

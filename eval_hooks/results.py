@@ -5,6 +5,7 @@ the items it was scored on: :func:`prepare_as_evaluated`) and an ``eval run``'s 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -17,19 +18,40 @@ METRICS_FILE = "metrics.json"
 RESULTS_FILE = "results.json"  # one per `eval run`: every benchmark's headline metrics, coverage and the settings
 
 
-def prepare_as_evaluated(name: str, result: dict[str, Any]) -> PreparedBenchmark:
+def prepare_as_evaluated(name: str, result: dict[str, Any], metrics_dir: Path | None = None) -> PreparedBenchmark:
     """The items a ``metrics.json`` was scored on, prepared again from its ``data`` and ``selection`` (the same
-    files, limit, seed and mode draw the same items): what a report or the demo's intervals resample."""
+    files, limit, seed and mode draw the same items): what a report or the demo's intervals resample. With
+    ``metrics_dir``, the folder the ``metrics.json`` is in now: a data path that no longer exists is looked for
+    where it lies relative to that folder as it lay relative to the folder the file was written in (a run moved
+    together with its data, as a copied or moved demo folder: :func:`relocated`)."""
     data = result.get("data") or {}
     limit, seed, mode = recorded_limit(result)
+
+    def path(recorded: str) -> Path:
+        return relocated(recorded, data.get("written_in"), metrics_dir)
+
     return prepare_benchmark(
         name,
-        data={name: Path(data["path"])},
-        image_root=Path(data["image_root"]) if data.get("image_root") else None,
+        data={name: path(data["path"])},
+        image_root=path(data["image_root"]) if data.get("image_root") else None,
         limit=limit,
         limit_seed=seed,
         limit_mode=mode,
     )
+
+
+def relocated(recorded: str, written_in: str | None, now_in: Path | None) -> Path:
+    """``recorded``, a path a result file names; if it no longer exists and the file moved from ``written_in`` to
+    ``now_in``, the path at the same place relative to ``now_in``, when that exists.
+
+    >>> str(relocated("/gone/demo/bench.csv", "/gone/demo/run/eval", Path("/tmp")))  # nothing there either
+    '/gone/demo/bench.csv'
+    """
+    path = Path(recorded)
+    if path.exists() or not written_in or now_in is None:
+        return path
+    moved = Path(os.path.normpath(now_in / os.path.relpath(path, written_in)))
+    return moved if moved.exists() else path
 
 
 def recorded_limit(record: dict[str, Any]) -> tuple[int | None, int, str]:

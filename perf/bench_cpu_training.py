@@ -206,7 +206,7 @@ def main() -> None:
                 dpo += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
                 run(dpo)
                 times.setdefault(f"{CACHED_DPO}{cache}", []).append(sft_step_time(out))
-        # the same DPO (tower cached) on one torch thread and on two: `veritune demo --finer seeing` gives its DPO
+        # the same DPO (tower cached) on one torch thread and on two: `veritune demo` gives its FINER half's DPO
         # the second core once the ORIC half is done (miniature/seeing.py: DPO_THREADS), on the premise that
         # the trained weights are the same bytes; checked here on every pair of runs
         for repeat in range(args.repeats):

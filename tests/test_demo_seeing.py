@@ -137,6 +137,27 @@ def test_another_demo_directory_takes_the_base_from_the_shared_cache(
         assert stages.recorded_key(tmp_path / "demo", name) == stages.recorded_key(seeing, name)
 
 
+def test_a_moved_copy_reuses_every_stage_and_gives_the_same_table(seeing: Path, tmp_path: Path) -> None:
+    """The demo folder moved elsewhere (the original gone): the stage keys hold (paths count relative to the folder)
+    and the table's intervals read the probe and POPE where they moved (eval_hooks.results.relocated)."""
+    import os
+    import shutil
+
+    run_seeing_finer(seeing, 0, TOY, report=False)  # the toy sizes (a test above trained DPO for another count)
+    table = results_table({RUN: seeing_paths(seeing)["dpo"]}, TABLE)
+    moved = tmp_path / "moved"
+    shutil.copytree(seeing, moved)
+    away = seeing.with_name(seeing.name + "-away")
+    os.rename(seeing, away)  # the hook's records name paths under the original folder: none of them exists now
+    try:
+        STAGE_STATUS.clear()
+        run_seeing_finer(moved, 0, TOY, report=False)
+        assert set(STAGE_STATUS.values()) == {"reused"}, STAGE_STATUS
+        assert results_table({RUN: seeing_paths(moved)["dpo"]}, TABLE) == table
+    finally:
+        os.rename(away, seeing)
+
+
 def test_dpo_takes_a_second_thread_only_once_the_core_beside_it_is_free(tmp_path: Path) -> None:
     spare_core = SpareCore(tmp_path)
     assert dpo_threads(None) is None and dpo_threads(spare_core) is None

@@ -158,6 +158,7 @@ def test_eval_run_writes_results_and_prints_a_summary(
     assert metrics["counts"]["items"] == 12 and metrics["counts"]["predicted"] == 12
     assert len(read_predictions(tmp_path / "oric_bench" / "predictions.jsonl")) == 12
     assert metrics["generation"]["max_new_tokens"] == 32 and metrics["data"]["path"].endswith("oric/oric_bench.json")
+    assert metrics["data"]["written_in"] == str((tmp_path / "oric_bench").resolve())  # a moved run finds its data
     assert len(metrics["samples"]) == 12 and [row["id"] for row in metrics["samples"]][:4] == [
         f"{metrics['samples'][0]['id'].partition('/')[0]}/p{index}" for index in range(4)
     ]  # a question's four paraphrases together

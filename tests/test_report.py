@@ -243,6 +243,39 @@ def test_report_and_demo_results_share_one_bootstrap(tmp_path: Path) -> None:
     assert f"<td>[{row['low']:.4g}, {row['high']:.4g}]</td>" in page
 
 
+def test_a_run_moved_with_its_data_still_gives_its_table_and_report(tmp_path: Path) -> None:
+    """A demo folder copied or moved elsewhere: the eval hook's records name the old paths of the benchmark's files,
+    which are found again at the same place relative to the run (eval_hooks.results.relocated)."""
+    import shutil
+
+    from eval_fixtures import write_oric_bench
+
+    from eval_hooks.evaluate import score_benchmark
+    from eval_hooks.registry import get_benchmark
+    from miniature.stages import results_table
+
+    demo = tmp_path / "demo"
+    data, images = write_oric_bench(demo / "data", questions=6)
+    items = get_benchmark("oric_bench").load(data, images)
+    answers = {0: {i.id: "yes" for i in items}, 2: {i.id: i.meta["label"] for i in items}}
+    run = demo / "run"
+    for step, predictions in answers.items():
+        folder = run / "eval" / f"checkpoint-{step}" / "oric_bench"
+        folder.mkdir(parents=True)
+        (folder / "predictions.jsonl").write_text(
+            "".join(json.dumps({"id": k, "prediction": v}) + "\n" for k, v in predictions.items())
+        )
+        result = score_benchmark("oric_bench", items, predictions)
+        result["data"] = {"path": str(data), "image_root": str(images), "limit": None, "written_in": str(folder)}
+        (folder / "metrics.json").write_text(json.dumps(result))
+    (before,) = results_table({"grpo": run}, [("oric_bench", "macro/f1")])
+    moved = tmp_path / "elsewhere" / "demo-copy"
+    shutil.move(demo, moved)
+    (after,) = results_table({"grpo": moved / "run"}, [("oric_bench", "macro/f1")])
+    assert after == before
+    assert "<img" in write_report(moved / "run").read_text()  # the thumbnails from the moved images
+
+
 def test_eval_only_report_shows_thumbnails_like_a_training_report(tmp_path: Path) -> None:
     """An ``eval run --out`` folder's report shows each sample's image as a thumbnail (its path on hover only),
     as a training run's report does, not the image's path as text."""
