@@ -120,10 +120,15 @@ def trained_weights(script: str, recipe: str, flags: list[str | Path], out: Path
 
 
 def test_sft_with_the_cache_trains_the_same_weights(tiny_qwen3vl: Path, tmp_path: Path) -> None:
+    from miniature.stages import WARMSTART_DATA_FLAGS
     from miniature.world import build_synthetic_world
+    from veritune.cli import main
 
     world = build_synthetic_world(tmp_path / "world", num_train_images=6, num_val_images=2, seed=5)
-    flags: list[str | Path] = ["--model_name_or_path", tiny_qwen3vl, "--dataset_path", world["train_annotations"]]
+    table = tmp_path / "warmstart-data" / "train.jsonl"  # the demo warm-start's table (veritune build warmstart-data)
+    command = ["build", "warmstart-data", "--annotations", str(world["train_annotations"]), "--out", str(table)]
+    assert main([*command, "--image-root", str(world["train_images"]), *WARMSTART_DATA_FLAGS]) == 0
+    flags: list[str | Path] = ["--model_name_or_path", tiny_qwen3vl, "--dataset_path", table]
     flags += ["--image_root", world["train_images"], "--max_steps", "3", "--per_device_train_batch_size", "8"]
     flags += ["--dataloader_num_workers", "0", "--dataloader_persistent_workers", "false"]
     recipe = "recipes/miniature/tiny_sft_warmstart.yaml"
