@@ -210,13 +210,32 @@ def test_pope_samples_are_graded_by_popes_rule() -> None:
     assert [row["correct"] for row in rows] == [True, False, True]
 
 
+def write_hook_results(
+    run: Path, items: list, answers: dict, data: Path, images: Path, written_in: bool = False
+) -> None:
+    """ORIC-Bench eval records of a training run's hook, one per step: predictions and scored metrics.json (with
+    ``written_in``, the folder each was written in, as the hook records it)."""
+    from eval_hooks.evaluate import score_benchmark
+
+    for step, predictions in answers.items():
+        folder = run / "eval" / f"checkpoint-{step}" / "oric_bench"
+        folder.mkdir(parents=True)
+        (folder / "predictions.jsonl").write_text(
+            "".join(json.dumps({"id": k, "prediction": v}) + "\n" for k, v in predictions.items())
+        )
+        result = score_benchmark("oric_bench", items, predictions)
+        result["data"] = {"path": str(data), "image_root": str(images), "limit": None}
+        if written_in:
+            result["data"]["written_in"] = str(folder)
+        (folder / "metrics.json").write_text(json.dumps(result))
+
+
 def test_report_and_demo_results_share_one_bootstrap(tmp_path: Path) -> None:
     """The report's before/after interval is the demo's results.json interval for the same run: one computation
     (eval_hooks.bootstrap.hook_difference_intervals), the same resamples and seed, and the report says how many."""
     from eval_fixtures import write_oric_bench
 
     from eval_hooks.bootstrap import DEFAULT_RESAMPLES
-    from eval_hooks.evaluate import score_benchmark
     from eval_hooks.registry import get_benchmark
     from miniature.stages import results_table
 
@@ -227,15 +246,7 @@ def test_report_and_demo_results_share_one_bootstrap(tmp_path: Path) -> None:
         2: {i.id: i.meta["label"] for i in items[:-4]} | {i.id: "no" for i in items[-4:]},
     }
     run = tmp_path / "run"
-    for step, predictions in answers.items():
-        folder = run / "eval" / f"checkpoint-{step}" / "oric_bench"
-        folder.mkdir(parents=True)
-        (folder / "predictions.jsonl").write_text(
-            "".join(json.dumps({"id": k, "prediction": v}) + "\n" for k, v in predictions.items())
-        )
-        result = score_benchmark("oric_bench", items, predictions)
-        result["data"] = {"path": str(data), "image_root": str(images), "limit": None}
-        (folder / "metrics.json").write_text(json.dumps(result))
+    write_hook_results(run, items, answers, data, images)
     page = write_report(run).read_text()
     assert f"{DEFAULT_RESAMPLES} resamples of the questions (seed 0)" in page and DEFAULT_RESAMPLES == 1000
     (row,) = results_table({"grpo": run}, [("oric_bench", "macro/f1")])
@@ -250,7 +261,6 @@ def test_a_run_moved_with_its_data_still_gives_its_table_and_report(tmp_path: Pa
 
     from eval_fixtures import write_oric_bench
 
-    from eval_hooks.evaluate import score_benchmark
     from eval_hooks.registry import get_benchmark
     from miniature.stages import results_table
 
@@ -259,15 +269,7 @@ def test_a_run_moved_with_its_data_still_gives_its_table_and_report(tmp_path: Pa
     items = get_benchmark("oric_bench").load(data, images)
     answers = {0: {i.id: "yes" for i in items}, 2: {i.id: i.meta["label"] for i in items}}
     run = demo / "run"
-    for step, predictions in answers.items():
-        folder = run / "eval" / f"checkpoint-{step}" / "oric_bench"
-        folder.mkdir(parents=True)
-        (folder / "predictions.jsonl").write_text(
-            "".join(json.dumps({"id": k, "prediction": v}) + "\n" for k, v in predictions.items())
-        )
-        result = score_benchmark("oric_bench", items, predictions)
-        result["data"] = {"path": str(data), "image_root": str(images), "limit": None, "written_in": str(folder)}
-        (folder / "metrics.json").write_text(json.dumps(result))
+    write_hook_results(run, items, answers, data, images, written_in=True)
     (before,) = results_table({"grpo": run}, [("oric_bench", "macro/f1")])
     moved = tmp_path / "elsewhere" / "demo-copy"
     shutil.move(demo, moved)
