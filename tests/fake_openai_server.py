@@ -57,6 +57,7 @@ class FakeChatServer:
                     number = len(server.requests)
                     server.in_flight += 1
                     server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                self.counted = True
                 try:
                     if number <= server.fail_first:
                         self._send(server.fail_status, "{}", server.fail_headers)
@@ -68,6 +69,13 @@ class FakeChatServer:
                         message = {"choices": [{"index": 0, "message": {"role": "assistant", "content": reply}}]}
                         self._send(200, json.dumps(message))
                 finally:
+                    self._leave()
+
+            def _leave(self) -> None:
+                # once only, and before the reply's body goes out: a client that has read its reply may send
+                # its next request at once, and that one must not find this one still counted
+                if getattr(self, "counted", False):
+                    self.counted = False
                     with server._lock:
                         server.in_flight -= 1
 
@@ -79,6 +87,7 @@ class FakeChatServer:
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                self._leave()
                 self.wfile.write(data)
 
             def log_message(self, *args: Any) -> None:
