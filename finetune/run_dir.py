@@ -26,6 +26,7 @@ from typing import Any
 from core.errors import UserError
 from core.io import dataset_manifest, sha256_file
 from core.run_layout import TRAINER_STATE_FILE, WEIGHT_FILES, checkpoints
+from eval_hooks.plan import SCRIPT_KEYS as EVAL_PLAN_KEYS
 
 logger = logging.getLogger("veritune")
 
@@ -64,17 +65,9 @@ NOT_RUN_SETTINGS = frozenset(
         "enable_jit_checkpoint",
         "restore_callback_states_from_checkpoint",
         "ddp_timeout",
-        # the eval hooks (veritune) and the Trainer's own evaluation: they read the model, never change it
-        "eval_benchmarks",
-        "eval_on_save",
-        "eval_final_benchmarks",
-        "eval_at_start",
-        "eval_data_root",
-        "eval_data",
-        "eval_image_root",
-        "eval_limit",
-        "eval_batch_size",
-        "eval_backend",
+        # the eval hooks (veritune: their keys, from their one home) and the Trainer's own evaluation: they read
+        # the model, never change it
+        *EVAL_PLAN_KEYS,
         "eval_strategy",
         "eval_steps",
         "eval_delay",

@@ -18,6 +18,7 @@ from finetune.recipe import parse_recipe, recipe_report_to
 from finetune.run_dir import (
     _difference_from_recorded,
     claim_run_dir,
+    counts_as_setting,
     recorded_settings,
     run_settings,
     settings_difference,
@@ -343,3 +344,11 @@ def test_eval_watch_without_wandb_credentials_stops_before_evaluating(
         f"error: {run}: the training logs to W&B (wandb_run.json), {LOGIN_LINE}, or set WANDB_MODE=disabled to "
         "log nothing"
     )
+
+
+def test_every_eval_plan_key_is_not_a_run_setting() -> None:
+    # the run guard takes the hook's keys from the eval plan's one list, so a key added there never makes a
+    # resumed run look like another run (the list was once kept twice and three keys went missing)
+    from eval_hooks.plan import SCRIPT_KEYS
+
+    assert SCRIPT_KEYS and not [key for key in SCRIPT_KEYS if counts_as_setting(key)]
