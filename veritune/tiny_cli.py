@@ -38,8 +38,8 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--warm-start",
         action="store_true",
-        help="the demo's warm-started base (qwen3vl, demo size): synthetic world, then finetune/sft.py with "
-        "recipes/miniature/tiny_sft_warmstart.yaml, reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the "
+        help="the demo's warm-started base (qwen3vl, demo size): synthetic world, its prompt-completion table "
+        "(`veritune build warmstart-data`), then finetune/sft.py with recipes/miniature/tiny_sft_warmstart.yaml, reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the "
         "demo or an earlier call made it",
     )
     parser.add_argument(
