@@ -16,14 +16,14 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
 4. DPO pairs that ask one description on an image where it is true and on one where it is false (``veritune
    build finer-contrast --false-image random``), and FINER's yes/no probe on the val scene graphs (``veritune
    build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1);
-5. DPO (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_contrast.yaml`` at 9,600 steps and learning rate 2e-4, the
-   cheapest setting that met the DPO bound on the dev split of every seed), whose eval hook scores the probe and
-   POPE on the val split before the first step and after the last.
+5. DPO (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_contrast.yaml`` at 6,400 steps and learning rate 2e-4, the
+   cheapest setting that met the DPO bound on the dev split of every seed, DPO round 15), whose eval hook scores the
+   probe and POPE on the val split before the first step and after the last.
 
-On one core this takes about 20 minutes, twice the demo's budget: ``veritune demo`` runs it beside the ORIC half
-only when asked (``--finer seeing``), and gives its DPO a second torch thread once the ORIC half is done (about 18
-minutes in all from nothing cached). The stages are keyed like the demo's (``miniature.stages.run_stage``), so an
-interrupted run resumes and a rerun reuses what is unchanged.
+``veritune demo`` runs this half by default, beside the ORIC half, and gives its DPO a second torch thread once the
+ORIC half is done. Its base (stages 1-3) is cached like the ORIC warm-start (``CACHE/seeing-base/KEY``). The stages
+are keyed like the demo's (``miniature.stages.run_stage``), so an interrupted run resumes and a rerun reuses what is
+unchanged.
 """
 
 from __future__ import annotations
@@ -105,14 +105,14 @@ def base_code_digest() -> str:
 
 @dataclass(frozen=True)
 class SeeingSizes:
-    """The measured path's sizes: V8's 6,000 warm-start steps, F15's 9,600 DPO steps at lr 2e-4 (docs/LAB_NOTEBOOK.md,
-    "FINER's half on a base that sees, in the demo"); tests pass smaller ones."""
+    """The measured path's sizes: V8's 6,000 warm-start steps, F18's 6,400 DPO steps at lr 2e-4 (docs/LAB_NOTEBOOK.md,
+    "DPO round 15"); tests pass smaller ones."""
 
     fresh_images: int = 12000
     world_images: tuple[int, int, int] = (TRAIN_IMAGES, VAL_IMAGES, DEV_IMAGES)  # train, val, dev: the demo's
     tower_steps: int = 1000
     warmstart_steps: int = 6000
-    dpo_steps: int = 9600
+    dpo_steps: int = 6400
     dpo_learning_rate: float = 2.0e-4
     eval_limit: int | None = None  # every probe pair and POPE question of the val split
 
