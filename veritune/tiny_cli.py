@@ -39,8 +39,8 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
         "--warm-start",
         action="store_true",
         help="the demo's warm-started base (qwen3vl, demo size): synthetic world, its prompt-completion table "
-        "(`veritune build warmstart-data`), then finetune/sft.py with recipes/miniature/tiny_sft_warmstart.yaml, reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the "
-        "demo or an earlier call made it",
+        "(`veritune build warmstart-data`), then finetune/sft.py with recipes/miniature/tiny_sft_warmstart.yaml, "
+        "reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the demo or an earlier call made it",
     )
     parser.add_argument(
         "--warm-start-steps", type=int, help="with --warm-start: SFT steps instead of the recipe's (a smoke test)"
