@@ -524,6 +524,9 @@ def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,  # its own process group, as a terminal's foreground job
+        # and Ctrl-C's default action, as in a terminal: a suite started in the background of a shell without job
+        # control inherits SIGINT ignored, and Python then never raises KeyboardInterrupt
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         assert process.stdout.readline().strip() == "ready"
