@@ -62,6 +62,7 @@ from miniature.stages import (
     results_table,
     start_command,
     summarise,
+    table_source,
     train_dpo,
     train_grpo,
     wait_commands,
@@ -103,10 +104,10 @@ def run_demo(
     if finer == "seeing":  # the long pole: on the second core from the start, beside everything below
         from miniature.seeing import run_seeing_finer
 
-        seeing = Background(
+        seeing = Background(  # its report is written at the end, beside the table
             "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
             out / "logs" / "finer-seeing.log",
-            lambda: run_seeing_finer(out, seed, spare_core=oric_done, use_cache=use_cache),
+            lambda: run_seeing_finer(out, seed, report=False, spare_core=oric_done, use_cache=use_cache),
         )
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
@@ -151,29 +152,38 @@ def run_demo(
     announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     train_grpo(paths, steps, seed)
     lap("GRPO")
+    if seeing is None:
+        runs, table, probe = {"grpo": paths["run"], "dpo": paths["dpo"]}, TABLE, paths["finer_yn"]
+    else:
+        from miniature.seeing import RUN, seeing_paths
+        from miniature.seeing import TABLE as SEEING_TABLE
+
+        probe = seeing_paths(out)["probe"]
+        runs = {"grpo": paths["run"], RUN: seeing_paths(out)["dpo"]}
+        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + SEEING_TABLE
+    # The ORIC half's report and before/after rows now, while the FINER half trains: at the end, only the FINER
+    # half's are left (the same draws, so the same rows: results_table draws per run and benchmark)
+    reports = [start_command(report_command(paths["run"]))]
+    oric_entries = [entry for entry in table if table_source(entry) == "grpo"]
+    found = dict(zip(oric_entries, results_table(runs, oric_entries)))
+    lap("GRPO's before/after rows (its report beside them)")
     if oric_done is not None:
         oric_done.release()
     if dpo is not None:
         dpo.join()
         clock = time.monotonic()  # the wait for DPO, if any, is not counted
         timings["DPO and its report (beside GRPO)"] = dpo.seconds
-        runs, table, probe = {"grpo": paths["run"], "dpo": paths["dpo"]}, TABLE, paths["finer_yn"]
     else:
-        from miniature.seeing import RUN, seeing_paths
-        from miniature.seeing import TABLE as SEEING_TABLE
-
         announce_stage("5/7 FINER on a base that sees: waiting for the stages run beside the ORIC half")
         seeing.join(progress_every=60)
         lap("waiting for FINER on a base that sees")
-        timings["FINER on a base that sees, with its report (beside the ORIC half)"] = seeing.seconds
-        probe = seeing_paths(out)["probe"]
-        runs = {"grpo": paths["run"], RUN: seeing_paths(out)["dpo"]}
-        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + SEEING_TABLE
+        timings["FINER on a base that sees (beside the ORIC half)"] = seeing.seconds
+        reports.append(start_command(report_command(runs[RUN])))  # the tuples' DPO report was written beside GRPO
 
     announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
-    report = start_command(report_command(paths["run"]))  # the DPO run's report was written beside GRPO
-    rows = results_table(runs, table)
-    wait_commands([report])
-    lap("reports and table")
-    summarise(paths, rows, timings, out, runs, probe)
+    rest = [entry for entry in table if entry not in found]
+    found.update(zip(rest, results_table(runs, rest)))
+    wait_commands(reports)
+    lap("FINER's rows and the reports")
+    summarise(paths, [found[entry] for entry in table], timings, out, runs, probe)
     return paths

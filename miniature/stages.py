@@ -686,6 +686,12 @@ def report_command(run: Path) -> list[str]:
     return [sys.executable, "-m", "veritune.cli", "report", str(run)]
 
 
+def table_source(entry: tuple[str, ...]) -> str:
+    """The run a :func:`results_table` entry is read from: its third field, else ``"dpo"`` for FINER's benchmarks
+    and ``"grpo"`` for the others."""
+    return entry[2] if len(entry) > 2 else "dpo" if entry[0].startswith("finer") else "grpo"
+
+
 def results_table(
     runs: dict[str, Path], table: list[tuple[str, str]] | list[tuple[str, str, str]] = TABLE
 ) -> list[dict[str, Any]]:
@@ -698,9 +704,7 @@ def results_table(
     from core.run_layout import collect_eval
     from eval_hooks.bootstrap import hook_difference_intervals
 
-    def source(entry: tuple[str, ...]) -> str:
-        return entry[2] if len(entry) > 2 else "dpo" if entry[0].startswith("finer") else "grpo"
-
+    source = table_source
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
     # one set of draws per run and benchmark, its metrics together
     for trained_by, benchmark in dict.fromkeys((source(entry), entry[0]) for entry in table):

@@ -1,6 +1,6 @@
 """The default demo run that tests/test_demo_outcome.py asserts, started beside the rest of the suite.
 
-One whole `veritune demo` (both halves, seed 0, from nothing cached) takes about 20 minutes on 2 cores, most of it
+One whole `veritune demo` (both halves, seed 0, from nothing cached) takes about 26 minutes on 2 cores, most of it
 one training process per half. When the outcome test is selected, conftest.py starts the run as soon as the suite is
 collected and moves the outcome test to the end, so the run shares the machine with the other tests instead of
 adding its whole length to the suite's: after the ORIC half's first minutes the FINER half's chain keeps one core and
@@ -54,7 +54,8 @@ class BackgroundDemo:
         stdout = self.log.read_text(errors="replace")
         assert code == 0, f"the demo failed (exit {code}); its log's end:\n{stdout[-4000:]}"
         results = json.loads((self.out / "results.json").read_text())
-        return {"stdout": stdout, "results": results, "minutes": (time.monotonic() - self.started) / 60}
+        minutes = (time.monotonic() - self.started) / 60
+        return {"stdout": stdout, "results": results, "minutes": minutes, "out": self.out}
 
     def stop(self) -> None:
         """End the run and every process it started (the suite was interrupted, or the run took too long)."""

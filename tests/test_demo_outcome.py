@@ -84,3 +84,8 @@ def test_demo_prints_both_halves_table_and_says_where_each_row_comes_from(demo: 
     for row in demo["results"]["rows"]:  # type: ignore[index]
         assert row["low"] <= row["difference"] <= row["high"], row
     assert "finer_yn: the probe's levels here are" in stdout
+    # both runs' HTML reports, written beside the table (the ORIC half's while the FINER half trains)
+    out = demo["out"]
+    reports = [out / "grpo" / "report.html", out / "finer-seeing" / "dpo" / "report.html"]  # type: ignore[operator]
+    assert all(report.is_file() for report in reports), reports
+    assert f"reports:           {reports[0]}, {reports[1]} " in stdout
