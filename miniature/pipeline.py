@@ -178,7 +178,8 @@ def run_demo(
         seeing.join(progress_every=60)
         lap("waiting for FINER on a base that sees")
         timings["FINER on a base that sees (beside the ORIC half)"] = seeing.seconds
-        reports.append(start_command(report_command(runs[RUN])))  # the tuples' DPO report was written beside GRPO
+        # this DPO run's report (train_dpo, in the tuples control, writes its own beside GRPO)
+        reports.append(start_command(report_command(runs[RUN])))
 
     announce_stage("7/7 before/after: the eval hooks' step-0 baselines against the trained models, same items")
     rest = [entry for entry in table if entry not in found]

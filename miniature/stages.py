@@ -704,10 +704,9 @@ def results_table(
     from core.run_layout import collect_eval
     from eval_hooks.bootstrap import hook_difference_intervals
 
-    source = table_source
     found: dict[tuple[str, str, str], dict[str, Any]] = {}
     # one set of draws per run and benchmark, its metrics together
-    for trained_by, benchmark in dict.fromkeys((source(entry), entry[0]) for entry in table):
+    for trained_by, benchmark in dict.fromkeys((table_source(entry), entry[0]) for entry in table):
         run_dir = runs[trained_by]
         by_step = collect_eval(run_dir).get(benchmark, {})
         if 0 not in by_step or len(by_step) < 2:
@@ -715,7 +714,7 @@ def results_table(
                 f"{run_dir}: no step-0 and final {benchmark} results from the eval hook (see the training log)"
             )
         last = max(by_step)
-        metrics = [entry[1] for entry in table if entry[0] == benchmark and source(entry) == trained_by]
+        metrics = [entry[1] for entry in table if entry[0] == benchmark and table_source(entry) == trained_by]
         for row in hook_difference_intervals(run_dir, benchmark, metrics, (0, last))[2]:
             found[(trained_by, benchmark, row["metric"])] = {
                 "benchmark": benchmark,
@@ -725,7 +724,7 @@ def results_table(
             }
     rows = []
     for entry in table:
-        row = found[(source(entry), entry[0], entry[1])]
+        row = found[(table_source(entry), entry[0], entry[1])]
         if len(entry) > 2:
             row["label"] = f"{entry[0]} {entry[1]} ({entry[2]})"
         rows.append(row)
