@@ -179,3 +179,73 @@ def set_cpu_compact_lm_head(enabled: bool) -> None:
 
     compact_on.veritune_original = trl_check  # type: ignore[attr-defined]
     setattr(trl_utils, COMPACT_LM_HEAD_CHECK, compact_on)
+
+
+# ---- DPOTrainer's reference log-probs, computed by the data loader's workers
+
+# ``DPOTrainer``'s attribute that makes ``_compute_loss`` read the reference log-probs from the batch (the keys
+# below) instead of running the reference model; TRL sets it only from ``precompute_ref_log_probs``, which it
+# refuses for vision-language datasets.
+DPO_PRECOMPUTED_FLAG = "precompute_ref_logps"
+DPO_REFERENCE_KEYS = ("ref_chosen_logps", "ref_rejected_logps")
+# the batch keys ``_compute_loss`` keeps out of the model's arguments (its ``_non_model_keys``)
+DPO_NON_MODEL_KEYS = frozenset({"completion_mask", *DPO_REFERENCE_KEYS})
+
+
+class ReferenceLogpsCollator:
+    """A DPO data collator that also runs the frozen reference model on each batch it collates and adds the
+    reference's summed completion log-probs (``ref_chosen_logps``, ``ref_rejected_logps``) to it.
+
+    In a data loader worker this moves the reference forward out of the training step: the worker computes the
+    next batches' reference while the main process trains on this one. The reference call is the one
+    ``DPOTrainer._compute_loss`` makes (the same arguments, labels and fused LM head, no gradient), on the same
+    collated tensors, so the log-probs are the same numbers (each operation runs on one thread in the worker; the
+    miniature's trained weights come out the same bytes, ``perf/bench_cpu_training.py``).
+    """
+
+    def __init__(self, collator: Callable[[list[dict[str, Any]]], dict[str, Any]], reference: Any) -> None:
+        self.collator, self.reference = collator, reference
+
+    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
+        import torch
+
+        batch = self.collator(examples)
+        kwargs = {key: value for key, value in batch.items() if key not in DPO_NON_MODEL_KEYS}
+        completion_mask = batch["completion_mask"]
+        labels = batch["input_ids"].masked_fill(completion_mask == 0, -100)
+        with torch.no_grad():
+            outputs = self.reference(**kwargs, use_cache=False, labels=labels, fused_lm_head=True)
+        logps = outputs.log_probs[:, -(completion_mask.size(1) - 1) :].sum(dim=1)
+        batch[DPO_REFERENCE_KEYS[0]], batch[DPO_REFERENCE_KEYS[1]] = logps.chunk(2, dim=0)
+        return batch
+
+
+def reference_logps_in_collator(trainer: Any) -> None:
+    """Make ``trainer`` (a full-parameter ``DPOTrainer`` with its frozen ``ref_model``) take the reference
+    log-probs from its batches, computed by :class:`ReferenceLogpsCollator` (in the data loader's workers when
+    it has any), instead of running the reference in its training step. Call before ``train``.
+
+    Raises:
+        UserError: the run has no separate reference model (LoRA), its reference is not on the CPU, or it uses
+            TRL's length-desensitised log-probs (``ld_alpha``), which this collator does not compute.
+    """
+    if trainer.ref_model is None:
+        raise UserError(
+            "reference_logps_in_workers: needs a full-parameter run (a frozen reference copy); with LoRA the "
+            "reference is the policy itself, adapter off"
+        )
+    if trainer.ld_alpha is not None:
+        raise UserError("reference_logps_in_workers: does not compute ld_alpha's log-probs; leave ld_alpha unset")
+    reference = trainer.accelerator.unwrap_model(trainer.ref_model)
+    if next(reference.parameters()).device.type != "cpu":
+        raise UserError(
+            "reference_logps_in_workers: CPU runs only (a data loader worker cannot run a model on an accelerator)"
+        )
+    reference.eval()
+    trainer.data_collator = ReferenceLogpsCollator(trainer.data_collator, reference)
+    setattr(trainer, DPO_PRECOMPUTED_FLAG, True)
+    import logging
+
+    workers = trainer.args.dataloader_num_workers
+    where = f"its {workers} data loader worker(s)" if workers else "the collator (dataloader_num_workers: 0)"
+    logging.getLogger("veritune.dpo").info("reference_logps_in_workers: the frozen reference runs in %s", where)

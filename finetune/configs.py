@@ -586,6 +586,14 @@ class VerituneDPOConfig(DPOConfig):
             "processes, so the recipe keeps its global batch on any GPU count that divides it."
         },
     )
+    reference_logps_in_workers: bool = field(
+        default=False,
+        metadata={
+            "help": "CPU, full-parameter runs: the data loader's workers run the frozen reference model on each "
+            "batch they collate, so the training step runs only the policy (the same log-probs, fewer seconds "
+            "with dataloader_num_workers >= 1 and a free core; core/trl_adapter.py: ReferenceLogpsCollator)."
+        },
+    )
 
     def __post_init__(self) -> None:
         require_optional_packages(self)

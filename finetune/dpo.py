@@ -23,6 +23,7 @@ from pathlib import Path
 from trl import DPOTrainer
 
 from core.io import atomic_write_json
+from core.trl_adapter import reference_logps_in_collator
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.models import freeze_vision_tower
@@ -65,6 +66,8 @@ def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, mode
         reference = trainer.accelerator.unwrap_model(trainer.ref_model)
         freeze_vision_tower(reference)
         cache_vision_features(reference)
+    if training_args.reference_logps_in_workers:
+        reference_logps_in_collator(trainer)
     train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 
 

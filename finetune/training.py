@@ -26,7 +26,6 @@ from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
 from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
 from finetune.run_dir import claim_run_dir, run_settings
-from finetune.threads import threads_callback
 
 logger = logging.getLogger("veritune")
 
@@ -75,13 +74,10 @@ def get_callbacks(
     script_args: ScriptArguments, training_args: TrainingArguments, model_args: VerituneModelConfig | None = None
 ) -> list[TrainerCallback]:
     """Callbacks every entry script adds: W&B settings, the run's record (its settings, from ``model_args`` too),
-    the thread count a file may raise (:mod:`finetune.threads`) and, when enabled, the eval hooks."""
+    and, when enabled, the eval hooks."""
     settings = run_settings(script_args, training_args, model_args) if model_args is not None else None
     configure_wandb(script_args, training_args)
     callbacks: list[TrainerCallback] = [RunConfigCallback(script_args, settings)]
-    threads = threads_callback()  # more torch threads once VERITUNE_THREADS_FILE appears (finetune.threads)
-    if threads is not None:
-        callbacks.append(threads)
     hook = eval_hook(script_args)
     if hook is not None:
         callbacks.append(hook)

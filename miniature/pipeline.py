@@ -17,10 +17,10 @@ The ORIC half, on the first core:
 
 The FINER half (``miniature.seeing``), on the second core from the start: a 16-token base whose pretrained, frozen
 vision tower sees per-instance attributes (cached under ``~/.cache/veritune/seeing-base/``), DPO on image-contrast
-pairs, and its eval hook on FINER's yes/no probe and POPE. Once the ORIC half has trained, the FINER half's training
-runs take its core too (``miniature.stages.SpareCore``). ``--finer tuples`` runs instead the control the demo used to
-show: DPO on FINER-Tuning's tuples from the ORIC half's base (built in step 4, trained beside GRPO), which cannot see
-the attributes those tuples ask about, so its FINER rows do not move.
+pairs, and its eval hook on FINER's yes/no probe and POPE; its DPO's data worker runs the frozen reference model
+(``reference_logps_in_workers``) and takes the core the ORIC half leaves once that has trained. ``--finer tuples``
+runs instead the control the demo used to show: DPO on FINER-Tuning's tuples from the ORIC half's base (built in
+step 4, trained beside GRPO), which cannot see the attributes those tuples ask about, so its FINER rows do not move.
 
 Then the before/after table: each eval hook's step-0 baseline against the trained model, on the same items, with
 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
@@ -40,7 +40,6 @@ split; the command line of both lives in ``veritune.demo_cli``.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -51,7 +50,6 @@ from miniature.stages import (
     STAGE_STATUS,
     TABLE,
     Background,
-    SpareCore,
     announce_stage,
     build_data,
     build_tiny_qwen,
@@ -83,14 +81,10 @@ def run_demo(
     from finetune.training import use_cpu_accelerator_without_gpu
 
     use_cpu_accelerator_without_gpu()  # before anything imports DeepSpeed (its "unable to detect" notice)
-    # The FINER half that sees takes the core the ORIC half leaves once that has trained (miniature.seeing); not
-    # when OMP_NUM_THREADS is the user's to set
-    spare_core_wanted = finer == "seeing" and "OMP_NUM_THREADS" not in os.environ
     pin_threads()
 
     out = out if out.is_absolute() else REPO_ROOT / out
     paths = demo_paths(out)
-    oric_done = SpareCore(out) if spare_core_wanted else None
     STAGE_STATUS.clear()
     timings: dict[str, float] = {}
     clock = time.monotonic()
@@ -107,7 +101,7 @@ def run_demo(
         seeing = Background(  # its report is written at the end, beside the table
             "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
             out / "logs" / "finer-seeing.log",
-            lambda: run_seeing_finer(out, seed, report=False, spare_core=oric_done, use_cache=use_cache),
+            lambda: run_seeing_finer(out, seed, report=False, use_cache=use_cache),
         )
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
@@ -167,8 +161,6 @@ def run_demo(
     oric_entries = [entry for entry in table if table_source(entry) == "grpo"]
     found = dict(zip(oric_entries, results_table(runs, oric_entries)))
     lap("GRPO's before/after rows (its report beside them)")
-    if oric_done is not None:
-        oric_done.release()
     if dpo is not None:
         dpo.join()
         clock = time.monotonic()  # the wait for DPO, if any, is not counted

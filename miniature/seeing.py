@@ -20,10 +20,10 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
    cheapest setting that met the DPO bound on the dev split of every seed, DPO round 15), whose eval hook scores the
    probe and POPE on the val split before the first step and after the last.
 
-``veritune demo`` runs this half by default, beside the ORIC half, and gives its DPO a second torch thread once the
-ORIC half is done. Its base (stages 1-3) is cached like the ORIC warm-start (``CACHE/seeing-base/KEY``). The stages
-are keyed like the demo's (``miniature.stages.run_stage``), so an interrupted run resumes and a rerun reuses what is
-unchanged.
+``veritune demo`` runs this half by default, beside the ORIC half; its DPO runs the frozen reference model in its data
+loader's worker (``reference_logps_in_workers``), on the core the ORIC half leaves. Its base (stages 1-3) is cached
+like the ORIC warm-start (``CACHE/seeing-base/KEY``). The stages are keyed like the demo's
+(``miniature.stages.run_stage``), so an interrupted run resumes and a rerun reuses what is unchanged.
 """
 
 from __future__ import annotations
@@ -34,11 +34,9 @@ from pathlib import Path
 from miniature.stages import (
     DEV_IMAGES,
     REPO_ROOT,
-    SPARE_THREADS,
     STAGE_STATUS,
     TRAIN_IMAGES,
     VAL_IMAGES,
-    SpareCore,
     copy_dir,
     launch,
     note,
@@ -68,10 +66,6 @@ TABLE = [
 ]
 
 
-# The torch threads of this half's training runs once the ORIC half has left its core (miniature.stages.SpareCore):
-# the trained weights and the hook's scores are the same bytes as on one thread (cmp on seed 0's full run,
-# docs/LAB_NOTEBOOK.md, "The idle core, given to DPO"), and a DPO step is about 1.3 times cheaper.
-DPO_THREADS = SPARE_THREADS
 # The code the seeing base is made by (its shared-cache key, with the commands, the recipe and the libraries'
 # versions): the drawn worlds, the tiny model and its tower's pretraining, and the warm-start's trainer
 BASE_CODE = (
@@ -85,11 +79,6 @@ BASE_CODE = (
     "veritune/tiny_cli.py",
 )
 BASE_LIBRARIES = ("torch", "transformers", "trl", "accelerate", "numpy", "pillow")
-
-
-def dpo_threads(spare_core: SpareCore | None) -> int | None:
-    """``DPO_THREADS`` for a run started once ``spare_core`` is free, else None (the demo's one thread)."""
-    return spare_core.threads() if spare_core is not None else None
 
 
 def base_code_digest() -> str:
@@ -137,21 +126,17 @@ def run_seeing_finer(
     seed: int = 0,
     sizes: SeeingSizes = SeeingSizes(),
     report: bool = True,
-    spare_core: SpareCore | None = None,
     use_cache: bool = True,
 ) -> Path:
     """Every stage of this half under ``out`` (the demo's directory); returns the DPO run, whose eval hook holds
-    the step-0 and final scores. With ``report``, then the run's HTML report. ``spare_core``: freed once the
-    process beside this half has left its core; DPO then trains on two torch threads (from its next step, or from
-    the start if it starts after that). With ``use_cache``, the base (its worlds, its
-    pretrained tower and its warm-start: about 10 minutes) comes from the shared cache when the same commands,
-    code and libraries made it before (``CACHE/seeing-base/KEY``), like the ORIC half's warm-start."""
+    the step-0 and final scores. With ``report``, then the run's HTML report. With ``use_cache``, the base (its
+    worlds, its pretrained tower and its warm-start: about 10 minutes) comes from the shared cache when the same
+    commands, code and libraries made it before (``CACHE/seeing-base/KEY``), like the ORIC half's warm-start."""
     from core.cache import publish_dir
     from miniature import stages
 
     paths = seeing_paths(out)
     fresh, world = paths["fresh"], paths["world"]
-    threads_file = spare_core.file if spare_core is not None else None
 
     def command_stage(name: str, command: list[str], upstream: list[str], output: Path, done: Path) -> None:
         """A stage that is one ``veritune`` command, keyed by it and by the stages it reads."""
@@ -243,7 +228,7 @@ def run_seeing_finer(
         stage_key(dpo, recipe_digest(REPO_ROOT / DPO_RECIPE), upstream, out=out),
         [paths["dpo"]],
         lambda: (paths["dpo"] / "trainer_state.json").is_file(),
-        lambda: launch("finetune/dpo.py", DPO_RECIPE, dpo, threads=dpo_threads(spare_core), threads_file=threads_file),
+        lambda: launch("finetune/dpo.py", DPO_RECIPE, dpo),
     )
     if report:
         run_command(report_command(paths["dpo"]))

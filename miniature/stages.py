@@ -68,16 +68,13 @@ SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:")  # a backg
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
-def run_command(command: list[str], threads: int | None = None, threads_file: Path | None = None) -> None:
-    wait_commands([start_command(command, threads, threads_file)])
+def run_command(command: list[str], threads: int | None = None) -> None:
+    wait_commands([start_command(command, threads)])
 
 
-def start_command(
-    command: list[str], threads: int | None = None, threads_file: Path | None = None
-) -> tuple[list[str], subprocess.Popen]:
+def start_command(command: list[str], threads: int | None = None) -> tuple[list[str], subprocess.Popen]:
     """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log;
-    with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s; with ``threads_file``, a
-    training run takes the thread count written there once it appears (``finetune.threads``)."""
+    with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s."""
     log = getattr(_OUTPUT, "log", None)
     line = "$ " + (f"OMP_NUM_THREADS={threads} " if threads is not None else "") + " ".join(command)
     if log is None:
@@ -88,10 +85,6 @@ def start_command(
     env[PARENT_SAYS_INTERRUPTED_ENV] = "1"  # on Ctrl-C the demo says "interrupted", not each stage again
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
-    if threads_file is not None:
-        from finetune.threads import THREADS_FILE_ENV
-
-        env[THREADS_FILE_ENV] = str(threads_file)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if log is None:
         return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env)
@@ -185,38 +178,10 @@ def recipe_accelerate_config(recipe: str) -> str:
     return recipe_path_value(REPO_ROOT / recipe, "accelerate_config") or ACCELERATE_CONFIG
 
 
-def launch(
-    script: str, recipe: str, overrides: list[str], threads: int | None = None, threads_file: Path | None = None
-) -> None:
+def launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
     launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     launcher += ["--config_file", recipe_accelerate_config(recipe)]
-    run_command([*launcher, script, recipe, *overrides], threads, threads_file)
-
-
-# The torch threads a training run of the seeing half takes once the ORIC half has left its core
-SPARE_THREADS = 2
-
-
-class SpareCore:
-    """The core one half of the demo leaves when it is done, offered to the training runs of the other:
-    :meth:`release` writes :data:`SPARE_THREADS` into :attr:`file` (``OUT/stages/spare-threads``), which a run
-    launched with it as ``threads_file`` reads before each step (``finetune.threads``); a run started after that
-    starts on that many threads (:meth:`threads`). Not used when ``OMP_NUM_THREADS`` is the user's to set."""
-
-    def __init__(self, out: Path) -> None:
-        self.file = out / STAGES_DIR / "spare-threads"
-        self.file.unlink(missing_ok=True)  # an earlier demo's: this one's other half has not finished yet
-        self.freed = threading.Event()
-
-    def release(self) -> None:
-        from core.io import atomic_write_text
-
-        atomic_write_text(self.file, f"{SPARE_THREADS}\n")
-        self.freed.set()
-
-    def threads(self) -> int | None:
-        """:data:`SPARE_THREADS` once released, else None (one thread a process)."""
-        return SPARE_THREADS if self.freed.is_set() else None
+    run_command([*launcher, script, recipe, *overrides], threads)
 
 
 def copy_dir(source: Path, target: Path) -> None:

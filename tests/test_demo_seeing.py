@@ -14,8 +14,8 @@ import pytest
 from core.errors import UserError
 from miniature import seeing as demo_seeing
 from miniature import stages
-from miniature.seeing import DPO_THREADS, RUN, TABLE, SeeingSizes, dpo_threads, run_seeing_finer, seeing_paths
-from miniature.stages import STAGE_STATUS, SpareCore, results_table
+from miniature.seeing import RUN, TABLE, SeeingSizes, run_seeing_finer, seeing_paths
+from miniature.stages import STAGE_STATUS, results_table
 
 TOY = SeeingSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
@@ -97,24 +97,14 @@ def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
         [name for name in STAGES if name not in ("seeing-fresh", "seeing-model", "seeing-data")], "reused"
     )
     assert dpo_state.stat().st_mtime_ns == before
-    # the core left by the other half is set free: DPO, started after that, trains on two threads, and would take
-    # them from its next step had it started before (the file its environment names)
-    launched, launch = [], demo_seeing.launch
-    monkeypatch.setattr(
-        demo_seeing,
-        "launch",
-        lambda *a, **k: (launched.append((k.get("threads"), k.get("threads_file"))), launch(*a, **k)),
-    )
-    spare_core = SpareCore(seeing)
-    spare_core.release()
+    # a DPO step count of its own: only DPO runs again
     STAGE_STATUS.clear()
-    run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False, spare_core=spare_core)
+    run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False)
     assert STAGE_STATUS == {
         **dict.fromkeys(["seeing-world", "seeing-base", "seeing-pairs", "seeing-probe"], "reused"),
         "seeing-dpo": "run",
     }
     assert json.loads(dpo_state.read_text())["global_step"] == 3
-    assert launched == [(DPO_THREADS, spare_core.file)]
 
 
 def test_another_demo_directory_takes_the_base_from_the_shared_cache(
@@ -156,13 +146,6 @@ def test_a_moved_copy_reuses_every_stage_and_gives_the_same_table(seeing: Path, 
         assert results_table({RUN: seeing_paths(moved)["dpo"]}, TABLE) == table
     finally:
         os.rename(away, seeing)
-
-
-def test_dpo_takes_a_second_thread_only_once_the_core_beside_it_is_free(tmp_path: Path) -> None:
-    spare_core = SpareCore(tmp_path)
-    assert dpo_threads(None) is None and dpo_threads(spare_core) is None
-    spare_core.release()
-    assert dpo_threads(spare_core) == DPO_THREADS == 2
 
 
 def test_a_command_started_on_more_threads_gets_them_and_its_log_says_so(
