@@ -576,7 +576,8 @@ class DPOScriptArguments(ScriptArguments):
 
 @dataclass
 class VerituneDPOConfig(DPOConfig):
-    """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs)."""
+    """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs), in the
+    training step or, on a CPU, in the data loader's workers (``reference_logps_in_workers``)."""
 
     global_batch_size: int | None = field(
         default=None,

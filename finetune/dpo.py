@@ -9,7 +9,9 @@ rows whose chosen equals rejected and rows with missing images are dropped by th
 listed in ``<output_dir>/preference_data.json``. Images are decoded lazily, scaled down to ``max_pixels``.
 
 The reference model of Eq. 5 is never precomputed (TRL cannot for VLMs): with LoRA it is the policy with
-its adapter disabled, evaluated online; full-parameter training loads a frozen copy. Where this departs
+its adapter disabled, evaluated online; full-parameter training loads a frozen copy, which a CPU run may hand to
+its data loader's workers (``reference_logps_in_workers``: they compute the next batches' reference log-probs
+while the main process trains on this one; the same numbers). Where this departs
 from the paper: FINER trained with LLaMA-Factory; the objective (sigmoid loss, beta 0.1), the
 hyperparameters of Table 10 and LLaMA-Factory's defaults for what the table leaves out (LoRA alpha 2 x
 rank, dropout 0, 768 x 768 pixels, 2,048 tokens) are kept, only the trainer is TRL's ``DPOTrainer``.

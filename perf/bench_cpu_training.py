@@ -5,7 +5,9 @@ TRL's fused LM head scoring every position against only the labelled ones
 (``cpu_compact_lm_head``, ``core/trl_adapter.py: set_cpu_compact_lm_head``), on the demo-size tiny
 Qwen3-VL, one torch thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen,
 attribute pairs) with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``),
-and its DPO on one torch thread against two, whose trained weights are compared byte for byte.
+and its DPO with the frozen reference run in the training step (on one torch thread, on two) against in the data
+loader's worker (``reference_logps_in_workers``, ``core/trl_adapter.py: ReferenceLogpsCollator``), whose trained
+weights are compared byte for byte.
 
     python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--fb-batches 12]
                                       [--cache-steps 200] [--cache-images 400]
@@ -122,7 +124,14 @@ CACHED_DPO = (
 CACHED = "SFT step (batch 32), patch-8 tower frozen (recipes/miniature/tiny_sft_attributes.yaml), vision_feature_cache="
 
 
-THREADS_DPO = "DPO step (batch 4), tower frozen and cached (recipes/miniature/tiny_finer_contrast.yaml), torch threads="
+REFERENCE_DPO = "DPO step (batch 4), tower frozen and cached (recipes/miniature/tiny_finer_contrast.yaml), reference "
+ONLINE = ["--dataloader_num_workers", "0", "--dataloader_persistent_workers", "false"]
+ONLINE += ["--reference_logps_in_workers", "false"]
+REFERENCE_SIDES = (
+    ("in the step, one torch thread", 1, ONLINE),
+    ("in the step, two torch threads", 2, ONLINE),
+    ("in the data worker, one torch thread (the recipe's)", 1, []),
+)
 
 
 def main() -> None:
@@ -206,21 +215,21 @@ def main() -> None:
                 dpo += ["--max_steps", str(args.cache_steps), "--vision_feature_cache", cache, "--output_dir", str(out)]
                 run(dpo)
                 times.setdefault(f"{CACHED_DPO}{cache}", []).append(sft_step_time(out))
-        # the same DPO (tower cached) on one torch thread and on two: `veritune demo` gives its FINER half's DPO
-        # the second core once the ORIC half is done (miniature/seeing.py: DPO_THREADS), on the premise that
-        # the trained weights are the same bytes; checked here on every pair of runs
+        # the same DPO (tower cached) with the frozen reference in the training step, on one torch thread and on
+        # two, and in the data loader's worker beside a one-thread step (reference_logps_in_workers, the demo's
+        # recipe): the trained weights are compared byte for byte on every repeat
         for repeat in range(args.repeats):
             weights = []
-            for threads in (1, 2):
-                out = tmp_path / f"dpo-threads-{threads}-{repeat}"
+            for name, threads, extra in REFERENCE_SIDES:
+                out = tmp_path / f"dpo-reference-{len(weights)}-{repeat}"
                 dpo = [sys.executable, "finetune/dpo.py", "recipes/miniature/tiny_finer_contrast.yaml", *common]
                 dpo[dpo.index("--model_name_or_path") + 1] = str(patch8)
                 dpo += ["--dataset_path", str(pairs), "--image_root", str(dpo_world["train_images"])]
-                dpo += ["--max_steps", str(args.cache_steps), "--output_dir", str(out)]
+                dpo += ["--max_steps", str(args.cache_steps), "--output_dir", str(out), *extra]
                 run(dpo, threads=threads)
-                times.setdefault(f"{THREADS_DPO}{threads}", []).append(sft_step_time(out))
+                times.setdefault(f"{REFERENCE_DPO}{name}", []).append(sft_step_time(out))
                 weights.append((out / "model.safetensors").read_bytes())
-            same_weights.append(weights[0] == weights[1])
+            same_weights.append(all(weight == weights[0] for weight in weights))
 
     print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
     for name, values in times.items():
@@ -249,9 +258,11 @@ def main() -> None:
     print(
         f"DPO step, frozen tower run / cached (median, {dpo_images} images, about 38 rows per image): {dpo_ratio:.2f}"
     )
-    print(f"DPO step, one torch thread / two (median): {median[f'{THREADS_DPO}1'] / median[f'{THREADS_DPO}2']:.2f}")
+    online, two, worker = (median[f"{REFERENCE_DPO}{name}"] for name, _, _ in REFERENCE_SIDES)
+    print(f"DPO step, reference in the step on one thread / in the data worker (median): {online / worker:.2f}")
+    print(f"DPO step, reference in the step on two threads / in the data worker (median): {two / worker:.2f}")
     same = f"{sum(same_weights)} of {len(same_weights)}"
-    print(f"DPO trained weights, one thread against two: the same bytes in {same} pairs of runs")
+    print(f"DPO trained weights, the three ways: the same bytes in {same} repeats")
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "cpu_training",
         ["perf/bench_cpu_training.py"],
         "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
-        "labelled positions, a frozen vision tower's features cached (SFT and DPO), DPO on one torch thread and two",
+        "labelled positions, a frozen vision tower's features cached (SFT and DPO), DPO's reference in the step (one "
+        "torch thread, two) or in the data worker",
     ),
     (
         "dynamic_sampling",

@@ -34,8 +34,8 @@ class BackgroundDemo:
         self.root = Path(tempfile.mkdtemp(prefix="veritune-demo-outcome-"))
         self.out, self.log = self.root / "run", self.root / "demo.log"
         command = [sys.executable, "-m", "veritune.cli", "demo", "--out", str(self.out), "--seed", str(SEED)]
-        # one torch thread a process throughout (OMP_NUM_THREADS set: the FINER half's DPO does not take the ORIC
-        # half's core, which the rest of the suite uses meanwhile); the same numbers as two threads give
+        # one torch thread a process throughout (OMP_NUM_THREADS set), as the demo runs its stages: the rest of the
+        # suite shares the two cores meanwhile; the thread count changes no number
         env = entry_env(VERITUNE_CACHE=str(self.root / "cache"), OMP_NUM_THREADS="1")
         self.started = time.monotonic()
         with self.log.open("w") as stream:

@@ -161,6 +161,28 @@ def test_compact_lm_head_check_is_what_trls_fused_head_asks() -> None:
     )
 
 
+def test_dpo_reads_the_reference_from_the_batch_as_the_collator_writes_it() -> None:
+    """``reference_logps_in_collator`` sets the flag and fills the keys ``DPOTrainer._compute_loss`` reads, and
+    ``ReferenceLogpsCollator`` calls the reference as ``_compute_loss`` does."""
+    from trl import DPOTrainer
+
+    flag = trl_adapter.DPO_PRECOMPUTED_FLAG
+    assert flag in _assigned_self_attributes(DPOTrainer.__init__), (
+        f"DPOTrainer.__init__ no longer sets {flag}: {UPGRADE}"
+    )
+    source = inspect.getsource(DPOTrainer._compute_loss)
+    assert f"if self.{flag}:" in source, f"_compute_loss no longer reads {flag}: {UPGRADE}"
+    for key in trl_adapter.DPO_REFERENCE_KEYS:
+        assert f'inputs["{key}"]' in source, f"_compute_loss no longer reads the batch's {key}: {UPGRADE}"
+    assert '_non_model_keys = {"completion_mask", "ref_chosen_logps", "ref_rejected_logps"}' in source, (
+        f"_compute_loss keeps other keys out of the model's arguments (DPO_NON_MODEL_KEYS): {UPGRADE}"
+    )
+    assert "self.ref_model(**ref_model_kwargs, labels=labels, fused_lm_head=True)" in source, (
+        f"_compute_loss calls its reference otherwise (ReferenceLogpsCollator must call it the same way): {UPGRADE}"
+    )
+    assert "ref_per_token_logps = ref_outputs.log_probs[:, -seq_len:]" in source, f"{UPGRADE}"
+
+
 def test_generated_round_trip_and_wrong_arity() -> None:
     values = tuple(range(len(Generated._fields)))
     named = unpack_generated(values)
