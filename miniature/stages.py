@@ -68,23 +68,20 @@ SUMMARY_LINES = ("tiny CLIP:", "wrote ", "no shared images", "done:")  # a backg
 _OUTPUT = threading.local()  # .log: where a background stage's commands write (the foreground prints)
 
 
-def run_command(command: list[str], threads: int | None = None) -> None:
-    wait_commands([start_command(command, threads)])
+def run_command(command: list[str]) -> None:
+    wait_commands([start_command(command)])
 
 
-def start_command(command: list[str], threads: int | None = None) -> tuple[list[str], subprocess.Popen]:
-    """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log;
-    with ``threads``, on that many torch threads instead of ``OMP_NUM_THREADS``'s."""
+def start_command(command: list[str]) -> tuple[list[str], subprocess.Popen]:
+    """Start ``command`` from the repository root, its output to the terminal or to this thread's stage log."""
     log = getattr(_OUTPUT, "log", None)
-    line = "$ " + (f"OMP_NUM_THREADS={threads} " if threads is not None else "") + " ".join(command)
+    line = "$ " + " ".join(command)
     if log is None:
         print(line, flush=True)
     env = dict(os.environ)
     env.setdefault("WANDB_MODE", "offline")
     env.setdefault("OMP_NUM_THREADS", "1")  # pin_threads: one torch thread per process
     env[PARENT_SAYS_INTERRUPTED_ENV] = "1"  # on Ctrl-C the demo says "interrupted", not each stage again
-    if threads is not None:
-        env["OMP_NUM_THREADS"] = str(threads)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
     if log is None:
         return command, subprocess.Popen(command, cwd=REPO_ROOT, env=env)
@@ -178,10 +175,10 @@ def recipe_accelerate_config(recipe: str) -> str:
     return recipe_path_value(REPO_ROOT / recipe, "accelerate_config") or ACCELERATE_CONFIG
 
 
-def launch(script: str, recipe: str, overrides: list[str], threads: int | None = None) -> None:
+def launch(script: str, recipe: str, overrides: list[str]) -> None:
     launcher = [sys.executable, "-m", "veritune.launch"]  # accelerate launch, without its traceback on failure
     launcher += ["--config_file", recipe_accelerate_config(recipe)]
-    run_command([*launcher, script, recipe, *overrides], threads)
+    run_command([*launcher, script, recipe, *overrides])
 
 
 def copy_dir(source: Path, target: Path) -> None:

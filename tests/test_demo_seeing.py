@@ -6,7 +6,6 @@ docs/RESULTS.md; this checks the wiring, not the outcome."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -146,25 +145,6 @@ def test_a_moved_copy_reuses_every_stage_and_gives_the_same_table(seeing: Path, 
         assert results_table({RUN: seeing_paths(moved)["dpo"]}, TABLE) == table
     finally:
         os.rename(away, seeing)
-
-
-def test_a_command_started_on_more_threads_gets_them_and_its_log_says_so(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from miniature.stages import _OUTPUT, run_command
-
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    log = tmp_path / "stage.log"
-    command = [sys.executable, "-c", "import os; print('threads', os.environ['OMP_NUM_THREADS'])"]
-    _OUTPUT.log = log
-    try:
-        run_command(command, threads=2)
-        run_command(command)
-    finally:
-        del _OUTPUT.log
-    lines = log.read_text().splitlines()
-    assert lines[0].startswith("$ OMP_NUM_THREADS=2 ") and lines[1] == "threads 2"
-    assert lines[2].startswith(f"$ {sys.executable}") and lines[3] == "threads 1"
 
 
 def test_an_unknown_finer_half_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
