@@ -12,6 +12,7 @@ import functools
 import inspect
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,6 +137,20 @@ class Benchmark(ABC):
         answer with its own rule overrides this with that rule; with an ``answer_format`` and no override,
         the shared rule-based grader decides (``eval_hooks.evaluate.sample_rows``)."""
         return None
+
+    def counts(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[Hashable, int] | None:
+        """Integer tallies of ``items`` from which :meth:`metrics_from_counts` gives the metrics :meth:`score`
+        gives (by default scoring), and which add up: the tallies of two disjoint sets of bootstrap units (a
+        question with its paraphrases, a q+/q- pair) sum to those of their union, a unit drawn twice counting
+        twice. A paired bootstrap then sums tallies per draw instead of scoring it (eval_hooks/bootstrap.py),
+        with the same floats. ``None`` (the default): the metrics are not such a function; each draw is scored.
+        """
+        return None
+
+    def metrics_from_counts(self, counts: Mapping[Hashable, int]) -> dict[str, float]:
+        """``score(items, predictions)["metrics"]`` from ``counts(items, predictions)``; a tally of 0 is the same
+        as an absent one. Implemented where :meth:`counts` is."""
+        raise NotImplementedError(f"{self.name}: no metrics from counts")
 
     @abstractmethod
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:

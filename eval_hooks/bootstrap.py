@@ -15,8 +15,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from core.errors import UserError
-from eval_hooks.base import EvalItem
+from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.registry import get_benchmark
 
 _PARAPHRASE_ID = re.compile(r"^(.*)/p\d+$")
@@ -119,12 +121,14 @@ def metric_difference_intervals(
         for group in groups
     ]
 
-    def values(chosen: list[EvalItem], predictions: dict[str, str]) -> tuple[float, ...]:
-        scored = benchmark.score(chosen, predictions)["metrics"]
+    def values_of(name: str, scored: dict[str, float]) -> tuple[float, ...]:
         for metric in metrics:
             if metric not in scored:
-                raise UserError(f"{benchmark_name}: no metric {metric!r} (has: {', '.join(sorted(scored)[:12])})")
+                raise UserError(f"{name}: no metric {metric!r} (has: {', '.join(sorted(scored)[:12])})")
         return tuple(float(scored[metric]) for metric in metrics)
+
+    def values(chosen: list[EvalItem], predictions: dict[str, str]) -> tuple[float, ...]:
+        return values_of(benchmark_name, benchmark.score(chosen, predictions)["metrics"])
 
     def draw(indices: list[int]) -> tuple[list[EvalItem], dict[str, str], dict[str, str]]:
         chosen, base_draw, trained_draw = [], {}, {}
@@ -149,7 +153,8 @@ def metric_difference_intervals(
         return tuple(a - b for a, b in zip(after, before))
 
     base_values, trained_values = values(items, base), values(items, trained)
-    draws = _resample(statistic, len(groups), resamples, seed)
+    summed = _summed_statistic(benchmark, groups, base, trained, lambda scored: values_of(benchmark_name, scored))
+    draws = _resample(summed or statistic, len(groups), resamples, seed)
     rows = []
     for column, metric in enumerate(metrics):
         low, high = _interval([value[column] for value in draws], confidence)
@@ -166,6 +171,41 @@ def metric_difference_intervals(
             }
         )
     return rows
+
+
+def _summed_statistic(
+    benchmark: Benchmark,
+    groups: list[list[EvalItem]],
+    base: dict[str, str],
+    trained: dict[str, str],
+    values: Callable[[dict[str, float]], tuple[float, ...]],
+) -> Callable[[list[int]], tuple[float, ...]] | None:
+    """The draw statistic of :func:`metric_difference_intervals` for a benchmark with additive
+    :meth:`~eval_hooks.base.Benchmark.counts`: each unit's integer tallies are counted once per model, and a
+    draw's tallies are their sums weighted by how often each unit was drawn, which is what scoring the drawn
+    copies counts; the metrics follow from them by the benchmark's own formulas, so the floats are the same as
+    scoring each draw. None for a benchmark without counts."""
+    tallies = [[benchmark.counts(group, predictions) for group in groups] for predictions in (base, trained)]
+    if any(tally is None for side in tallies for tally in side):
+        return None
+    keys = list(dict.fromkeys(key for side in tallies for tally in side for key in tally))
+    column = {key: number for number, key in enumerate(keys)}
+    matrices = []
+    for side in tallies:
+        matrix = np.zeros((len(groups), len(keys)), dtype=np.int64)
+        for row, tally in enumerate(side):
+            for key, count in tally.items():
+                matrix[row, column[key]] = count
+        matrices.append(matrix)
+
+    def statistic(indices: list[int]) -> tuple[float, ...]:
+        weights = np.bincount(indices, minlength=len(groups))
+        before, after = (
+            values(benchmark.metrics_from_counts(dict(zip(keys, (weights @ matrix).tolist())))) for matrix in matrices
+        )
+        return tuple(a - b for a, b in zip(after, before))
+
+    return statistic
 
 
 def hook_difference_intervals(

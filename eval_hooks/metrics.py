@@ -19,6 +19,11 @@ def per_class_prf(truth: Sequence[str], predicted: Sequence[str | None], label: 
     tp = sum(t == label and p == label for t, p in zip(truth, predicted))
     predicted_positive = sum(p == label for p in predicted)
     support = sum(t == label for t in truth)
+    return prf_from_counts(tp, predicted_positive, support)
+
+
+def prf_from_counts(tp: int, predicted_positive: int, support: int) -> dict[str, float]:
+    """:func:`per_class_prf` from the class's counts: true positives, predictions of the class, its support."""
     precision, recall = ratio(tp, predicted_positive), ratio(tp, support)
     return {"precision": precision, "recall": recall, "f1": f1(precision, recall), "support": float(support)}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -106,3 +107,69 @@ def test_several_metrics_from_one_set_of_draws_equal_one_call_each() -> None:
     together = metric_difference_intervals("pope", items, base, trained, metrics, resamples=300, seed=4)
     alone = [metric_difference_interval("pope", items, base, trained, m, resamples=300, seed=4) for m in metrics]
     assert together == alone and len({row["low"] for row in together}) > 1
+
+
+def _random_case(name: str, rng: random.Random) -> tuple[list[EvalItem], dict[str, str], dict[str, str]]:
+    """Items of ``name`` in its release's shape, and two models' answers drawn at random (some unresolved,
+    some missing, one image missing)."""
+    items = []
+    answers = ["Yes.", "No", "yes, there is", "I cannot tell", "no.", ""]
+    if name == "pope":
+        for i in range(60):
+            meta = {"label": rng.choice(["yes", "no"]), "subset": ["random", "popular", "adversarial"][i % 3]}
+            items.append(EvalItem(f"{meta['subset']}/{i}", "Is there a cup?", [Path("x.jpg")], 16, meta))
+    elif name == "oric_bench":
+        for i in range(30):
+            label, size = rng.choice(["yes", "no"]), rng.choice(["small", "medium", "large", None])
+            for p in range(4):
+                meta = {"label": label, "paraphrase": p, "object_size": size, "target_object": "cup"}
+                items.append(EvalItem(f"{i}/p{p}", "Question: ...", [Path("x.jpg")], 8, meta))
+    else:
+        for i in range(40):
+            level, kind = rng.randint(1, 7), rng.choice(["obj", "attr", "rel", ""])
+            for polarity in ("pos", "neg"):
+                meta = {
+                    "label": "yes" if polarity == "pos" else "no",
+                    "level": level,
+                    "polarity": polarity,
+                    "pair": f"f/{i}/L{level}",
+                    "sample": f"f/{i}",
+                    "negated": kind,
+                }
+                items.append(EvalItem(f"f/{i}/L{level}/{polarity}", "Is ...?", [Path("x.jpg")], 3, meta))
+    items[5].missing_images = [Path("gone.jpg")]
+    base = {item.id: rng.choice(answers) for item in items if rng.random() < 0.95}
+    trained = {item.id: rng.choice(answers) for item in items if rng.random() < 0.95}
+    return items, base, trained
+
+
+@pytest.mark.parametrize(
+    ("name", "metrics"),
+    [
+        ("pope", ["accuracy", "f1", "adversarial/yes_ratio"]),
+        ("oric_bench", ["macro/f1", "yes_proportion", "p2/macro/recall", "no/recall"]),
+        ("finer_yn", ["paired_accuracy_l3_l7", "pos_accuracy", "neg_accuracy_l3_l7", "yes_proportion"]),
+    ],
+)
+def test_summed_tallies_give_the_scored_draws_floats(name: str, metrics: list[str], monkeypatch) -> None:
+    """A benchmark with additive counts: each unit's tallies, summed per draw, give every metric's score and
+    every interval bound to the last bit of scoring each drawn copy (the path of a benchmark without them)."""
+    from eval_hooks import bootstrap
+    from eval_hooks.registry import get_benchmark
+
+    benchmark = get_benchmark(name)
+    for seed in range(3):
+        items, base, trained = _random_case(name, random.Random(seed))
+        tallies = benchmark.counts(items, trained)
+        assert benchmark.metrics_from_counts(tallies) == benchmark.score(items, trained)["metrics"]
+        halves = [benchmark.counts(group, trained) for group in question_groups(items)]
+        summed: dict = {}
+        for half in halves:
+            for key, count in half.items():
+                summed[key] = summed.get(key, 0) + count
+        assert summed == tallies  # additive over the bootstrap's units
+        fast = metric_difference_intervals(name, items, base, trained, metrics, resamples=300, seed=seed)
+        with monkeypatch.context() as patch:
+            patch.setattr(bootstrap, "_summed_statistic", lambda *args: None)
+            slow = metric_difference_intervals(name, items, base, trained, metrics, resamples=300, seed=seed)
+        assert fast == slow

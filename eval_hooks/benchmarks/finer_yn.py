@@ -25,7 +25,8 @@ words, is at chance there. The bootstrap's unit (``meta["pair"]``) is one q+/qâˆ
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -129,38 +130,37 @@ class FinerYn(Benchmark):
                     )
         return items
 
-    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-        # One pass (the bootstrap scores a thousand draws): per group, [pos items, pos right, neg items, neg
-        # right, yes answers]; per pair, [items, right, level, negated]. Groups: all, L<k>, negated_<kind>, and
-        # the negatives of levels 3-7.
-        tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0, 0])
-        pairs: dict[str, list[Any]] = {}
-        unresolved = missing = 0
-        samples = set()
-        groups_of: dict[tuple[int, str, bool], list[list[int]]] = {}  # the tallies an item adds to
+    def counts(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[Hashable, int]:
+        """Per group (``all``, ``L<k>``, ``negated_<kind>``, and ``fine``: the level 3-7 negatives and pairs), the
+        tallies ``(group, field)`` of positive and negative items (``pos``, ``neg``), those answered right
+        (``pos_right``, ``neg_right``), "yes" answers (``yes``), pairs (``pairs``) and pairs with both twins right
+        (``pairs_right``); plus ``unresolved`` and ``missing_images``. A pair lies within one bootstrap unit, so
+        the tallies add up over units."""
+        tally: Counter[Hashable] = Counter()
+        pairs: dict[str, list[Any]] = {}  # per pair: [items, right, level, negated kind]
+        groups_of: dict[tuple[int, str, bool], list[str]] = {}  # the groups an item counts in
         for item in items:
             meta = item.meta
             if item.missing_images:
-                answer, missing = None, missing + 1
+                answer = None
+                tally["missing_images"] += 1
             else:
                 answer = extract_yes_no(predictions.get(item.id))
-                unresolved += answer is None
+                tally["unresolved"] += answer is None
             right, negative, level = answer == meta["label"], meta["polarity"] == "neg", meta["level"]
             kind = meta.get("negated") or ""
             key = (level, kind, negative)
             if key not in groups_of:
                 names = ["all", f"L{level}"] + [f"negated_{kind}"] * bool(kind)
-                groups_of[key] = [tally[name] for name in names + ["fine"] * (negative and level in FINE_LEVELS)]
-            column, yes = 2 * negative, answer == "yes"
-            for counts in groups_of[key]:
-                counts[column] += 1
-                counts[column + 1] += right
-                counts[4] += yes
+                groups_of[key] = names + ["fine"] * (negative and level in FINE_LEVELS)
+            side, yes = "neg" if negative else "pos", answer == "yes"
+            for group in groups_of[key]:
+                tally[group, side] += 1
+                tally[group, f"{side}_right"] += right
+                tally[group, "yes"] += yes
             entry = pairs.setdefault(meta["pair"], [0, 0, level, kind])
             entry[0] += 1
             entry[1] += right
-            samples.add(meta["sample"])
-        pair_tally: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         for count, right, level, kind in pairs.values():
             for group in (
                 "all",
@@ -169,45 +169,65 @@ class FinerYn(Benchmark):
                 "fine" if level in FINE_LEVELS else "",
             ):
                 if group:
-                    pair_tally[group][0] += 1
-                    pair_tally[group][1] += count == 2 and right == 2
+                    tally[group, "pairs"] += 1
+                    tally[group, "pairs_right"] += count == 2 and right == 2
+        return dict(tally)
+
+    def metrics_from_counts(self, counts: Mapping[Hashable, int]) -> dict[str, float]:
+        return self._summary(counts)[0]
+
+    def _summary(
+        self, counts: Mapping[Hashable, int]
+    ) -> tuple[dict[str, float], list[dict[str, Any]], list[dict[str, Any]]]:
+        """The metrics, the per-level table and the per-negated-kind table from :meth:`counts`' tallies."""
+
+        def get(group: str, field: str) -> int:
+            return counts.get((group, field), 0)
 
         def percent(part: int, whole: int) -> float:
             return 100 * part / whole if whole else 0.0
 
         def values(group: str, yes: bool = True) -> dict[str, float]:
-            pos, pos_right, neg, neg_right, yes_answers = tally[group]
+            pos, neg = get(group, "pos"), get(group, "neg")
             out = {
-                "neg_accuracy": percent(neg_right, neg),
-                "pos_accuracy": percent(pos_right, pos),
-                "paired_accuracy": percent(pair_tally[group][1], pair_tally[group][0]),
+                "neg_accuracy": percent(get(group, "neg_right"), neg),
+                "pos_accuracy": percent(get(group, "pos_right"), pos),
+                "paired_accuracy": percent(get(group, "pairs_right"), get(group, "pairs")),
             }
-            return {**out, "yes_proportion": percent(yes_answers, pos + neg)} if yes else out
+            return {**out, "yes_proportion": percent(get(group, "yes"), pos + neg)} if yes else out
 
         overall = values("all")
-        pos, pos_right, neg, neg_right, _ = tally["all"]
         metrics: dict[str, float] = {
             # 0 without level 3-7 queries (counts: neg_l3_l7): a bootstrap draw may hold none
-            "neg_accuracy_l3_l7": percent(tally["fine"][3], tally["fine"][2]),
-            "paired_accuracy_l3_l7": percent(pair_tally["fine"][1], pair_tally["fine"][0]),
+            "neg_accuracy_l3_l7": percent(get("fine", "neg_right"), get("fine", "neg")),
+            "paired_accuracy_l3_l7": percent(get("fine", "pairs_right"), get("fine", "pairs")),
             "paired_accuracy": overall["paired_accuracy"],
             "neg_accuracy": overall["neg_accuracy"],
             "pos_accuracy": overall["pos_accuracy"],
-            "accuracy": percent(pos_right + neg_right, pos + neg),
+            "accuracy": percent(
+                get("all", "pos_right") + get("all", "neg_right"), get("all", "pos") + get("all", "neg")
+            ),
             "yes_proportion": overall["yes_proportion"],
         }
         by_level = []
         for level in LEVELS:
-            if f"L{level}" in tally:
+            if get(f"L{level}", "pos") + get(f"L{level}", "neg"):
                 level_values = values(f"L{level}")
-                pairs_here = pair_tally[f"L{level}"][0]
-                by_level.append({"level": level, "pattern": PATTERNS[level], "pairs": pairs_here, **level_values})
+                by_level.append(
+                    {"level": level, "pattern": PATTERNS[level], "pairs": get(f"L{level}", "pairs"), **level_values}
+                )
                 metrics.update({f"L{level}/{name}": value for name, value in level_values.items()})
         by_negated = []  # what the negative contradicts (obj, attr, rel): a blind control's chance check
-        for group in sorted(g for g in tally if g.startswith("negated_")):
+        kinds = {key[0] for key in counts if isinstance(key, tuple) and key[0].startswith("negated_")}
+        for group in sorted(g for g in kinds if get(g, "pos") + get(g, "neg")):
             kind_values = values(group, yes=False)
-            by_negated.append({"negated": group.removeprefix("negated_"), "pairs": pair_tally[group][0], **kind_values})
+            by_negated.append({"negated": group.removeprefix("negated_"), "pairs": get(group, "pairs"), **kind_values})
             metrics.update({f"{group}/{name}": value for name, value in kind_values.items()})
+        return metrics, by_level, by_negated
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        counts = self.counts(items, predictions)
+        metrics, by_level, by_negated = self._summary(counts)
         return {
             "metrics": metrics,
             "tables": {"by_level": by_level, "by_negated": by_negated},
@@ -223,11 +243,11 @@ class FinerYn(Benchmark):
             ],
             "counts": {
                 "items": len(items),
-                "pairs": len(pairs),
-                "samples": len(samples),
-                "neg_l3_l7": tally["fine"][2],
-                "pairs_l3_l7": pair_tally["fine"][0],
-                "unresolved": unresolved,
-                "missing_images": missing,
+                "pairs": counts.get(("all", "pairs"), 0),
+                "samples": len({item.meta["sample"] for item in items}),
+                "neg_l3_l7": counts.get(("fine", "neg"), 0),
+                "pairs_l3_l7": counts.get(("fine", "pairs"), 0),
+                "unresolved": counts.get("unresolved", 0),
+                "missing_images": counts.get("missing_images", 0),
             },
         }

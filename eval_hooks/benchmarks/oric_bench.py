@@ -22,6 +22,8 @@ neither yes nor no: it lowers the recall of its true class and counts in the yes
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +31,7 @@ from core.errors import UserError
 from core.io import read_json
 from core.prompts import with_r1_instruction
 from eval_hooks.base import Benchmark, EvalItem
-from eval_hooks.metrics import confusion, per_class_prf
+from eval_hooks.metrics import prf_from_counts
 from rewards.graders import extract_yes_no, grade_tagged_yes_no
 from rewards.oric import ORIC_FIELDS, check_oric_record
 
@@ -85,21 +87,36 @@ class OricBench(Benchmark):
         """The benchmark's grader reads the label from the answer (unresolved is never correct)."""
         return not item.missing_images and self.grader(prediction) == item.meta["label"]
 
-    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
-        paraphrases = sorted({item.meta["paraphrase"] for item in items})
-        per_paraphrase = {}
-        resolved = unresolved = missing = 0
-        for index in paraphrases:
-            group = [item for item in items if item.meta["paraphrase"] == index]
-            truth, predicted = [], []
-            for item in group:
-                answer = None if item.missing_images else self.grader(predictions.get(item.id))
-                missing += bool(item.missing_images)
-                resolved += answer is not None
-                unresolved += answer is None and not item.missing_images
-                truth.append(item.meta["label"])
-                predicted.append(answer)
-            per_paraphrase[index] = _metrics(truth, predicted, group)
+    def counts(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[Hashable, int]:
+        """Per paraphrase, the items by true label and graded answer (``("n", paraphrase, label, answer)``, the
+        answer None when unresolved or the image is missing) and the "yes" questions by object size and whether
+        they were answered "yes" (``("size", paraphrase, size, hit)``); plus ``resolved``, ``unresolved`` and
+        ``missing_images``."""
+        tally: Counter[Hashable] = Counter()
+        for item in items:
+            answer = None if item.missing_images else self.grader(predictions.get(item.id))
+            tally["missing_images"] += bool(item.missing_images)
+            tally["resolved"] += answer is not None
+            tally["unresolved"] += answer is None and not item.missing_images
+            paraphrase, label = item.meta["paraphrase"], item.meta["label"]
+            tally["n", paraphrase, label, answer] += 1
+            if label == "yes" and item.meta.get("object_size") in SIZES:
+                tally["size", paraphrase, item.meta["object_size"], answer == "yes"] += 1
+        return dict(tally)
+
+    def metrics_from_counts(self, counts: Mapping[Hashable, int]) -> dict[str, float]:
+        return self._summary(counts)[0]
+
+    def _summary(self, counts: Mapping[Hashable, int]) -> tuple[dict[str, float], dict[Any, dict[str, float]]]:
+        """The metrics (each paraphrase's, as the official ``evaluate.py`` computes them, and their mean over
+        the paraphrases present) and the per-paraphrase metrics, from :meth:`counts`' tallies."""
+        cells: dict[Any, dict[tuple[Any, Any], int]] = {}  # paraphrase -> (label, answer) -> items
+        sizes: dict[Any, dict[tuple[str, bool], int]] = {}
+        for key, count in counts.items():
+            if isinstance(key, tuple) and count:
+                (cells if key[0] == "n" else sizes).setdefault(key[1], {})[key[2:]] = count
+        per_paraphrase = {index: _metrics(cells[index], sizes.get(index, {})) for index in sorted(cells)}
+        paraphrases = list(per_paraphrase)
         keys = per_paraphrase[paraphrases[0]].keys() if paraphrases else []
         averaged = {key: sum(m[key] for m in per_paraphrase.values()) / len(per_paraphrase) for key in keys}
         metrics = dict(averaged)
@@ -111,43 +128,57 @@ class OricBench(Benchmark):
                     if key.startswith("macro") or key == "yes_proportion"
                 }
             )
-        truth_all = [item.meta["label"] for item in items]
-        pred_all = [None if item.missing_images else self.grader(predictions.get(item.id)) for item in items]
+        return metrics, per_paraphrase
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        counts = self.counts(items, predictions)
+        metrics, per_paraphrase = self._summary(counts)
+        confusion_rows = []
+        for label in LABELS:
+            row = {"true": label}
+            for column, answer in (("pred_no", "no"), ("pred_yes", "yes"), ("unresolved", None)):
+                row[column] = sum(
+                    count
+                    for key, count in counts.items()
+                    if isinstance(key, tuple) and key[0] == "n" and key[2] == label and key[3] == answer
+                )
+            confusion_rows.append(row)
         return {
             "metrics": metrics,
             "tables": {
                 "per_paraphrase": [{"paraphrase": i, **m} for i, m in per_paraphrase.items()],
-                "confusion": [
-                    {"true": label, **dict(zip(["pred_no", "pred_yes", "unresolved"], row))}
-                    for label, row in zip(LABELS, confusion(truth_all, pred_all, LABELS))
-                ],
+                "confusion": confusion_rows,
             },
             "counts": {
                 "items": len(items),
-                "questions": len(items) // max(len(paraphrases), 1),
-                "resolved": resolved,
-                "unresolved": unresolved,
-                "missing_images": missing,
+                "questions": len(items) // max(len(per_paraphrase), 1),
+                "resolved": counts.get("resolved", 0),
+                "unresolved": counts.get("unresolved", 0),
+                "missing_images": counts.get("missing_images", 0),
             },
         }
 
 
-def _metrics(truth: list[str], predicted: list[str | None], items: list[EvalItem]) -> dict[str, float]:
+def _metrics(cells: dict[tuple[Any, Any], int], sizes: dict[tuple[str, bool], int]) -> dict[str, float]:
+    """One paraphrase's metrics from its items by (true label, graded answer) and its "yes" questions by (object
+    size, answered "yes")."""
     out: dict[str, float] = {}
     for label in LABELS:
-        prf = per_class_prf(truth, predicted, label)
+        prf = prf_from_counts(
+            cells.get((label, label), 0),
+            sum(count for (_, answer), count in cells.items() if answer == label),
+            sum(count for (truth, _), count in cells.items() if truth == label),
+        )
         out.update({f"{label}/{k}": 100 * v for k, v in prf.items() if k != "support"})
     for k in ("precision", "recall", "f1"):
         out[f"macro/{k}"] = (out[f"yes/{k}"] + out[f"no/{k}"]) / 2
-    out["yes_proportion"] = 100 * sum(p == "yes" for p in predicted) / len(predicted) if predicted else 0.0
+    total = sum(cells.values())
+    yes = sum(count for (_, answer), count in cells.items() if answer == "yes")
+    out["yes_proportion"] = 100 * yes / total if total else 0.0
     for size in SIZES:  # recall of "yes" questions by object size, when the file records sizes
-        hits = [
-            p == "yes"
-            for t, p, item in zip(truth, predicted, items)
-            if t == "yes" and item.meta.get("object_size") == size
-        ]
-        if hits:
-            out[f"yes_recall_{size}"] = 100 * sum(hits) / len(hits)
+        asked = sizes.get((size, True), 0) + sizes.get((size, False), 0)
+        if asked:
+            out[f"yes_recall_{size}"] = 100 * sizes.get((size, True), 0) / asked
     return out
 
 

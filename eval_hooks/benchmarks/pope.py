@@ -8,6 +8,8 @@ script prints the same numbers as fractions (x 100 is the only difference)."""
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Hashable, Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -38,43 +40,54 @@ class Pope(Benchmark):
         """The official rule's answer equals the label (an item with a missing image is never correct)."""
         return not item.missing_images and pope_yes_no(prediction) == item.meta["label"]
 
-    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+    def counts(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[Hashable, int]:
+        """Per subset, the official script's confusion counts ``(subset, "tp" | "fp" | "tn" | "fn")`` ("yes" the
+        positive class; an item whose image is missing counted as the wrong answer), and ``missing_images``."""
+        tally: Counter[Hashable] = Counter()
+        for item in items:
+            if item.missing_images:  # never scored as correct
+                tally["missing_images"] += 1
+                answer = "no" if item.meta["label"] == "yes" else "yes"
+            else:
+                answer = pope_yes_no(predictions.get(item.id, ""))
+            positive, truth = answer == "yes", item.meta["label"] == "yes"
+            cell = ("t" if positive == truth else "f") + ("p" if positive else "n")
+            tally[item.meta["subset"], cell] += 1
+        return dict(tally)
+
+    def metrics_from_counts(self, counts: Mapping[Hashable, int]) -> dict[str, float]:
+        return self._summary(counts)[0]
+
+    def _summary(self, counts: Mapping[Hashable, int]) -> tuple[dict[str, float], list[dict[str, Any]]]:
+        """The metrics and the per-subset table from :meth:`counts`' tallies: each subset's metrics as the
+        official script computes them, and their mean over the subsets present."""
         metrics: dict[str, float] = {}
         table = []
-        missing = 0
-        for subset in sorted(
-            {item.meta["subset"] for item in items},
-            key=lambda s: (s not in SUBSETS, SUBSETS.index(s) if s in SUBSETS else 0),
-        ):
-            group = [item for item in items if item.meta["subset"] == subset]
-            tp = fp = tn = fn = 0
-            for item in group:
-                if item.missing_images:  # never scored as correct
-                    missing += 1
-                    answer = "no" if item.meta["label"] == "yes" else "yes"
-                else:
-                    answer = pope_yes_no(predictions.get(item.id, ""))
-                positive, truth = answer == "yes", item.meta["label"] == "yes"
-                tp += positive and truth
-                fp += positive and not truth
-                tn += not positive and not truth
-                fn += not positive and truth
+        present = {key[0] for key, count in counts.items() if isinstance(key, tuple) and count}
+        for subset in sorted(present, key=lambda s: (s not in SUBSETS, SUBSETS.index(s) if s in SUBSETS else 0, s)):
+            tp, fp, tn, fn = (counts.get((subset, cell), 0) for cell in ("tp", "fp", "tn", "fn"))
+            total = tp + fp + tn + fn
             precision, recall = 100 * ratio(tp, tp + fp), 100 * ratio(tp, tp + fn)
             values = {  # in percent, as every veritune scorer (the official script prints fractions)
-                "accuracy": 100 * ratio(tp + tn, len(group)),
+                "accuracy": 100 * ratio(tp + tn, total),
                 "precision": precision,
                 "recall": recall,
                 "f1": f1(precision, recall),
-                "yes_ratio": 100 * ratio(tp + fp, len(group)),
+                "yes_ratio": 100 * ratio(tp + fp, total),
             }
             table.append({"subset": subset, **values, "tp": tp, "fp": fp, "tn": tn, "fn": fn})
             metrics.update({f"{subset}/{k}": v for k, v in values.items()})
         for key in ("accuracy", "precision", "recall", "f1", "yes_ratio"):
             metrics[key] = sum(row[key] for row in table) / len(table) if table else 0.0
+        return metrics, table
+
+    def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
+        counts = self.counts(items, predictions)
+        metrics, table = self._summary(counts)
         return {
             "metrics": metrics,
             "tables": {"per_subset": table},
-            "counts": {"items": len(items), "missing_images": missing},
+            "counts": {"items": len(items), "missing_images": counts.get("missing_images", 0)},
         }
 
 
