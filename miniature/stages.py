@@ -11,6 +11,7 @@ stages on the dev split, and ``miniature.seeing`` (``--finer seeing``) builds on
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -257,7 +258,28 @@ def run_stage(
 
 
 def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    return hashlib.sha256(content_bytes(path)).hexdigest()[:16]
+
+
+def content_bytes(path: Path) -> bytes:
+    """What a cache key hashes of a file: its bytes, or for a Python file its syntax tree without docstrings
+    (comments and layout are never in it), so that an edit to a module's prose keeps the shared cache's keys
+    while any edit to what it computes changes them."""
+    data = path.read_bytes()
+    if path.suffix != ".py":
+        return data
+    tree = ast.parse(data, filename=str(path))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (
+            isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree, include_attributes=False).encode()
 
 
 def recipe_files(recipe: Path) -> list[Path]:
@@ -274,11 +296,12 @@ def recipe_digest(recipe: Path) -> str:
 
 
 def warmstart_key(*files: Path) -> str:
-    """A short hash of the files that determine the warm-started base model."""
+    """A short hash of the files that determine the warm-started base model (Python files by
+    :func:`content_bytes`: their code, not their prose)."""
     digest = hashlib.sha256()
     for file in files:
         digest.update(file.name.encode())
-        digest.update(file.read_bytes())
+        digest.update(content_bytes(file))
     return digest.hexdigest()[:16]
 
 

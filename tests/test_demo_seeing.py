@@ -176,3 +176,20 @@ def test_a_long_background_wait_prints_the_stages_progress(tmp_path: Path, capsy
     printed = capsys.readouterr().out
     assert "  (a stage) step 200/6000 | loss 0.203 | lr 0.0002\n" in printed  # the last step line, not the notice
     assert latest_progress(tmp_path / "missing.log") is None
+
+
+def test_the_cache_keys_hash_code_not_prose(tmp_path: Path) -> None:
+    """A Python file counts in a shared-cache key by its syntax tree without docstrings: an edit to its comments,
+    docstrings or layout keeps the key (no needless rebuild of a base), an edit to what it computes changes it."""
+    module = tmp_path / "step.py"
+    module.write_text('"""Old words."""\n\n\ndef scale(x):\n    """Times two."""\n    return x * 2  # doubled\n')
+    key = stages.warmstart_key(module)
+    module.write_text('"""New words, a whole paragraph of them."""\n\ndef scale(x):\n    return x*2\n')
+    assert stages.warmstart_key(module) == key
+    module.write_text('"""New words."""\n\ndef scale(x):\n    return x * 3\n')
+    assert stages.warmstart_key(module) != key
+    data = tmp_path / "table.jsonl"  # any other file: its bytes
+    data.write_text('{"a": 1}\n')
+    before = stages.warmstart_key(data)
+    data.write_text('{"a": 1} \n')
+    assert stages.warmstart_key(data) != before
