@@ -38,6 +38,7 @@ level, skipped levels with their reason, seed, versions).
 from __future__ import annotations
 
 import csv
+import functools
 import io
 import random
 from collections import Counter
@@ -78,26 +79,30 @@ class YnStats:
 # ---- what is true of the image
 
 
+@functools.cache  # a few hundred distinct names and attributes, asked about millions of times by the builders
 def _key(text: str) -> str:
     return " ".join(text.lower().split())
 
 
 def object_present(graph: SceneGraph, name: str) -> bool:
     """Is an object called ``name`` in the image?"""
-    return _key(name) in {_key(o.name) for o in graph.objects}
+    key = _key(name)
+    return any(_key(o.name) == key for o in graph.objects)
 
 
 def attribute_true(graph: SceneGraph, name: str, attribute: str) -> bool:
     """Does any object of the image called ``name`` have ``attribute``?"""
-    return any(_key(o.name) == _key(name) and _key(attribute) in {_key(a) for a in o.attributes} for o in graph.objects)
+    name_key, attribute_key = _key(name), _key(attribute)
+    return any(_key(o.name) == name_key and any(_key(a) == attribute_key for a in o.attributes) for o in graph.objects)
 
 
 def relation_true(graph: SceneGraph, subject: str, rel: str, obj: str) -> bool:
     """Does ``rel`` link an object called ``subject`` to one called ``obj`` anywhere in the image?"""
+    subject_key, rel_key, obj_key = _key(subject), _key(rel), _key(obj)
     return any(
-        _key(graph.object(r.subject).name) == _key(subject)
-        and _key(r.rel) == _key(rel)
-        and _key(graph.object(r.object).name) == _key(obj)
+        _key(graph.object(r.subject).name) == subject_key
+        and _key(r.rel) == rel_key
+        and _key(graph.object(r.object).name) == obj_key
         for r in graph.relations
     )
 
