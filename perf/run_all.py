@@ -44,6 +44,11 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
     ("eval_runner", ["perf/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
     ("answer_extraction", ["perf/bench_answer_extraction.py"], "answer extraction cost (7.3)"),
     (
+        "bootstrap",
+        ["perf/bench_bootstrap.py"],
+        "the before/after rows' paired bootstrap at the demo's sizes: summed per-unit tallies vs scoring each draw",
+    ),
+    (
         "cpu_training",
         ["perf/bench_cpu_training.py"],
         "miniature CPU training: GRPO bf16 vs fp32, SFT data worker, M-RoPE ids from the collator, LM head on the "
