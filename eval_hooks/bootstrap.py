@@ -184,7 +184,11 @@ def _summed_statistic(
     :meth:`~eval_hooks.base.Benchmark.counts`: each unit's integer tallies are counted once per model, and a
     draw's tallies are their sums weighted by how often each unit was drawn, which is what scoring the drawn
     copies counts; the metrics follow from them by the benchmark's own formulas, so the floats are the same as
-    scoring each draw. None for a benchmark without counts."""
+    scoring each draw. None for a benchmark without counts, or whose ``score`` is overridden below them."""
+    kind = type(benchmark)
+    counted_by, scored_by = (next(c for c in kind.__mro__ if name in c.__dict__) for name in ("counts", "score"))
+    if not issubclass(counted_by, scored_by):  # a subclass scoring its own way, with its parent's tallies
+        return None
     tallies = [[benchmark.counts(group, predictions) for group in groups] for predictions in (base, trained)]
     if any(tally is None for side in tallies for tally in side):
         return None

@@ -173,3 +173,19 @@ def test_summed_tallies_give_the_scored_draws_floats(name: str, metrics: list[st
             patch.setattr(bootstrap, "_summed_statistic", lambda *args: None)
             slow = metric_difference_intervals(name, items, base, trained, metrics, resamples=300, seed=seed)
         assert fast == slow
+
+
+def test_a_subclass_that_scores_its_own_way_is_scored_per_draw() -> None:
+    """Tallies inherited from a parent whose ``score`` the subclass replaces are not that subclass's metrics: its
+    draws are scored one by one."""
+    from eval_hooks import bootstrap
+    from eval_hooks.benchmarks.pope import Pope
+
+    class Halved(Pope):
+        def score(self, items, predictions):  # noqa: ANN001, ANN201
+            result = super().score(items, predictions)
+            return {**result, "metrics": {k: v / 2 for k, v in result["metrics"].items()}}
+
+    items, base, trained = _random_case("pope", random.Random(0))
+    assert bootstrap._summed_statistic(Halved(), question_groups(items), base, trained, tuple) is None
+    assert bootstrap._summed_statistic(Pope(), question_groups(items), base, trained, tuple) is not None
