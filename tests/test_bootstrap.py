@@ -189,3 +189,16 @@ def test_a_subclass_that_scores_its_own_way_is_scored_per_draw() -> None:
     items, base, trained = _random_case("pope", random.Random(0))
     assert bootstrap._summed_statistic(Halved(), question_groups(items), base, trained, tuple) is None
     assert bootstrap._summed_statistic(Pope(), question_groups(items), base, trained, tuple) is not None
+
+
+def test_oric_bench_scores_paraphrases_that_cover_different_questions() -> None:
+    """A partial evaluation may leave a paraphrase without a small "yes" question: the size's recall averages over
+    the paraphrases that have one (no KeyError), and the official metrics over all four."""
+    from eval_hooks.registry import get_benchmark
+
+    items, _, trained = _random_case("oric_bench", random.Random(1))
+    small = [i for i in items if i.meta["label"] == "yes" and i.meta["object_size"] == "small"]
+    assert small
+    kept = [i for i in items if not (i in small and i.meta["paraphrase"] == 3)]
+    metrics = get_benchmark("oric_bench").score(kept, trained)["metrics"]
+    assert "p3/macro/f1" in metrics and "yes_recall_small" in metrics

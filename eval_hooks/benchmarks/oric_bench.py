@@ -116,10 +116,13 @@ class OricBench(Benchmark):
             if isinstance(key, tuple) and count:
                 (cells if key[0] == "n" else sizes).setdefault(key[1], {})[key[2:]] = count
         per_paraphrase = {index: _metrics(cells[index], sizes.get(index, {})) for index in sorted(cells)}
-        paraphrases = list(per_paraphrase)
-        keys = per_paraphrase[paraphrases[0]].keys() if paraphrases else []
-        averaged = {key: sum(m[key] for m in per_paraphrase.values()) / len(per_paraphrase) for key in keys}
-        metrics = dict(averaged)
+        # every paraphrase has the official metrics; a size's recall is averaged over the paraphrases that asked
+        # a "yes" question of that size (a partial evaluation may have answered one paraphrase's and not another's)
+        keys = dict.fromkeys(key for values in per_paraphrase.values() for key in values)
+        metrics = {}
+        for key in keys:
+            held = [values[key] for values in per_paraphrase.values() if key in values]
+            metrics[key] = sum(held) / len(held)
         for index, values in per_paraphrase.items():
             metrics.update(
                 {
