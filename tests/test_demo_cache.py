@@ -171,8 +171,8 @@ def test_the_warm_start_is_keyed_by_its_table_and_the_module_that_generates_it(
     stages: dict, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The shared cache's key reads the table's bytes (not the instances file's) and
-    miniature/warmstart_data.py: another table, or another generator (which also rebuilds the table), trains the
-    base anew."""
+    miniature/warmstart_data.py's code: another table, or another generator (which also rebuilds the table), trains
+    the base anew; a comment added to the generator does not."""
     paths, launched = stages["paths"], stages["launched"]
     out = paths["world"].parent
     demo.build_world(paths, seed=0)
@@ -190,8 +190,10 @@ def test_the_warm_start_is_keyed_by_its_table_and_the_module_that_generates_it(
     (out / "warmstart-data" / "train.jsonl").write_text("another table")
     assert warm_start() == ["finetune/sft.py"]
     generator = tmp_path / "warmstart_data.py"
-    generator.write_text(demo.WARMSTART_GENERATOR.read_text() + "# changed\n")
+    generator.write_text(demo.WARMSTART_GENERATOR.read_text() + "# a comment only\n")
     monkeypatch.setattr(demo, "WARMSTART_GENERATOR", generator)
+    assert warm_start() == []  # the keys hash the module's code, not its prose
+    generator.write_text(demo.WARMSTART_GENERATOR.read_text() + "\nCHANGED = 1\n")
     assert warm_start() == ["warmstart-data", "finetune/sft.py"]
 
 
