@@ -65,6 +65,7 @@ from miniature.stages import (
     train_grpo,
     wait_commands,
     warm_start,
+    yield_cpu,
 )
 
 
@@ -103,6 +104,9 @@ def run_demo(
             out / "logs" / "finer-seeing.log",
             lambda: run_seeing_finer(out, seed, report=False, use_cache=use_cache),
         )
+        # the FINER chain is the long pole: from here on, this thread and what it starts (the whole ORIC half, the
+        # data built beside its warm-start included) give way to it where both want a core
+        yield_cpu()
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
     )

@@ -15,7 +15,8 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
    build warmstart-data``);
 4. DPO pairs that ask one description on an image where it is true and on one where it is false (``veritune
    build finer-contrast --false-image random``), and FINER's yes/no probe on the val scene graphs (``veritune
-   build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1);
+   build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1), built beside stages 2-3
+   (they need only the demo-size world), as the warm-start's table is beside the tower's pretraining;
 5. DPO (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_contrast.yaml`` at 6,400 steps and learning rate 2e-4, the
    cheapest setting that met the DPO bound on the dev split of every seed, DPO round 15), whose eval hook scores the
    probe and POPE on the val split before the first step and after the last.
@@ -37,6 +38,7 @@ from miniature.stages import (
     STAGE_STATUS,
     TRAIN_IMAGES,
     VAL_IMAGES,
+    beside,
     copy_dir,
     launch,
     note,
@@ -190,26 +192,39 @@ def run_seeing_finer(
             copy_dir(cached, paths["base"])
             return
         command_stage("seeing-fresh", fresh_world, [], fresh, fresh / "dev" / "coco_pope_random.json")
+        # the warm-start's table needs only the fresh world: built beside the tower's pretraining
+        table = beside(
+            lambda: command_stage("seeing-data", data, ["seeing-fresh"], paths["data"].parent, paths["data"])
+        )
         weights = paths["model"] / "model.safetensors"
-        command_stage("seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], weights)
-        command_stage("seeing-data", data, ["seeing-fresh"], paths["data"].parent, paths["data"])
+        try:
+            command_stage("seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], weights)
+        finally:
+            table()
         # one thread throughout: with its data worker beside it, a second thread made a warm-start step no cheaper
         # on the 2-core AMD EPYC measured on 2026-11-28 (0.120 s against 0.113 s, 300 steps)
         launch("finetune/sft.py", SFT_RECIPE, warmstart)
         if use_cache and not publish_dir(paths["base"], cached):
             note(f"another process cached this base first: {cached}")
 
-    base_done = (paths["base"] / "model.safetensors").is_file
-    run_stage(out, "seeing-base", base_key, [paths["base"]], base_done, build_base)
-
     pairs = ["build", "finer-contrast", "--false-image", "random", "--seed", str(seed)]
     pairs += ["--scene-graphs", str(world / "train" / "scene_graphs.json")]
     pairs += ["--image-root", str(world / "train" / "images"), "--out", str(paths["pairs"])]
-    command_stage("seeing-pairs", pairs, ["seeing-world"], paths["pairs"], paths["pairs"] / "manifest.json")
     probe = ["build", "finer-bench", "--protocol", "yn", "--seed", str(seed)]
     probe += ["--scene-graphs", str(world / "val" / "scene_graphs.json")]
     probe += ["--image-root", str(world / "val" / "images"), "--out", str(paths["probe"])]
-    command_stage("seeing-probe", probe, ["seeing-world"], paths["probe"].parent, paths["probe"])
+
+    def build_pairs_and_probe() -> None:
+        command_stage("seeing-pairs", pairs, ["seeing-world"], paths["pairs"], paths["pairs"] / "manifest.json")
+        command_stage("seeing-probe", probe, ["seeing-world"], paths["probe"].parent, paths["probe"])
+
+    # DPO's pairs and probe need only the demo-size world: built beside the base, off the chain's critical path
+    pairs_and_probe = beside(build_pairs_and_probe)
+    base_done = (paths["base"] / "model.safetensors").is_file
+    try:
+        run_stage(out, "seeing-base", base_key, [paths["base"]], base_done, build_base)
+    finally:
+        pairs_and_probe()
 
     dpo = ["--model_name_or_path", str(paths["base"]), "--output_dir", str(paths["dpo"])]
     dpo += ["--dataset_path", str(paths["pairs"]), "--image_root", str(world / "train" / "images")]

@@ -144,6 +144,30 @@ class Background:
         print("\n".join([f"{self.name}, run in the background ({self.log}):", *summary]), flush=True)
 
 
+def beside(work: Callable[[], None]) -> Callable[[], None]:
+    """Start ``work`` in a thread beside the caller, its commands' output in the caller's stage log; returns the
+    function that waits for it and re-raises its error. For stages that a chain needs later and that need none of
+    what the chain builds meanwhile (the FINER half's pairs and probe beside its base)."""
+    log, errors = getattr(_OUTPUT, "log", None), []
+
+    def run() -> None:
+        _OUTPUT.log = log
+        try:
+            work()
+        except BaseException as error:  # noqa: BLE001 - re-raised by the caller's join
+            errors.append(error)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+
+    def join() -> None:
+        thread.join()
+        if errors:
+            raise errors[0]
+
+    return join
+
+
 PROGRESS = re.compile(r"^(step \d+/\d+.*|vision pretraining step \d+/\d+.*|\$ .*|wrote .*|eval at step .*)$")
 
 
@@ -190,6 +214,18 @@ def copy_dir(source: Path, target: Path) -> None:
     shutil.copytree(source, partial)
     _remove(target)
     os.rename(partial, target)
+
+
+def yield_cpu(level: int = 10) -> None:
+    """Lower the scheduling priority of this thread, and so of every thread and process it starts from now on, by
+    ``level`` (``nice``): the demo's ORIC half has minutes to spare beside the FINER half's longer chain, so where
+    the two want the same core, the chain gets it. It changes when work runs, never what it computes. A no-op where
+    the system has no per-thread priority (Linux has)."""
+    try:
+        thread = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + level, 19))
+    except (AttributeError, OSError):  # no per-thread priority here: the stages share the cores as before
+        pass
 
 
 def pin_threads() -> None:
