@@ -18,11 +18,9 @@ The ORIC half, on the first core:
 The FINER half (``miniature.seeing``), on the second core from the start: a 16-token base whose pretrained, frozen
 vision tower sees per-instance attributes (cached under ``~/.cache/veritune/seeing-base/``), DPO on image-contrast
 pairs, and its eval hook on FINER's yes/no probe and POPE; its DPO's data worker runs the frozen reference model
-(``reference_logps_in_workers``) and takes the core the ORIC half leaves once that has trained. This half is the
-longer chain: the ORIC half runs at a lower priority (``stages.yield_cpu``) and gives way where both want a core.
-``--finer tuples`` runs instead the control the demo used to show: DPO on FINER-Tuning's tuples from the ORIC half's
-base (built in step 4, trained beside GRPO), which cannot see the attributes those tuples ask about, so its FINER rows
-do not move.
+(``reference_logps_in_workers``) and takes the core the ORIC half leaves once that has trained. ``--finer tuples``
+runs instead the control the demo used to show: DPO on FINER-Tuning's tuples from the ORIC half's base (built in
+step 4, trained beside GRPO), which cannot see the attributes those tuples ask about, so its FINER rows do not move.
 
 Then the before/after table: each eval hook's step-0 baseline against the trained model, on the same items, with
 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).
@@ -67,7 +65,6 @@ from miniature.stages import (
     train_grpo,
     wait_commands,
     warm_start,
-    yield_cpu,
 )
 
 
@@ -106,9 +103,6 @@ def run_demo(
             out / "logs" / "finer-seeing.log",
             lambda: run_seeing_finer(out, seed, report=False, use_cache=use_cache),
         )
-        # the FINER chain is the long pole: from here on, this thread and what it starts (the whole ORIC half, the
-        # data built beside its warm-start included) give way to it where both want a core
-        yield_cpu()
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
     )

@@ -216,18 +216,6 @@ def copy_dir(source: Path, target: Path) -> None:
     os.rename(partial, target)
 
 
-def yield_cpu(level: int = 10) -> None:
-    """Lower the scheduling priority of this thread, and so of every thread and process it starts from now on, by
-    ``level`` (``nice``): the demo's ORIC half has minutes to spare beside the FINER half's longer chain, so where
-    the two want the same core, the chain gets it. It changes when work runs, never what it computes. A no-op where
-    the system has no per-thread priority (Linux has)."""
-    try:
-        thread = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, thread, min(os.getpriority(os.PRIO_PROCESS, thread) + level, 19))
-    except (AttributeError, OSError):  # no per-thread priority here: the stages share the cores as before
-        pass
-
-
 def pin_threads() -> None:
     """One torch thread, here (the tiny CLIP trains in this process) and in every subprocess, unless
     ``OMP_NUM_THREADS`` says otherwise: float sums then do not depend on the core count, so the numbers in

@@ -6,8 +6,6 @@ docs/RESULTS.md; this checks the wiring, not the outcome."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -178,43 +176,6 @@ def test_a_long_background_wait_prints_the_stages_progress(tmp_path: Path, capsy
     printed = capsys.readouterr().out
     assert "  (a stage) step 200/6000 | loss 0.203 | lr 0.0002\n" in printed  # the last step line, not the notice
     assert latest_progress(tmp_path / "missing.log") is None
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="per-thread priorities are Linux's")
-def test_the_oric_half_gives_way_to_the_finer_chain() -> None:
-    """run_demo starts the FINER chain's thread, then lowers its own priority (stages.yield_cpu): what the main
-    thread starts afterwards, threads and processes, runs at the lower priority; the chain's thread does not."""
-    import subprocess
-    import threading
-
-    def nice_of_a_child() -> int:
-        return int(subprocess.run([sys.executable, "-c", "import os; print(os.nice(0))"], capture_output=True).stdout)
-
-    found: dict[str, int] = {}
-    go = threading.Event()
-
-    def chain() -> None:
-        go.wait()
-        found["chain"] = nice_of_a_child()
-
-    def run() -> None:  # the demo's main thread, in a thread of its own so that the test's priority stays
-        chain_thread = threading.Thread(target=chain)
-        chain_thread.start()
-        start = os.nice(0)
-        stages.yield_cpu()
-        data_thread = threading.Thread(target=lambda: found.update(data=nice_of_a_child()))
-        data_thread.start()
-        data_thread.join()
-        found["main"] = nice_of_a_child()
-        go.set()
-        chain_thread.join()
-        found["start"] = start
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join()
-    lower = min(found["start"] + 10, 19)
-    assert found == {"start": found["start"], "chain": found["start"], "data": lower, "main": lower}
 
 
 def test_the_cache_keys_hash_code_not_prose(tmp_path: Path) -> None:
