@@ -315,6 +315,46 @@ def test_setup_runs_pip_once_per_change_of_pyproject(tmp_path: Path) -> None:
     assert "installing" in setup() and len((tmp_path / "pip.log").read_text().splitlines()) == 2 * len(calls)
 
 
+def test_setup_hands_pips_settings_to_uv(tmp_path: Path) -> None:
+    """setup.sh installs with uv (the test extra's pin), passing pip's index, find-links, constraint and
+    certificate settings, which uv does not read itself, and pip's best-version-across-indexes rule."""
+    (tmp_path / "scripts").mkdir()
+    shutil.copy(REPO_ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.optional-dependencies]\ntest = ["uv==9.9"]\n')
+    bin_dir = tmp_path / ".venv" / "bin"
+    bin_dir.mkdir(parents=True)
+    log = tmp_path / "calls.log"
+    # the venv's python: real Python for setup's own snippet and `pip config list`, a logger for every install
+    fake_uv = f'#!/bin/sh\necho "uv $@ SSL_CERT_FILE=$SSL_CERT_FILE" >> {log}\n'
+    (bin_dir / "python").write_text(
+        "#!/bin/sh\n"
+        f'if [ "$1" = "-" ] || [ "$3" = "config" ]; then exec {sys.executable} "$@"; fi\n'
+        f'echo "python $@" >> {log}\n'
+        f'case "$*" in *uv==9.9*) printf \'{fake_uv}\' > {bin_dir}/uv; chmod +x {bin_dir}/uv ;; esac\n'
+    )
+    (bin_dir / "python").chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "SSL_CERT"))}
+    env.update(
+        PIP_CONFIG_FILE=os.devnull,  # no config files: only the variables below
+        PIP_FIND_LINKS="/wheels",
+        PIP_EXTRA_INDEX_URL="file:///index-a file:///index-b",
+        PIP_CONSTRAINT="/caps.txt",
+        PIP_CERT="/certs.pem",
+    )
+    result = subprocess.run(["bash", "scripts/setup.sh"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    calls = log.read_text().splitlines()
+    assert calls[1] == "python -m pip install --quiet --disable-pip-version-check uv==9.9"
+    uv = calls[-1].split()
+    assert uv[:6] == ["uv", "pip", "install", "--quiet", "--python", ".venv/bin/python"]
+    assert uv[6:8] == ["--index-strategy", "unsafe-best-match"] and uv[-2:] == [".[test]", "SSL_CERT_FILE=/certs.pem"]
+    assert sorted(uv[8:-3]) == sorted(
+        ["--find-links=/wheels", "--extra-index-url=file:///index-a", "--extra-index-url=file:///index-b"]
+        + ["--constraint=/caps.txt"]
+    )
+    assert not any("-e .[test]" in call for call in calls if call.startswith("python"))  # pip did not install
+
+
 # ---- offline and not cached: one line at once
 
 
