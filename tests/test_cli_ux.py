@@ -320,7 +320,8 @@ def test_setup_hands_pips_settings_to_uv(tmp_path: Path) -> None:
     certificate settings, which uv does not read itself, and pip's best-version-across-indexes rule."""
     (tmp_path / "scripts").mkdir()
     shutil.copy(REPO_ROOT / "scripts" / "setup.sh", tmp_path / "scripts" / "setup.sh")
-    (tmp_path / "pyproject.toml").write_text('[project]\nname = "x"\n[project.optional-dependencies]\ntest = ["uv==9.9"]\n')
+    extras = '[project.optional-dependencies]\ntest = ["uv==9.9"]\n'
+    (tmp_path / "pyproject.toml").write_text(f'[project]\nname = "x"\n{extras}')
     bin_dir = tmp_path / ".venv" / "bin"
     bin_dir.mkdir(parents=True)
     log = tmp_path / "calls.log"
