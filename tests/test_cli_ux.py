@@ -331,7 +331,7 @@ def test_setup_hands_pips_settings_to_uv(tmp_path: Path) -> None:
         "#!/bin/sh\n"
         f'if [ "$1" = "-" ] || [ "$3" = "config" ]; then exec {sys.executable} "$@"; fi\n'
         f'echo "python $@" >> {log}\n'
-        f'case "$*" in *uv==9.9*) printf \'{fake_uv}\' > {bin_dir}/uv; chmod +x {bin_dir}/uv ;; esac\n'
+        f"case \"$*\" in *uv==9.9*) printf '{fake_uv}' > {bin_dir}/uv; chmod +x {bin_dir}/uv ;; esac\n"
     )
     (bin_dir / "python").chmod(0o755)
     env = {key: value for key, value in os.environ.items() if not key.startswith(("PIP_", "SSL_CERT"))}
