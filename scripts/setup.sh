@@ -5,9 +5,10 @@
 #
 # The install runs through uv (pinned in the test extra), which installs the same pinned set several times faster
 # than pip (about 20 s against 75 s on a 2-core machine from a local wheel cache; the same versions and files). uv
-# does not read pip's configuration, so pip's index, find-links, constraint and certificate settings are handed to
-# it, with pip's rule of taking the best version across all indexes. Where uv cannot be installed or fails, pip
-# installs instead (VERITUNE_SETUP_PIP=1 asks for pip outright).
+# does not read pip's configuration, so pip's index, no-index, find-links, constraint and certificate settings are
+# handed to it, with pip's rule of taking the best version across all indexes. Where uv cannot be installed or
+# fails, pip installs instead (VERITUNE_SETUP_PIP=1 asks for pip outright). A multi-line value in pip's config is
+# read as its first line only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -47,6 +48,8 @@ for line in listed.splitlines():
     key, value = match.groups()
     if key == "cert":
         print(f"cert={value}")
+    elif key == "no-index" and value.lower() in ("1", "true", "yes", "on"):
+        print("--no-index")
     elif key in flags:
         for item in value.split():
             if (key, item) not in seen:
@@ -61,7 +64,8 @@ PY
       ?*) args+=("$option") ;;
     esac
   done <<< "$options"
-  SSL_CERT_FILE=${SSL_CERT_FILE:-$cert} .venv/bin/uv pip install --quiet --python .venv/bin/python \
+  cert=${SSL_CERT_FILE:-$cert}
+  env ${cert:+SSL_CERT_FILE="$cert"} .venv/bin/uv pip install --quiet --python .venv/bin/python \
     --index-strategy unsafe-best-match "${args[@]}" -e '.[test]'
 }
 
