@@ -7,8 +7,7 @@
 # than pip (about 20 s against 75 s on a 2-core machine from a local wheel cache; the same versions and files). uv
 # does not read pip's configuration, so pip's index, no-index, find-links, constraint and certificate settings are
 # handed to it, with pip's rule of taking the best version across all indexes. Where uv cannot be installed or
-# fails, pip installs instead (VERITUNE_SETUP_PIP=1 asks for pip outright). A multi-line value in pip's config is
-# read as its first line only.
+# fails, pip installs instead (VERITUNE_SETUP_PIP=1 asks for pip outright).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -51,7 +50,7 @@ for line in listed.splitlines():
     elif key == "no-index" and value.lower() in ("1", "true", "yes", "on"):
         print("--no-index")
     elif key in flags:
-        for item in value.split():
+        for item in value.replace("\\n", " ").split():  # a multi-line value is listed with literal \n
             if (key, item) not in seen:
                 seen.add((key, item))
                 print(f"{flags[key]}={item}")
