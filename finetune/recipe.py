@@ -360,6 +360,20 @@ def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...
     ``dataclass_types`` and run ``main`` on them; a user error is one ``error:`` line and exit code 2."""
     args = exit_on_user_error(parse_recipe)(sys.argv[1:], dataclass_types)
     exit_on_user_error(main)(*args)
+    leave_process_group()
+
+
+def leave_process_group() -> None:
+    """Under a multi-process launch, wait for every process, then close the process group. A process that
+    exits with its gloo group still open can abort in the group's threads ("terminate called without an active
+    exception", SIGABRT); its launcher then fails the run, and on two machines the other one's launcher waits
+    five minutes at its exit barrier first (seen in CI, tests/test_distributed.py). The evaluator does the same
+    (eval_hooks/cli.py)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def recipe_report_to(argv: list[str]) -> Any:

@@ -20,6 +20,17 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One torch thread in this process too, as in every process the tests start (helpers.entry_env) and in the demo
+# beside them (miniature.stages.pin_threads). The background demo keeps both cores busy, and a two-thread torch op
+# whose threads wait on each other behind it crawls: a tiny model's build took 250 s on two threads beside two busy
+# processes, against 11 s on one (2-core AMD EPYC); the CI suite spent 255 s and 201 s in two such fixtures.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # where torch was loaded before this file
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
