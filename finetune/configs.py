@@ -116,6 +116,15 @@ class ScriptArguments:
             "false leaves TRL's head as it ships, scoring every position (core/trl_adapter.py)."
         },
     )
+    cpu_foreach_adamw: bool = field(
+        default=True,
+        metadata={
+            "help": "On the CPU, `optim: adamw_torch` updates all parameters in torch's multi-tensor (foreach) "
+            "kernels, its default on GPUs, instead of its per-tensor loop, its default on the CPU: the same "
+            "weights bit for bit, in fewer calls (finetune/training.py: use_foreach_adamw_on_cpu); false keeps "
+            "torch's CPU default."
+        },
+    )
     accelerate_config: str | None = field(
         default=None,
         metadata={"help": "The accelerate config this recipe is meant for (read by the Slurm scripts)."},

@@ -56,6 +56,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "torch thread, two) or in the data worker",
     ),
     (
+        "cpu_optimizer",
+        ["perf/bench_cpu_optimizer.py"],
+        "the FINER chain's warm-start and DPO with torch's AdamW as a per-tensor loop (its CPU default) or in its "
+        "multi-tensor kernels (cpu_foreach_adamw); the trained weights compared byte for byte",
+    ),
+    (
         "dynamic_sampling",
         ["perf/bench_dynamic_sampling.py"],
         "GRPO with and without DAPO's dynamic sampling: seconds and completions per step, informative groups per "

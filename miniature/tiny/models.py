@@ -206,7 +206,7 @@ def _warm_up_answer_format(model: Any, tokenizer: Any, steps: int, seed: int) ->
         return prompt + answer + "<|im_end|>"
 
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=True)  # torch's loop on the CPU, same bits
     for _ in range(steps):
         batch = tokenizer([example() for _ in range(8)], return_tensors="pt", padding=True)
         labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
