@@ -96,6 +96,12 @@ def test_zero2_dpo_two_processes(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     assert state["global_step"] == 2 and "rewards/margins" in state["log_history"][0]
 
 
+def excerpt(output: str) -> str:
+    """What led to a worker's abort, where one aborted (a C++ ``terminate``), else the output's end."""
+    index = output.find("terminate called")
+    return output[max(index - 2500, 0) : index + 500] if index >= 0 else output[-3000:]
+
+
 def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     from conftest import write_oric_fixture
 
@@ -146,6 +152,9 @@ def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
             )
         )
     outputs = [process.communicate(timeout=600)[0] for process in ranks]
-    assert [process.returncode for process in ranks] == [0, 0], outputs[0][-2000:] + outputs[1][-2000:]
+    for rank, output in enumerate(outputs):  # whole, for a failure's diagnosis (tails only in the message)
+        (tmp_path / f"machine{rank}.log").write_text(output)
+    tails = "".join(f"\n--- machine {rank}: ...{excerpt(output)}" for rank, output in enumerate(outputs))
+    assert [process.returncode for process in ranks] == [0, 0], f"logs in {tmp_path}{tails}"
     assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 2
     assert json.loads((tmp_path / "run" / "veritune_run.json").read_text())["world_size"] == 2  # joined, not two runs
