@@ -70,6 +70,7 @@ def main() -> None:
     print("| run | min step time (s) | median (s) | measured |\n| --- | --- | --- | --- |")
     for name, values in times.items():
         print(f"| {name} | {min(values):.4f} | {statistics.median(values):.4f} | {len(values)} |")
+    print()
     for stage in stages:
         loop, foreach = (statistics.median(times[f"{stage}, cpu_foreach_adamw={side}"]) for side in SIDES)
         print(
