@@ -195,7 +195,7 @@ def use_foreach_adamw_on_cpu(trainer: Any) -> bool:
     parameters in Python, a dozen small kernel calls per tensor. The foreach kernels apply the same elementwise
     operations in the same order, so the weights come out the same bit for bit (``tests/test_cpu_optimizer.py``),
     while an optimizer step of the demo's FINER base (25 tensors, 0.49 M trainable parameters) takes about a third of
-    the time (docs/PERFORMANCE.md, "cpu_training"). ``Trainer.optimizer_cls_and_kwargs`` is the Trainer's own
+    the time (docs/PERFORMANCE.md, "cpu_optimizer"). ``Trainer.optimizer_cls_and_kwargs`` is the Trainer's own
     argument for the optimizer's class and keyword arguments.
     """
     args = trainer.args
