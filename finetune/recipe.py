@@ -364,11 +364,11 @@ def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...
 
 
 def leave_process_group() -> None:
-    """Under a multi-process launch, wait for every process, then close the process group. A process that
-    exits with its gloo group still open can abort in the group's threads ("terminate called without an active
-    exception", SIGABRT); its launcher then fails the run, and on two machines the other one's launcher waits
-    five minutes at its exit barrier first (seen in CI, tests/test_distributed.py). The evaluator does the same
-    (eval_hooks/cli.py)."""
+    """Under a multi-process launch, wait for every process, then close the process group, if it is still open.
+    A run that trains closes it already (:func:`finetune.training.train_and_save`); one that stops before training,
+    such as a finished run reported and not trained again, returned with it open. A process that exits with its
+    gloo group open can abort in the group's threads ("terminate called without an active exception", SIGABRT),
+    and its launcher then fails the run. The evaluator does the same (eval_hooks/cli.py)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():

@@ -158,3 +158,17 @@ def test_two_machines_over_loopback(tiny_qwen3vl: Path, tmp_path: Path) -> None:
     assert [process.returncode for process in ranks] == [0, 0], f"logs in {tmp_path}{tails}"
     assert json.loads((tmp_path / "run" / "trainer_state.json").read_text())["global_step"] == 2
     assert json.loads((tmp_path / "run" / "veritune_run.json").read_text())["world_size"] == 2  # joined, not two runs
+
+
+def test_an_entry_script_leaves_an_open_process_group(tmp_path: Path) -> None:
+    """``run_entry_script``'s last step closes a group that is still open (a run that stopped before training), and
+    does nothing where none is."""
+    import torch.distributed as dist
+
+    from finetune.recipe import leave_process_group
+
+    leave_process_group()  # none open: nothing to do
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    assert dist.is_initialized()
+    leave_process_group()
+    assert not dist.is_initialized()
