@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
+from core.images import embedded_image_name, extract_embedded_image
 from eval_hooks.registry import get_benchmark
 from veritune.cli import main
 
@@ -152,3 +153,22 @@ def test_an_edited_naturalbench_file_gets_its_new_images(tmp_path: Path) -> None
     assert _colour(get_benchmark("naturalbench").load(data)[0].images[0])[0] > 200
     _write_naturalbench(data, {"0": BLUE})
     assert _colour(get_benchmark("naturalbench").load(data)[0].images[0])[2] > 200
+
+
+@pytest.mark.parametrize("label", ["../../x", "/abs/x", "", "..", "a/b\\c", "x" * 300])
+def test_an_embedded_image_name_stays_in_its_folder(label: str, tmp_path: Path) -> None:
+    folder = tmp_path / "deep" / "images"
+    path = extract_embedded_image(_jpeg(RED), folder, label)
+    assert path.parent == folder and _files(tmp_path) == {path} and len(path.name) < 80
+
+
+def test_a_link_planted_in_the_image_folder_is_replaced_not_followed(tmp_path: Path) -> None:
+    data = _write_tsv(tmp_path / "MMStar.tsv", "mcq", {"0": RED})
+    folder, outside = tmp_path / "images" / "MMStar_images", tmp_path / "outside"
+    folder.mkdir(parents=True)
+    outside.mkdir()
+    (folder / ".veritune-write-test").symlink_to(outside / "probe")
+    (folder / embedded_image_name(_jpeg(RED), "0")).symlink_to(outside / "image.jpg")
+    image = get_benchmark("mmstar").load(data, tmp_path / "images")[0].images[0]
+    assert image.parent == folder and not image.is_symlink() and _colour(image)[0] > 200
+    assert not any(outside.iterdir())

@@ -24,6 +24,7 @@ import base64
 import binascii
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,8 @@ def _writable_image_dir(preferred: Path, data_path: Path) -> Path:
     the user's cache."""
     try:
         preferred.mkdir(parents=True, exist_ok=True)
-        probe = preferred / ".veritune-write-test"
-        probe.touch()
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=preferred):  # a new file of its own, never one a link points to
+            pass
         return preferred
     except OSError:
         digest = hashlib.sha256(str(data_path.resolve()).encode()).hexdigest()[:16]
