@@ -1,13 +1,21 @@
 """Opening images as RGB: scaled to a pixel budget for training, or cached for evaluation; for an
-evaluation's blind control, a blank of the image's size instead."""
+evaluation's blind control, a blank of the image's size instead. Writing an image embedded in a data file
+(base64 cells, parquet bytes) to a file of its folder: :func:`extract_embedded_image`."""
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import io
 import math
+import os
+import re
 from pathlib import Path
 
 from PIL import Image
+
+from core.errors import UserError
+from core.io import atomic_write_bytes
 
 
 def load_image(path: str | Path, max_pixels: int) -> Image.Image:
@@ -60,3 +68,47 @@ def load_image_cached(
         return _decoded.__wrapped__(str(path), 0, 0)
     stat = Path(path).stat()
     return _decoded(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+_UNSAFE_NAME = re.compile(r"[^A-Za-z0-9_-]+")
+_LABEL_CHARS = 40  # of the row's label kept in the file name
+_DIGEST_CHARS = 16  # hex digits of the content's SHA-256 in the file name
+_SUFFIXES = {"jpeg": "jpg", "mpo": "jpg"}
+
+
+def _image_suffix(data: bytes) -> str:
+    """The file suffix of the image format the bytes hold (``bin`` when PIL recognises none)."""
+    try:
+        with Image.open(io.BytesIO(data)) as image:  # reads the header only
+            kind = (image.format or "").lower()
+    except Exception:  # noqa: BLE001 - undecodable bytes: the runner reports the image as unreadable
+        kind = ""
+    kind = _SUFFIXES.get(kind, _UNSAFE_NAME.sub("", kind))
+    return kind or "bin"
+
+
+def embedded_image_name(data: bytes, label: str) -> str:
+    """The file name of an embedded image: ``<label>-<content digest>.<format>``. The label (a row's index)
+    keeps only letters, digits, ``_`` and ``-``, so no label names another folder; the digest of the bytes
+    gives a changed image, or another file's image under the same label, a name of its own."""
+    safe = _UNSAFE_NAME.sub("_", str(label)).strip("_")[:_LABEL_CHARS] or "image"
+    digest = hashlib.sha256(data).hexdigest()[:_DIGEST_CHARS]
+    return f"{safe}-{digest}.{_image_suffix(data)}"
+
+
+def extract_embedded_image(data: bytes, folder: str | os.PathLike[str], label: str) -> Path:
+    """The file in ``folder`` holding the image ``data`` (named by :func:`embedded_image_name`), written once
+    (atomically) and reused while a regular file of that name and size is there.
+
+    Raises:
+        UserError: the file would lie outside ``folder`` (a name that :func:`embedded_image_name` never makes;
+            checked on every write).
+    """
+    folder = Path(folder)
+    target = folder / embedded_image_name(data, label)
+    if target.is_file() and not target.is_symlink() and target.stat().st_size == len(data):
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    if target.parent.resolve() != folder.resolve() or target.name in ("", ".", ".."):
+        raise UserError(f"{folder}: the image of {label!r} would be written outside this folder ({target})")
+    return atomic_write_bytes(target, data)

@@ -5,7 +5,9 @@ as VLMEvalKit stores repeated images) or ``image_path``, ``question``, option co
 (empty cells are absent options), ``answer`` (a letter), and optionally ``hint``, ``category``,
 ``l2-category``. Embedded images are decoded once into ``<file stem>_images/`` beside the TSV (or under
 the image root when one is given; under ``~/.cache/veritune/tsv_images/`` when that folder is read-only),
-so reruns and the runner read plain files.
+so reruns and the runner read plain files; each is named by its row's ``index`` (letters, digits, ``_``, ``-``
+only) and a digest of its bytes (:func:`core.images.extract_embedded_image`), so an edited TSV, or another
+TSV of the same stem, never reuses a stale image.
 
 Prompt: the hint when present, the question, the lettered options, and a request for the letter alone
 (``vlmeval_prompt = True``: VLMEvalKit's own ``ImageMCQDataset.build_prompt`` wording, as V* Bench uses).
@@ -22,12 +24,14 @@ import base64
 import binascii
 import hashlib
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core.io import atomic_write_bytes, read_table
+from core.images import extract_embedded_image
+from core.io import read_table
 from eval_hooks.answers import OPTION_LETTERS
 from eval_hooks.base import Benchmark, EvalItem
 from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, option_block, resolution_shares
@@ -44,9 +48,8 @@ def _writable_image_dir(preferred: Path, data_path: Path) -> Path:
     the user's cache."""
     try:
         preferred.mkdir(parents=True, exist_ok=True)
-        probe = preferred / ".veritune-write-test"
-        probe.touch()
-        probe.unlink()
+        with tempfile.TemporaryFile(dir=preferred):  # a new file of its own, never one a link points to
+            pass
         return preferred
     except OSError:
         digest = hashlib.sha256(str(data_path.resolve()).encode()).hexdigest()[:16]
@@ -90,32 +93,42 @@ def read_vlmeval_tsv(
         raise UserError(f"{data_path}: missing column '{missing[0]}' (VLMEvalKit {layout} files have {columns})")
     by_index = {str(row["index"]): row for row in rows}
     image_dirs: list[Path] = []
+    extracted: dict[str, Path] = {}  # a reused image is decoded once per load
 
     def image_of(number: int, row: dict[str, Any], image_root: Path | None = None) -> Path:
         if not image_dirs:  # created on first use only: a TSV of image paths needs no folder
             base = Path(image_root) if image_root else data_path.parent
             image_dirs.append(_writable_image_dir(base / f"{data_path.stem}_images", data_path))
-        return tsv_row_image(data_path, number, row, by_index, image_dirs[0])
+        return tsv_row_image(data_path, number, row, by_index, image_dirs[0], extracted)
 
     return rows, image_of
 
 
 def tsv_row_image(
-    data_path: Path, number: int, row: dict[str, Any], by_index: dict[str, dict[str, Any]], image_dir: Path
+    data_path: Path,
+    number: int,
+    row: dict[str, Any],
+    by_index: dict[str, dict[str, Any]],
+    image_dir: Path,
+    extracted: dict[str, Path] | None = None,
 ) -> Path:
-    """The row's image file: ``image_path`` as given, or the base64 ``image`` decoded once to disk."""
+    """The row's image file: ``image_path`` as given, or the base64 ``image`` decoded once into ``image_dir``
+    (:func:`core.images.extract_embedded_image`; ``extracted``: the files of this load, by source index)."""
     if _blank(row.get("image")) and not _blank(row.get("image_path")):
         path = Path(str(row["image_path"]))
         return path if path.is_absolute() else data_path.parent / path
     encoded, source = str(row.get("image") or ""), str(row["index"])
     if len(encoded) <= 64 and encoded in by_index:  # a reference to another row's image
         source, encoded = encoded, str(by_index[encoded].get("image") or "")
-    target = image_dir / f"{source}.jpg"
-    if not target.is_file():
-        try:
-            atomic_write_bytes(target, base64.b64decode(encoded, validate=False))
-        except (binascii.Error, ValueError):
-            raise UserError(f"{data_path}: line {number}: the image cell is not base64 data") from None
+    if extracted is not None and source in extracted:
+        return extracted[source]
+    try:
+        data = base64.b64decode(encoded, validate=False)
+    except (binascii.Error, ValueError):
+        raise UserError(f"{data_path}: line {number}: the image cell is not base64 data") from None
+    target = extract_embedded_image(data, image_dir, source)
+    if extracted is not None:
+        extracted[source] = target
     return target
 
 

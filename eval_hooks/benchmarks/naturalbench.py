@@ -7,7 +7,8 @@ group: ``Index``, ``Image_0``, ``Image_1`` (embedded images: ``{bytes, path}``),
 ``Image_1_Question_1`` ("Yes"/"No", or "A"/"B"), ``Question_Type`` (``yes_no`` or ``multiple_choice``)
 and optionally ``Source``. The same columns in a JSON / JSON-lines file, with image file names instead
 of embedded images, are read too. Embedded images are written once to ``<folder>/images/`` (or the
-image root) as ``<Index>_<0|1>.<format>``.
+image root), named by ``<Index>_<0|1>`` (letters, digits, ``_``, ``-`` only) and a digest of their bytes
+(:func:`core.images.extract_embedded_image`).
 
 Protocol of ``naturalbench_vqa.py``: four items per group (q0 on i0, q0 on i1, q1 on i0, q1 on i1), the
 prompt is the question immediately followed by "Please answer Yes or No." or "Please output the letter
@@ -23,13 +24,13 @@ is left out; an item whose image is missing is wrong.
 
 from __future__ import annotations
 
-import io
 import re
 from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core.io import atomic_write_bytes, read_json_or_jsonl
+from core.images import extract_embedded_image
+from core.io import read_json_or_jsonl
 from core.prompts import MAX_SCAN_CHARS
 from eval_hooks.base import Benchmark, EvalItem
 from rewards.graders import completion_text
@@ -79,17 +80,7 @@ def _read_rows(path: Path) -> tuple[list[dict[str, Any]], Path]:
 def _image_file(value: Any, index: str, side: int, folder: Path, image_dir: Path) -> Path:
     """An embedded image written once to ``image_dir``, or a file name resolved under ``folder``."""
     if isinstance(value, dict) and value.get("bytes"):
-        from PIL import Image
-
-        data = value["bytes"]
-        try:
-            kind = (Image.open(io.BytesIO(data)).format or "png").lower()
-        except Exception:  # noqa: BLE001 - undecodable bytes: the runner reports the image as unreadable
-            kind = "png"
-        target = image_dir / f"{index}_{side}.{'jpg' if kind == 'jpeg' else kind}"
-        if not target.is_file():
-            atomic_write_bytes(target, data)
-        return target
+        return extract_embedded_image(value["bytes"], image_dir, f"{index}_{side}")
     if isinstance(value, dict):
         value = value.get("path")
     return folder / str(value)
