@@ -54,7 +54,10 @@ OPENAI_KEY_ENV = "OPENAI_API_KEY"
 
 def public_url(url: str) -> str:
     """``url`` as it is printed and recorded: without userinfo, query string or fragment (and no trailing ``/``)."""
-    parts = urlsplit(url.strip())
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:  # e.g. an unclosed IPv6 bracket: not a URL, but still shown without its secrets
+        return url.strip().split("?")[0].split("#")[0].rpartition("@")[2].rstrip("/")
     host = parts.netloc.rpartition("@")[2].lower()
     text = urlunsplit((parts.scheme.lower(), host, parts.path, "", ""))
     return (text if host else text.rpartition("@")[2]).rstrip("/")  # no host: not a URL, but still no userinfo
@@ -70,8 +73,11 @@ def _is_loopback(host: str) -> bool:
 
 
 def _is_openai(url: str) -> bool:
-    parts = urlsplit(url)
-    return parts.scheme.lower() == "https" and parts.hostname == urlsplit(OPENAI_ENDPOINT).hostname
+    try:
+        parts = urlsplit(url)
+        return parts.scheme.lower() == "https" and parts.hostname == urlsplit(OPENAI_ENDPOINT).hostname
+    except ValueError:  # not a URL: refused by ChatClient._check_url
+        return False
 
 
 class ChatClient:
@@ -132,7 +138,7 @@ class ChatClient:
             "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, model TEXT, answer TEXT, endpoint TEXT)"
         )
         if "endpoint" not in {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}:
-            try:  # a cache written before answers were keyed by endpoint: its rows never match a key again
+            try:  # an older cache's table: its rows' keys hold no endpoint and match no request
                 self._db.execute("ALTER TABLE answers ADD COLUMN endpoint TEXT")
             except sqlite3.OperationalError:  # another process added it first
                 pass
@@ -178,10 +184,10 @@ class ChatClient:
         down, slow, refuses the key or answers no chat completion is the error, not the output.
 
         The probe is one short request, uncached and uncounted, sent at most once, and only when the client
-        has a request to send: with answers of this model and endpoint already in the cache (a rebuild) it waits for the
-        first cache miss, so a build whose answers are all cached runs with the endpoint offline. A cache
-        without any answer of this model from this endpoint misses on every request: the endpoint is then probed at once, before
-        the build starts (and before it writes anything).
+        has a request to send: with answers of this model and endpoint already in the cache (a rebuild) it
+        waits for the first cache miss, so a build whose answers are all cached runs with the endpoint
+        offline. A cache without any answer of this model from this endpoint misses on every request: the
+        endpoint is then probed at once, before the build starts (and before it writes anything).
 
         Raises:
             UserError: naming the endpoint and what it answered (after this client's retries).
