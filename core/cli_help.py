@@ -122,8 +122,9 @@ def add_llm_arguments(
     group.add_argument("--llm-model", help=model_help)
     group.add_argument(
         "--llm-api-key-env",
-        default="OPENAI_API_KEY",
-        help="environment variable holding the API key (local servers need none)",
+        metavar="NAME",
+        help="environment variable whose API key is sent to --llm-base-url (default: none sent; "
+        "OPENAI_API_KEY for https://api.openai.com)",
     )
     group.add_argument(
         "--llm-cache",

@@ -3,9 +3,14 @@ server, TGI, OpenAI, ...), built on the ``openai`` package's client.
 
 Every builder and judge that asks an LLM goes through :class:`ChatClient`:
 
-- the API key is read from an environment variable only (never logged, never cached);
-- every answer is stored in SQLite keyed by the full request (model, messages, sampling settings), so an
-  interrupted build resumes and a rerun sends no request that was already answered;
+- the API key is read from an environment variable only (never logged, never cached), and only one the caller
+  names (``api_key_env``); without one, ``OPENAI_API_KEY`` is sent to the official OpenAI endpoint
+  (:data:`OPENAI_ENDPOINT`'s host over https) and no key anywhere else. A key (or userinfo in the URL) is refused
+  for plain http to a host other than this machine's loopback;
+- the endpoint is printed and recorded as :func:`public_url` gives it (no userinfo, query or fragment);
+- every answer is stored in SQLite keyed by the endpoint and the full request (model, messages, sampling
+  settings), so an interrupted build resumes, a rerun sends no request that was already answered, and another
+  server's answers under the same model name are never reused;
 - requests run concurrently on a pool of ``concurrency`` threads sharing one ``openai.OpenAI`` client and its
   connection pool (identical prompts in one batch are sent once). The payload, already a plain JSON body, is
   posted as it is (``client.post``) rather than through ``chat.completions.create``, whose per-request
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import hashlib
+import ipaddress
 import json
 import os
 import re
@@ -30,6 +36,7 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from core.errors import UserError
 from core.progress import progress_bar
@@ -41,6 +48,36 @@ SNIPPET_CHARS = 160
 
 
 PROBE_PROMPT = "Answer with one word: is this a test?"  # ChatClient.check_endpoint's request (never cached)
+OPENAI_ENDPOINT = "https://api.openai.com/v1"  # the endpoint OPENAI_API_KEY is sent to without api_key_env
+OPENAI_KEY_ENV = "OPENAI_API_KEY"
+
+
+def public_url(url: str) -> str:
+    """``url`` as it is printed and recorded: without userinfo, query string or fragment (and no trailing ``/``)."""
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:  # e.g. an unclosed IPv6 bracket: not a URL, but still shown without its secrets
+        return url.strip().split("?")[0].split("#")[0].rpartition("@")[2].rstrip("/")
+    host = parts.netloc.rpartition("@")[2].lower()
+    text = urlunsplit((parts.scheme.lower(), host, parts.path, "", ""))
+    return (text if host else text.rpartition("@")[2]).rstrip("/")  # no host: not a URL, but still no userinfo
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _is_openai(url: str) -> bool:
+    try:
+        parts = urlsplit(url)
+        return parts.scheme.lower() == "https" and parts.hostname == urlsplit(OPENAI_ENDPOINT).hostname
+    except ValueError:  # not a URL: refused by ChatClient._check_url
+        return False
 
 
 class ChatClient:
@@ -50,7 +87,8 @@ class ChatClient:
         base_url: the endpoint root, e.g. ``http://127.0.0.1:8000/v1`` (``/chat/completions`` is appended).
         model: the model name sent with each request (and part of the cache key).
         cache_path: SQLite file holding answered requests.
-        api_key_env: environment variable holding the API key (may be unset for local servers).
+        api_key_env: environment variable holding the API key sent to ``base_url`` (None: ``OPENAI_API_KEY`` for
+            the official OpenAI endpoint, no key for any other).
         concurrency: requests in flight at once in :meth:`complete_many`.
         max_retries: retries after the first attempt for retryable failures.
         timeout: seconds per request.
@@ -65,7 +103,7 @@ class ChatClient:
         model: str,
         *,
         cache_path: str | Path,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         concurrency: int = 8,
         max_retries: int = 5,
         timeout: float = 60.0,
@@ -73,10 +111,12 @@ class ChatClient:
         max_tokens: int | None = None,
         backoff: float = 1.0,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.url = self.base_url + "/chat/completions"
+        self.base_url = base_url.strip().rstrip("/")
+        self.endpoint = public_url(self.base_url)  # what is printed, recorded and part of the cache key
+        self.url = self.endpoint + "/chat/completions"
         self.model = model
-        self.api_key_env = api_key_env
+        self.api_key_env = api_key_env or (OPENAI_KEY_ENV if _is_openai(self.base_url) else None)
+        self._check_url()
         self.concurrency = max(1, concurrency)
         self.max_retries = max_retries
         self.timeout = timeout
@@ -94,7 +134,14 @@ class ChatClient:
         # commit, so a killed build keeps its answers (only a power cut can lose the last few), and caching
         # an answer no longer costs more than receiving it
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, model TEXT, answer TEXT)")
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS answers (key TEXT PRIMARY KEY, model TEXT, answer TEXT, endpoint TEXT)"
+        )
+        if "endpoint" not in {row[1] for row in self._db.execute("PRAGMA table_info(answers)")}:
+            try:  # an older cache's table: its rows' keys hold no endpoint and match no request
+                self._db.execute("ALTER TABLE answers ADD COLUMN endpoint TEXT")
+            except sqlite3.OperationalError:  # another process added it first
+                pass
         self._probe_pending = False  # check_endpoint() deferred its probe to the first cache miss
         self._probe_lock = threading.Lock()
 
@@ -137,15 +184,16 @@ class ChatClient:
         down, slow, refuses the key or answers no chat completion is the error, not the output.
 
         The probe is one short request, uncached and uncounted, sent at most once, and only when the client
-        has a request to send: with answers of this model already in the cache (a rebuild) it waits for the
-        first cache miss, so a build whose answers are all cached runs with the endpoint offline. A cache
-        without any answer of this model misses on every request: the endpoint is then probed at once, before
-        the build starts (and before it writes anything).
+        has a request to send: with answers of this model and endpoint already in the cache (a rebuild) it
+        waits for the first cache miss, so a build whose answers are all cached runs with the endpoint
+        offline. A cache without any answer of this model from this endpoint misses on every request: the
+        endpoint is then probed at once, before the build starts (and before it writes anything).
 
         Raises:
             UserError: naming the endpoint and what it answered (after this client's retries).
         """
-        if self._db.execute("SELECT 1 FROM answers WHERE model = ? LIMIT 1", (self.model,)).fetchone():
+        query = "SELECT 1 FROM answers WHERE model = ? AND endpoint = ? LIMIT 1"
+        if self._db.execute(query, (self.model, self.endpoint)).fetchone():
             self._probe_pending = True
             return
         self._probe("checked before building: nothing was written")
@@ -171,9 +219,36 @@ class ChatClient:
             payload["max_tokens"] = self.max_tokens
         return payload
 
-    @staticmethod
-    def _key(payload: dict[str, Any]) -> str:
-        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    def _key(self, payload: dict[str, Any]) -> str:
+        request = {"endpoint": self.endpoint, "payload": payload}
+        return hashlib.sha256(json.dumps(request, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def _check_url(self) -> None:
+        """One UserError line for a URL that is not http(s), or that would send a credential over plain http to
+        another machine."""
+        try:
+            parts = urlsplit(self.base_url)
+            parts.port  # noqa: B018 - raises ValueError on a port that is not a number
+        except ValueError as err:
+            raise UserError(f"LLM endpoint {self.endpoint}: not a valid URL ({err})") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise UserError(f"LLM endpoint {self.endpoint}: expected an http:// or https:// URL with a host")
+        if parts.scheme.lower() == "https" or _is_loopback(parts.hostname):
+            return
+        if parts.username or parts.password:
+            raise UserError(
+                f"LLM endpoint {self.endpoint}: refusing to send the URL's user and password over plain http to "
+                f"{parts.hostname}; use https, or a loopback address (e.g. an SSH tunnel)"
+            )
+        if self._api_key():
+            raise UserError(
+                f"LLM endpoint {self.endpoint}: refusing to send the API key in ${self.api_key_env} over plain "
+                f"http to {parts.hostname}; use https, or a loopback address (e.g. an SSH tunnel)"
+            )
+
+    def _api_key(self) -> str | None:
+        """The key to send (None: no Authorization header)."""
+        return (os.environ.get(self.api_key_env) or None) if self.api_key_env else None
 
     def _cached(self, key: str) -> str | None:
         row = self._db.execute("SELECT answer FROM answers WHERE key = ?", (key,)).fetchone()
@@ -198,7 +273,7 @@ class ChatClient:
         OPENAI_API_KEY is not picked up behind our back."""
         import openai
 
-        api_key = os.environ.get(self.api_key_env) or None
+        api_key = self._api_key()
         return openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout)
 
     def _send_all(self, payloads: dict[str, dict[str, Any]], bar: Any | None) -> dict[str, str]:
@@ -216,7 +291,10 @@ class ChatClient:
                 futures = {pool.submit(self._request, client, payload, stop): key for key, payload in payloads.items()}
                 for future in concurrent.futures.as_completed(futures):
                     key, answer = futures[future], future.result()
-                    self._db.execute("INSERT OR REPLACE INTO answers VALUES (?, ?, ?)", (key, self.model, answer))
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO answers (key, model, answer, endpoint) VALUES (?, ?, ?, ?)",
+                        (key, self.model, answer, self.endpoint),
+                    )
                     found[key] = answer
                     if bar is not None:
                         bar.update(1)
@@ -229,7 +307,7 @@ class ChatClient:
         import httpx
         import openai
 
-        api_key = os.environ.get(self.api_key_env) or None
+        api_key = self._api_key()
         headers = {} if api_key else {"Authorization": openai.omit}
         failure, wait = "no attempt made", 0.0
         answered = False  # did the server answer at all (then say what it answered, not "unreachable")
@@ -247,7 +325,13 @@ class ChatClient:
                 answered = True
                 failure = f"HTTP {err.status_code}: {_snippet(err.response.text, api_key)}"
                 if err.status_code not in RETRYABLE_STATUS and err.status_code < 500:
-                    hint = f" (check the API key in ${self.api_key_env})" if err.status_code in (401, 403) else ""
+                    hint = ""
+                    if err.status_code in (401, 403):
+                        hint = (
+                            f" (check the API key in ${self.api_key_env})"
+                            if self.api_key_env
+                            else " (no API key was sent: name its environment variable with --llm-api-key-env)"
+                        )
                     raise UserError(
                         f"LLM endpoint {self.url} refused the request: HTTP {err.status_code}{hint}: "
                         f"{_snippet(err.response.text, api_key)}"

@@ -330,7 +330,7 @@ def write_results_file(
         "strict_official": plan.strict_official,
         "allow_partial": plan.allow_partial,
         "allow_unresolved": plan.allow_unresolved,
-        "judge": {"model": args.llm_model, "base_url": args.llm_base_url} if judge is not None else None,
+        "judge": {"model": judge.model, "base_url": judge.client.endpoint} if judge is not None else None,
         "blind": {"fill": list(blind_fill_of(args))} if args.blind else None,
         "data_root": str(plan.data_root) if plan.data_root else None,
     }

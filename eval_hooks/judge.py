@@ -79,7 +79,7 @@ class AnswerJudge:
         model: str,
         *,
         cache_path: str | Path,
-        api_key_env: str = "OPENAI_API_KEY",
+        api_key_env: str | None = None,
         concurrency: int = 8,
         max_retries: int = 5,
         timeout: float = 60.0,

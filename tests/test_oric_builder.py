@@ -694,7 +694,7 @@ def test_fully_cached_openai_judge_rebuild_runs_offline(world: dict[str, Path], 
     with FakeChatServer(lambda request: "No.") as server:
         assert main(args(tmp_path / "first.json", server.base_url)) == 0
     # The same build elsewhere, every judge answer cached, the endpoint gone: no request is needed, none is made.
-    assert main(args(tmp_path / "again.json", "http://127.0.0.1:9/v1")) == 0
+    assert main(args(tmp_path / "again.json", server.base_url)) == 0
     assert (tmp_path / "again.json").read_text() == (tmp_path / "first.json").read_text()
     (tmp_path / "c.sqlite").unlink()  # nothing cached: the endpoint is checked before the build, as before
     code, err = run_cli(args(tmp_path / "third.json", "http://127.0.0.1:9/v1"), capsys)

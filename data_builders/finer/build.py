@@ -333,7 +333,7 @@ def tuples_from_caption_file(
 def _llm_manifest(client: Any, attempts: int, stats: LLMStats) -> dict[str, Any]:
     """The manifest's record of the LLM: endpoint, model, sampling, attempts, requests and rejected answers."""
     return {
-        "base_url": client.url.removesuffix("/chat/completions"),
+        "base_url": client.endpoint,
         "model": client.model,
         "temperature": client.temperature,
         "max_tokens": client.max_tokens,

@@ -157,7 +157,7 @@ def _openai_judge(
     client: ChatClient | None = None,
     base_url: str | None = None,
     model: str | None = None,
-    api_key_env: str = "OPENAI_API_KEY",
+    api_key_env: str | None = None,
     cache_path: str | Path = "outputs/cache/llm.sqlite",
     concurrency: int = 8,
     max_retries: int = 5,
