@@ -2,7 +2,8 @@
 
 ``server``: in place of ``trl vllm-serve``; records its arguments and node, waits ``STUB_SERVER_DELAY``
 seconds (a model loading), then answers ``GET /health`` with 200 on its ``--host`` address (TRL's default,
-``0.0.0.0``, without one) until SIGTERM, and records that it was stopped. ``STUB_SERVER_FAIL=1`` makes it exit at once (a server that cannot start).
+``0.0.0.0``, without one) until SIGTERM, and records that it was stopped. ``STUB_SERVER_FAIL=1`` makes it
+exit at once (a server that cannot start).
 
 ``trainer``: in place of ``python -m veritune.launch ...`` on each training node; records its arguments and
 node, and whether the server's /health answered at the ``--vllm_server_host``/``--vllm_server_port`` it was
