@@ -1,8 +1,9 @@
 """Stand-ins for the two GPU programs of a vLLM server-mode Slurm job, for the local (CPU) cluster.
 
 ``server``: in place of ``trl vllm-serve``; records its arguments and node, waits ``STUB_SERVER_DELAY``
-seconds (a model loading), then answers ``GET /health`` with 200 until SIGTERM, and records that it was
-stopped. ``STUB_SERVER_FAIL=1`` makes it exit at once (a server that cannot start).
+seconds (a model loading), then answers ``GET /health`` with 200 on its ``--host`` address (TRL's default,
+``0.0.0.0``, without one) until SIGTERM, and records that it was stopped. ``STUB_SERVER_FAIL=1`` makes it
+exit at once (a server that cannot start).
 
 ``trainer``: in place of ``python -m veritune.launch ...`` on each training node; records its arguments and
 node, and whether the server's /health answered at the ``--vllm_server_host``/``--vllm_server_port`` it was
@@ -30,6 +31,7 @@ def _record(name: str, payload: dict) -> None:
 
 def server(args: list[str]) -> int:
     port = int(args[args.index("--port") + 1])
+    host = args[args.index("--host") + 1] if "--host" in args else "0.0.0.0"
     _record("server.json", {"argv": args, "node": os.environ.get("SLURMD_NODENAME")})
     if os.environ.get("STUB_SERVER_FAIL"):
         print("stub vllm server: failing on purpose", flush=True)
@@ -44,7 +46,7 @@ def server(args: list[str]) -> int:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = http.server.HTTPServer(("0.0.0.0", port), Health)
+    httpd = http.server.HTTPServer((host, port), Health)
 
     def stop(*_: object) -> None:
         _record("server_stopped.json", {"node": os.environ.get("SLURMD_NODENAME")})

@@ -198,3 +198,61 @@ def job_fields(job: str, env: dict[str, str], *flags: str) -> dict[str, str]:
     command = ["scontrol", "show", "job", *flags, job]
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
     return dict(field.split("=", 1) for field in out.split() if "=" in field)
+
+
+# ---------------------------------------------------------------------------------------------- values, not shell
+
+# A run directory and an override value that a shell would run or split: each must reach the training command
+# as one argument, as written, and nothing in them may run.
+ODD_RUN_DIR = "outputs/run '$(id>PWNED)' `id>PWNED2`"
+ODD_RUN_NAME = 'x"$(id>PWNED3)" two words; id>PWNED4'
+
+
+def launch_recorder(tmp_path: Path) -> tuple[Path, Path]:
+    """A Python for the jobs that records ``-m veritune.launch``'s arguments (and runs anything else)."""
+    import sys
+
+    record = tmp_path / "launch.json"
+    python = tmp_path / "bin" / "python"
+    python.parent.mkdir()
+    python.write_text(
+        "#!/usr/bin/env bash\n"
+        'if [ "$1" = "-m" ] && [ "$2" = "veritune.launch" ]; then\n'
+        f"  shift 2; exec {sys.executable} -c 'import json, sys; json.dump(sys.argv[2:], open(sys.argv[1], \"w\"))' "
+        f'{record} "$@"\n'
+        "fi\n"
+        f'exec {sys.executable} "$@"\n'
+    )
+    python.chmod(0o755)
+    return python, record
+
+
+@pytest.mark.skipif(available() is not None, reason=str(available()))
+def test_recipe_and_override_values_reach_the_training_command_intact(tmp_path: Path) -> None:
+    """`veritune slurm submit` to a local cluster: the recipe's output_dir and an --override value holding
+    `$(...)`, backticks, quotes, `;` and spaces arrive as single arguments and run nothing."""
+    import json
+    import sys
+
+    from helpers import entry_env
+
+    project = tmp_path / "project"
+    project.mkdir()
+    recipe = project / "odd.yaml"
+    recipe.write_text(f"include: {RECIPE}\noutput_dir: {json.dumps(ODD_RUN_DIR)}\n")
+    python, record = launch_recorder(tmp_path)
+    override = shlex.join(["--run_name", ODD_RUN_NAME, "--report_to", "none"])
+    with local_cluster(tmp_path / "slurm") as cluster:
+        env = entry_env(**cluster, VERITUNE_PYTHON=str(python))
+        command = [sys.executable, "-m", "veritune.cli", "slurm", "submit", "--entry", "grpo", "--recipe", str(recipe)]
+        command += ["--override", override, "--sbatch-arg=--wait"]
+        result = subprocess.run(command, cwd=project, env=env, capture_output=True, text=True, timeout=300)
+    logs = "\n".join(path.read_text()[-2000:] for path in (project / "logs").glob("*.out"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + logs
+    argv = json.loads(record.read_text())
+    script = argv[argv.index(str(REPO_ROOT / "finetune" / "grpo.py")) :]
+    assert script[script.index("--output_dir") + 1] == ODD_RUN_DIR
+    assert script[script.index("--run_name") + 1] == ODD_RUN_NAME
+    assert script[-4:] == ["--run_name", ODD_RUN_NAME, "--report_to", "none"]
+    assert (project / ODD_RUN_DIR).is_dir()
+    assert sorted(path.name for path in tmp_path.rglob("PWNED*")) == []

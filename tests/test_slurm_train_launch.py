@@ -41,9 +41,11 @@ def stubs(tmp_path: Path) -> tuple[Path, Path]:
     return bin_dir, record
 
 
-def launched(tmp_path: Path, *args: str, nodes: int = 1, gpus: int = 0, recipe: str = RECIPE) -> list[str]:
-    """Run slurm/train.sbatch with ``recipe`` on ``nodes`` nodes of ``gpus`` GPUs; the arguments it gave
-    veritune.launch."""
+def launched(
+    tmp_path: Path, *args: str, nodes: int = 1, gpus: int = 0, recipe: str = RECIPE, **extra: str
+) -> list[str]:
+    """Run slurm/train.sbatch with ``recipe`` on ``nodes`` nodes of ``gpus`` GPUs (``extra``: more of the
+    job's environment); the arguments it gave veritune.launch."""
     bin_dir, record = stubs(tmp_path)
     env = {
         **entry_env(),
@@ -55,6 +57,7 @@ def launched(tmp_path: Path, *args: str, nodes: int = 1, gpus: int = 0, recipe: 
         "SLURM_SUBMIT_DIR": str(REPO_ROOT),
         "VERITUNE_PYTHON": str(bin_dir / "python"),
         "VERITUNE_RUN_ROOT": str(tmp_path / "runs"),
+        **extra,
     }
     env.pop("SLURM_GPUS_ON_NODE", None)
     if gpus:
@@ -126,3 +129,18 @@ def test_a_recipe_that_includes_its_accelerate_config_launches_with_it(tmp_path:
     argv = launched(tmp_path, recipe=str(recipe))
     assert value(argv, "--config_file") == "recipes/accelerate/single.yaml"  # from the base, found from the repo
     assert argv[argv.index("finetune/grpo.py") + 1] == str(recipe)
+
+
+def test_values_are_arguments_never_shell(tmp_path: Path) -> None:
+    """A run directory and override values holding `$(...)`, backticks, quotes and spaces reach the entry
+    point as single arguments, and nothing in them runs (in the batch step's directory or the job's)."""
+    run_dir = str(tmp_path / "run '$(id>PWNED)' `id>PWNED2`")
+    odd = ['x"$(id>PWNED3)" two words', "it's; id>PWNED4"]
+    argv = launched(tmp_path, "--", "--run_name", odd[0], "--hub_model_id", odd[1], nodes=2, VERITUNE_RUN_DIR=run_dir)
+    script = argv[argv.index("finetune/grpo.py") :]
+    assert script == [
+        *("finetune/grpo.py", RECIPE, "--output_dir", run_dir, "--resume_from_checkpoint", "auto"),
+        *("--use_cpu", "true", "--run_name", odd[0], "--hub_model_id", odd[1]),
+    ]
+    assert value(argv, "--machine_rank") == "0" and argv.index("--machine_rank") < argv.index("finetune/grpo.py")
+    assert list(tmp_path.rglob("PWNED*")) == [] and not list(REPO_ROOT.glob("PWNED*"))

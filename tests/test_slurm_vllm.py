@@ -31,8 +31,6 @@ def test_layout_of_a_server_recipe_is_the_trl_vllm_serve_command() -> None:
     assert layout.serve_args == [
         "--model",
         "Qwen/Qwen3-VL-8B-Instruct",
-        "--host",
-        "0.0.0.0",
         "--port",
         "8000",
         "--dtype",
@@ -50,7 +48,7 @@ def test_layout_of_a_server_recipe_is_the_trl_vllm_serve_command() -> None:
     # What the sbatch script evaluates: a bash array that keeps each argument whole.
     script = shell_assignments(vllm_server_layout(SERVER_RECIPE)) + 'printf "%s|" "${VLLM_SERVE_ARGS[@]}"'
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout
-    assert out == "--model|Qwen/Qwen3-VL-8B-Instruct|--host|0.0.0.0|--port|8000|--dtype|bfloat16|--max_model_len|1280|"
+    assert out == "--model|Qwen/Qwen3-VL-8B-Instruct|--port|8000|--dtype|bfloat16|--max_model_len|1280|"
     assert shell_assignments(None) == "VLLM_SERVER=0\n"
 
 
@@ -133,6 +131,7 @@ def test_server_on_the_last_node_trainers_on_the_others_after_health(two_nodes, 
     argv = server["argv"]
     assert argv[argv.index("--model") + 1] == "Qwen/Qwen3-VL-8B-Instruct"
     assert argv[argv.index("--port") + 1] == str(port)
+    assert argv.count("--host") == 1 and argv[argv.index("--host") + 1] == "127.0.0.1"  # vt2's NodeAddr only
     assert argv[argv.index("--max_model_len") + 1] == "1280"
     assert argv[argv.index("--tensor_parallel_size") + 1] == "1"  # no GPUs on the test nodes
     trainer = stub_record(tmp_path, "trainer-vt1.json")

@@ -24,7 +24,9 @@ _TRUE, _FALSE = {"true", "yes", "1", "y", "t"}, {"false", "no", "0", "n", "f"}
 
 @dataclass
 class VLLMServerLayout:
-    """What the server node runs: ``trl vllm-serve`` with ``serve_args``, listening on ``port``."""
+    """What the server node runs: ``trl vllm-serve`` with ``serve_args``, listening on ``port``. The address it
+    binds is not among them: ``slurm/train.sbatch`` adds ``--host`` with the server node's address, the one the
+    trainers use (TRL's default, ``0.0.0.0``, would listen on every interface of the node)."""
 
     model: str
     port: int = DEFAULT_PORT
@@ -82,7 +84,7 @@ def vllm_server_layout(recipe: str, overrides: list[str] | None = None) -> VLLMS
         port = int(values.get("vllm_server_port", DEFAULT_PORT))
     except (TypeError, ValueError):
         raise UserError(f"vllm_server_port: expected a port number, got {values.get('vllm_server_port')!r}") from None
-    args = ["--model", str(model), "--host", "0.0.0.0", "--port", str(port)]
+    args = ["--model", str(model), "--port", str(port)]
     if values.get("model_revision"):
         args += ["--revision", str(values["model_revision"])]
     if values.get("dtype") not in (None, "auto"):
