@@ -20,6 +20,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.io import read_yaml
+from core.secrets import check_no_secrets
 
 INCLUDE_KEY = "include"
 
@@ -62,6 +63,7 @@ def _include_list(path: Path, value: Any) -> list[str]:
 def _merge(recipe: RecipeFile, path: Path, including: tuple[Path, ...]) -> None:
     """Merge ``path`` (included through the files of ``including``, outermost first) into ``recipe``."""
     own = read_yaml(path, what="recipe file")
+    check_no_secrets(own, str(path))  # a secret goes in the environment: the recipe is copied into every record
     if path not in recipe.files:
         recipe.files.append(path)
     if INCLUDE_KEY in own:

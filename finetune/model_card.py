@@ -14,6 +14,7 @@ from transformers import TrainerCallback, TrainingArguments
 from core.io import atomic_write_json, atomic_write_text, dataset_manifest, sha256_file
 from core.recipe_file import load_recipe_file, read_recipe
 from core.run_layout import WANDB_RUN_FILE
+from core.secrets import redact_secrets
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.run_dir import PROVENANCE_FILE, SETTINGS_KEY
 
@@ -227,14 +228,15 @@ def attach_model_card(trainer: Any, script_args: ScriptArguments, model_args: Ve
 
 def run_provenance(script_args: ScriptArguments) -> dict[str, Any]:
     """What a run was made from: the script settings, the recipe's values (its includes merged) and the dataset's
-    manifest (written by veritune's builders beside their output), when present."""
+    manifest (written by veritune's builders beside their output), when present; secrets redacted
+    (:func:`core.secrets.redact_secrets`)."""
     provenance: dict[str, Any] = {"script_args": vars(script_args)}
     if script_args.recipe and Path(script_args.recipe).is_file():
         provenance["recipe"] = read_recipe(script_args.recipe)
     manifest = dataset_manifest(script_args.dataset_path)
     if manifest is not None:
         provenance["dataset_manifest"] = json.loads(manifest.read_text(encoding="utf-8"))
-    return provenance
+    return redact_secrets(provenance)
 
 
 class RunConfigCallback(TrainerCallback):

@@ -28,6 +28,7 @@ from transformers import HfArgumentParser
 
 from core.errors import UserError, exit_on_user_error
 from core.recipe_file import load_recipe_file, read_recipe, resolve_recipe_paths
+from core.secrets import redact_argv
 
 
 def valid_keys(dataclass_types: tuple[type, ...]) -> set[str]:
@@ -380,8 +381,10 @@ def check_recipe_names_model(recipe_path: Path, instances: list[Any]) -> None:
 
 def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...]) -> None:
     """An entry script's ``__main__``: parse ``sys.argv`` (recipe and overrides, :func:`parse_recipe`) into
-    ``dataclass_types`` and run ``main`` on them; a user error is one ``error:`` line and exit code 2."""
+    ``dataclass_types`` and run ``main`` on them; a user error is one ``error:`` line and exit code 2. Once parsed,
+    a secret among the arguments (``--hub_token X``) is redacted in ``sys.argv``, which W&B records."""
     args = exit_on_user_error(parse_recipe)(sys.argv[1:], dataclass_types)
+    sys.argv[1:] = redact_argv(sys.argv[1:])
     exit_on_user_error(main)(*args)
     leave_process_group()
 

@@ -26,6 +26,7 @@ from typing import Any
 from core.errors import UserError
 from core.io import dataset_manifest, sha256_file
 from core.run_layout import TRAINER_STATE_FILE, WEIGHT_FILES, checkpoints
+from core.secrets import redact_secrets
 from eval_hooks.plan import SCRIPT_KEYS as EVAL_PLAN_KEYS
 
 logger = logging.getLogger("veritune")
@@ -146,7 +147,7 @@ def data_fingerprint(dataset_path: str | None) -> str | None:
 
 def run_settings(script_args: Any, training_args: Any, model_args: Any) -> dict[str, Any]:
     """The settings that make the run (see the module docstring), flat and JSON-plain, with the contents of its
-    data (``data``) and local model (``model``)."""
+    data (``data``) and local model (``model``); secrets redacted (:func:`core.secrets.redact_secrets`)."""
     settings: dict[str, Any] = {}
     for instance in (script_args, training_args, model_args):
         for field in fields(instance):
@@ -154,7 +155,7 @@ def run_settings(script_args: Any, training_args: Any, model_args: Any) -> dict[
                 settings[field.name] = _plain(getattr(instance, field.name))
     settings["data"] = data_fingerprint(getattr(script_args, "dataset_path", None))
     settings["model"] = model_fingerprint(getattr(model_args, "model_name_or_path", None))
-    return dict(sorted(settings.items()))
+    return redact_secrets(dict(sorted(settings.items())))
 
 
 def _read_settings(path: Path) -> dict[str, Any] | None:

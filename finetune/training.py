@@ -17,6 +17,7 @@ from transformers import TrainerCallback, TrainingArguments
 from core.errors import UserError
 from core.hub import require_model_source
 from core.io import require_input_path
+from core.secrets import withhold_secrets
 from core.trl_adapter import check_trl_version, set_cpu_compact_lm_head
 from core.wandb_login import require_wandb_login
 from finetune.configs import ScriptArguments, VerituneModelConfig, require_generation_runtime
@@ -135,7 +136,8 @@ def start_run(
     script_args: ScriptArguments | None = None,
     model_args: VerituneModelConfig | None = None,
 ) -> bool:
-    """Check the installed TRL (:func:`core.trl_adapter.check_trl_version`) and that every path the recipe
+    """Take a Hub token off the settings into ``HF_TOKEN`` (:func:`core.secrets.withhold_secrets`); check the
+    installed TRL (:func:`core.trl_adapter.check_trl_version`) and that every path the recipe
     names exists (:func:`check_run_paths`); set up logging and TRL's LM head (``cpu_compact_lm_head``:
     :func:`core.trl_adapter.set_cpu_compact_lm_head`); check that ``output_dir`` holds no other run
     (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after saying so, when
@@ -152,6 +154,7 @@ def start_run(
             (:func:`core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
             checkpoint, all before any model loads.
     """
+    withhold_secrets(training_args, script_args, model_args)  # a Hub token: in HF_TOKEN, in no record of the run
     check_trl_version()
     require_generation_runtime(training_args)
     check_run_paths(script_args, model_args)

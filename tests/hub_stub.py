@@ -10,11 +10,19 @@ the files it would send and the model card's text, and nothing leaves the machin
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import json
 import runpy
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+
+from huggingface_hub import get_token
+
+
+def _digest(token: str | None) -> str | None:
+    """The token a Hub call would send, as its SHA-256 (the record holds no token)."""
+    return hashlib.sha256(token.encode()).hexdigest() if token else None
 
 
 class RecordingHubApi:
@@ -49,6 +57,7 @@ class RecordingHubApi:
                 "files": files,
                 "readme": card,
                 "commit_message": kwargs.get("commit_message"),
+                "token_sha256": _digest(kwargs.get("token") or get_token()),
             }
         )
         return SimpleNamespace(commit_url=f"https://huggingface.co/{repo_id}/commit/recorded")

@@ -15,10 +15,13 @@ from wandb_offline import offline_config, offline_history
 
 from finetune.console import compact_log_line
 
+HUB_TOKEN = "hf_verituneTestTokenNotARealOne0123"
+
 
 @pytest.fixture(scope="module")
 def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """Two GRPO steps (recipe given as --config), eval hook at step 2, W&B offline, push_to_hub recorded."""
+    """Two GRPO steps (recipe given as --config), eval hook at step 2, W&B offline, push_to_hub recorded, a Hub
+    token given on the command line."""
     from conftest import write_oric_fixture
 
     root = tmp_path_factory.mktemp("pushed-run")
@@ -63,6 +66,8 @@ def pushed_run(tiny_qwen3vl: Path, tmp_path_factory: pytest.TempPathFactory) -> 
         "someone/tiny-veritune",
         "--hub_strategy",
         "end",
+        "--hub_token",
+        HUB_TOKEN,
         "--eval_on_save",
         "true",
         "--eval_benchmarks",
@@ -176,6 +181,21 @@ def test_push_to_hub_uploads_weights_processor_and_card(pushed_run: dict) -> Non
     assert {"model.safetensors", "README.md", "config.json", "tokenizer_config.json"} <= set(upload["files"])
     assert not any(name.startswith("checkpoint-") for name in upload["files"])
     assert "## Evaluation (eval hooks, step 2)" in upload["readme"]
+
+
+def test_a_hub_token_on_the_command_line_reaches_the_hub_and_no_file_or_log(pushed_run: dict) -> None:
+    """``--hub_token`` is used for the push and written nowhere: not in README.md, veritune_run.json (the run's and
+    each checkpoint's), training_args.bin, the W&B offline run (config, metadata with the command line) or the
+    console."""
+    run = pushed_run["dir"]
+    assert list(run.glob("checkpoint-*/veritune_run.json")) and list((run / "wandb").rglob("*.wandb"))
+    holding = [
+        str(p.relative_to(run)) for p in sorted(run.rglob("*")) if p.is_file() and HUB_TOKEN.encode() in p.read_bytes()
+    ]
+    assert holding == []
+    assert HUB_TOKEN not in pushed_run["stdout"] + pushed_run["stderr"]
+    assert pushed_run["hub"][-1]["token_sha256"] == hashlib.sha256(HUB_TOKEN.encode()).hexdigest()
+    assert HUB_TOKEN not in json.dumps(pushed_run["hub"])
 
 
 def test_dataset_manifest_is_found_for_each_build_layout(tmp_path: Path) -> None:

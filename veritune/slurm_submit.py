@@ -32,6 +32,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.recipe_file import read_recipe, recipe_path_value
+from core.secrets import is_secret_key, secret_env_var
 
 # slurm/*.sbatch of the repository holding this package: given to sbatch as absolute paths, so that a
 # submission works from any directory.
@@ -151,7 +152,8 @@ def validate_recipe(entry: str, recipe: str, overrides: list[str], processes: in
 
 def _check_override_keys(overrides: list[str], keys: set[str]) -> None:
     """Each override is ``--key value`` with a key the entry point knows (checked on its own, so a typo is
-    caught even when the full parse stops earlier at a check that needs the process count)."""
+    caught even when the full parse stops earlier at a check that needs the process count); a secret is refused:
+    sbatch's arguments are public on the cluster."""
     from finetune.recipe import closest_key
 
     if overrides and not overrides[0].startswith("--"):
@@ -164,6 +166,11 @@ def _check_override_keys(overrides: list[str], keys: set[str]) -> None:
         if not token.startswith("--"):
             continue
         key = token[2:].split("=", 1)[0].replace("-", "_")
+        if is_secret_key(key):
+            raise UserError(
+                f"--override: {key}: a secret is not passed to sbatch (a job's arguments are shown to every user of "
+                f"the cluster); export {secret_env_var(key)} instead (the jobs inherit the environment)"
+            )
         if key not in keys and not (key.startswith("no_") and key[3:] in keys):
             suggestion = closest_key(key, keys)
             raise UserError(
