@@ -42,25 +42,6 @@ def closest_key(key: str, keys: set[str]) -> str | None:
     return matches[0] if matches else None
 
 
-# Keys that hold a secret, with the environment variable it comes from instead: a recipe's values and the command
-# line are copied into the model card, veritune_run.json, the W&B config and the process list.
-SECRET_KEYS = {"hub_token": "HF_TOKEN"}
-
-
-def check_no_secret(key: str, source: str) -> None:
-    """Refuse a secret given as a recipe key or a flag (``SECRET_KEYS``).
-
-    Raises:
-        UserError: naming the key and the environment variable to set instead.
-    """
-    key = key.replace("-", "_")
-    if key in SECRET_KEYS:
-        raise UserError(
-            f"{source}: {key}: a secret is never a recipe value or a flag (they are copied into the model card and "
-            f"run records); set {SECRET_KEYS[key]} in the environment instead"
-        )
-
-
 def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
     suggestion = closest_key(key, keys)
     hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
@@ -77,7 +58,6 @@ def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...])
     for key, source in recipe.sources.items():
         if key not in keys:
             raise UserError(_unknown_key_message(str(source), str(key), keys))
-        check_no_secret(str(key), str(source))
     for source in dict.fromkeys(recipe.sources.values()):
         own = {key: value for key, value in recipe.values.items() if recipe.sources[key] == source}
         check_value_types(own, dataclass_types, str(source))
@@ -338,9 +318,6 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
     parser.allow_abbrev = False  # `--learning_rat` must be an error, not a silent prefix match
     parser.error = _raise_usage_error("command line")  # one line, not argparse's page of usage
     args = list(argv)
-    for arg in args:
-        if arg.startswith("--"):
-            check_no_secret(arg[2:].split("=", 1)[0], "command line")
     recipe: dict[str, Any] = {}
     recipe_path = pop_recipe_path(args)
     if recipe_path is not None:

@@ -244,13 +244,6 @@ CLI_CASES = [
         "unknown key 'learning_rat'",
     ),
     (
-        "slurm-override-secret",
-        "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml --override '--hub_token hf_x' "
-        "--dry-run",
-        2,
-        "hub_token: a secret is never a recipe value or a flag",
-    ),
-    (
         "slurm-override-flag-typo",
         "slurm submit --entry grpo --recipe recipes/miniature/tiny_oric_demo.yaml "
         "--override '--learning_rat 1' --dry-run",
@@ -415,14 +408,6 @@ GRPO_CASES = [
         ["--dataloader_num_workers", "0"],
         "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more, got 0",
     ),
-    (
-        "secret-in-the-recipe",
-        {"hub_token": "hf_secret"},
-        [],
-        "hub_token: a secret is never a recipe value or a flag (they are copied into the model card and run "
-        "records); set HF_TOKEN in the environment instead",
-    ),
-    ("secret-as-a-flag", {}, ["--hub-token=hf_secret"], "command line: hub_token: a secret is never a recipe value"),
 ]
 
 
