@@ -73,13 +73,15 @@ def atomic_write_text(path: str | os.PathLike[str], text: str | Iterable[str], *
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
-    """Write ``data`` to ``path`` through a temporary file and an atomic rename."""
+    """Write ``data`` to ``path`` through a temporary file, synced to disk, and an atomic rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
         _finish_temp(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

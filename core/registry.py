@@ -1,5 +1,6 @@
 """The fallback of every name registry (rewards, benchmarks, ORIC context judges): a name that is not
-registered may be a dotted path ``package.module.attribute`` to the object itself."""
+registered may be a dotted path ``package.module.attribute`` to the object itself. Only a name a user wrote in a
+recipe key or a flag goes here; a name read from a file or a folder resolves to registered entries only."""
 
 from __future__ import annotations
 

@@ -223,15 +223,18 @@ def hook_difference_intervals(
     The one computation behind the report's before/after table and the demo's results.
 
     Raises:
-        UserError: the metrics.json or the benchmark's files cannot be read.
+        UserError: ``name`` (an eval folder's) is not a registered benchmark, or the metrics.json or the
+            benchmark's files cannot be read.
     """
     import json
 
     from core.run_layout import checkpoint_eval_dir
+    from eval_hooks.registry import registered_benchmark
     from eval_hooks.results import METRICS_FILE, prepare_as_evaluated
     from eval_hooks.runner import PREDICTIONS_FILE, read_predictions
 
     first, last = steps[0], steps[-1]
+    registered_benchmark(name, checkpoint_eval_dir(run_dir, last) / name)  # a folder's name imports nothing
     metrics_file = checkpoint_eval_dir(run_dir, last) / name / METRICS_FILE
     try:
         result = json.loads(metrics_file.read_text(encoding="utf-8"))

@@ -1,5 +1,7 @@
 """The benchmark registry: ``BENCHMARKS`` plus :func:`get_benchmark`, with a dotted-path fallback
-(``my_pkg.my_module.MyBenchmark``) for experiments.
+(``my_pkg.my_module.MyBenchmark``) for experiments, named in a recipe key or a flag. A name read from a file or
+a folder (a run's ``eval/checkpoint-N/<benchmark>/``, a ``metrics.json``) goes through
+:func:`registered_benchmark`, which imports nothing: a folder's name never runs code.
 
 Benchmarks register themselves: every module of ``eval_hooks/benchmarks/`` is imported, and each
 :class:`Benchmark` subclass defined in it with its own ``name`` is registered under that name. A new
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import eval_hooks.benchmarks
 from core.errors import UserError
@@ -53,6 +56,20 @@ def get_benchmark(name: str) -> Benchmark:
     if not (isinstance(cls, type) and issubclass(cls, Benchmark)):
         raise UserError(f"unknown benchmark {name!r}; known: {', '.join(BENCHMARKS)} or a dotted path to a Benchmark")
     return cls()
+
+
+def registered_benchmark(name: str, source: str | Path) -> Benchmark:
+    """A benchmark instance by registry name only, for a ``name`` read from ``source`` (a file or a folder).
+
+    Raises:
+        UserError: ``name`` is not registered (a dotted path included: it is a recipe's or a flag's opt-in).
+    """
+    if name in BENCHMARKS:
+        return BENCHMARKS[name]()
+    raise UserError(
+        f"{source}: {name!r} is not a registered benchmark (known: {', '.join(BENCHMARKS)}); a name read from a "
+        "file or folder is never imported as a dotted path"
+    )
 
 
 # Named sets of benchmarks for eval_benchmarks / eval_final_benchmarks ("general:100" limits each member).

@@ -11,6 +11,7 @@ from typing import Any
 
 from core.errors import UserError
 from eval_hooks.prepare import PreparedBenchmark, prepare_benchmark
+from eval_hooks.registry import registered_benchmark
 from eval_hooks.runner import PREDICTIONS_FILE
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED
 
@@ -23,7 +24,9 @@ def prepare_as_evaluated(name: str, result: dict[str, Any], metrics_dir: Path | 
     files, limit, seed and mode draw the same items): what a report or the demo's intervals resample. With
     ``metrics_dir``, the folder the ``metrics.json`` is in now: a data path that no longer exists is looked for
     where it lies relative to that folder as it lay relative to the folder the file was written in (a run moved
-    together with its data, as a copied or moved demo folder: :func:`relocated`)."""
+    together with its data, as a copied or moved demo folder: :func:`relocated`). ``name``, read from the run's
+    folders, must be a registered benchmark (:func:`eval_hooks.registry.registered_benchmark`)."""
+    registered_benchmark(name, Path(metrics_dir) / METRICS_FILE if metrics_dir is not None else METRICS_FILE)
     data = result.get("data") or {}
     limit, seed, mode = recorded_limit(result)
 

@@ -40,7 +40,7 @@ from PIL import Image, UnidentifiedImageError
 
 from core.errors import UserError
 from core.images import load_image_cached
-from core.io import iter_jsonl
+from core.io import atomic_write_bytes, iter_jsonl
 from core.progress import progress_bar
 from core.trl_adapter import mark_vllm_weights_sleeping
 from eval_hooks.base import EvalItem
@@ -210,12 +210,13 @@ def read_predictions(path: Path) -> dict[str, str]:
 
 
 def drop_torn_tail(path: Path) -> None:
-    """Cut a last line left half-written by a killed run, so appended records start on a fresh line."""
+    """Cut a last line left half-written by a killed run, so appended records start on a fresh line. The kept
+    lines replace the file in one rename (:func:`core.io.atomic_write_bytes`): a kill while cutting loses none."""
     if not path.is_file() or path.stat().st_size == 0:
         return
     data = path.read_bytes()
     if not data.endswith(b"\n"):
-        path.write_bytes(data[: data.rfind(b"\n") + 1])
+        atomic_write_bytes(path, data[: data.rfind(b"\n") + 1])
 
 
 # ---------------------------------------------------------------------------------------------- models

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
-from core.io import iter_jsonl, read_json
+from core.io import atomic_write_bytes, iter_jsonl, read_json
 
 ROW_BATCH = 256
 
@@ -236,10 +235,6 @@ def resolve_image(reference: Any, root: Path, extract_dir: Path) -> tuple[str | 
         suffix = Path(reference.get("path") or "").suffix or ".png"
         target = extract_dir / f"{hashlib.sha1(data).hexdigest()[:20]}{suffix}"
         if not target.is_file():
-            extract_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=extract_dir, suffix=".tmp")
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-            os.replace(tmp, target)
+            atomic_write_bytes(target, data)
         return str(target), str(target)
     return None, tried[0] if tried else "(no image path)"

@@ -135,6 +135,7 @@ def run_seeing_finer(
     worlds, its pretrained tower and its warm-start: about 10 minutes) comes from the shared cache when the same
     commands, code and libraries made it before (``CACHE/seeing-base/KEY``), like the ORIC half's warm-start."""
     from core.cache import publish_dir
+    from core.run_layout import TRAINER_STATE_FILE
     from miniature import stages
 
     paths = seeing_paths(out)
@@ -220,7 +221,7 @@ def run_seeing_finer(
 
     # DPO's pairs and probe need only the demo-size world: built beside the base, off the chain's critical path
     pairs_and_probe = beside(build_pairs_and_probe)
-    base_done = (paths["base"] / "model.safetensors").is_file
+    base_done = (paths["base"] / TRAINER_STATE_FILE).is_file  # the warm-start saves it after its weights
     try:
         run_stage(out, "seeing-base", base_key, [paths["base"]], base_done, build_base)
     finally:

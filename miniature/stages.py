@@ -377,7 +377,7 @@ def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
 
 
 def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
-    from miniature.tiny.models import build_tiny_model
+    from miniature.tiny.models import IDENTITY_FILE, build_tiny_model
 
     # the "demo" size: wider than the tests' model, which never learned to use the image (docs/LAB_NOTEBOOK.md,
     # "Diagnosis")
@@ -386,7 +386,7 @@ def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
         "tiny-qwen3vl",
         stage_key("tiny-qwen3vl", seed, "demo", 0),
         [paths["model"]],
-        lambda: (paths["model"] / "model.safetensors").is_file(),
+        (paths["model"] / IDENTITY_FILE).is_file,  # written last: the weights and the processor are there
         lambda: build_tiny_model("qwen3vl", paths["model"], seed=seed, format_warmup_steps=0, size="demo"),
     )
     print(f"tiny Qwen3-VL: {paths['model']}", flush=True)
@@ -394,7 +394,7 @@ def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
 
 def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
     """The tiny CLIP, trained contrastively on the train split (one torch thread: ``pin_threads``)."""
-    from miniature.tiny.clip import build_tiny_clip, train_tiny_clip
+    from miniature.tiny.clip import TRAINED_FILE, build_tiny_clip, train_tiny_clip, write_trained_record
 
     world = paths["world"]
 
@@ -403,11 +403,11 @@ def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
         stats = train_tiny_clip(
             paths["clip"], world / "train" / "instances.json", world / "train" / "images", seed=seed
         )
-        (paths["clip"] / "trained.json").write_text(json.dumps(stats) + "\n")
+        write_trained_record(paths["clip"], stats)
 
     key = stage_key("tiny-clip", seed, recorded_key(_out(paths), "world"))
-    run_stage(_out(paths), "tiny-clip", key, [paths["clip"]], lambda: (paths["clip"] / "trained.json").is_file(), build)
-    return f"tiny CLIP: {paths['clip']} ({(paths['clip'] / 'trained.json').read_text().strip()})"
+    run_stage(_out(paths), "tiny-clip", key, [paths["clip"]], (paths["clip"] / TRAINED_FILE).is_file, build)
+    return f"tiny CLIP: {paths['clip']} ({(paths['clip'] / TRAINED_FILE).read_text().strip()})"
 
 
 def build_data(paths: dict[str, Path], out: Path, seed: int, finer: bool = True) -> None:

@@ -49,8 +49,9 @@ def stages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
 
     def model(kind: str, out: Path, **kwargs: object) -> None:
         launched.append(["tiny-model", kind])
-        Path(out).mkdir(parents=True)
+        Path(out).mkdir(parents=True, exist_ok=True)
         (Path(out) / "model.safetensors").write_text(f"tiny {kwargs}")
+        (Path(out) / "veritune_tiny.json").write_text(json.dumps({"family": kind}))  # written last
 
     def clip(out: Path, **kwargs: object) -> None:
         launched.append(["tiny-clip"])
@@ -90,6 +91,23 @@ def test_a_rerun_with_other_steps_reruns_grpo_and_says_what_it_reused(stages: di
     assert json.loads((paths["run"] / "trainer_state.json").read_text())["steps"] == "30"
     assert not (paths["run"] / "checkpoint-60").exists()
     assert demo.stage_summary(demo.STAGE_STATUS) == "run now: grpo; reused (same inputs as before): world"
+
+
+def test_the_tiny_model_is_built_again_when_killed_before_its_identity_file(stages: dict) -> None:
+    """The weights come first, the processor and ``veritune_tiny.json`` after them: a folder without the identity
+    file is a build that was killed, not a model to reuse."""
+    paths, launched = stages["paths"], stages["launched"]
+    demo.build_tiny_qwen(paths, seed=0)
+    (paths["model"] / "veritune_tiny.json").unlink()  # killed after save_pretrained of the weights
+    launched.clear()
+    demo.STAGE_STATUS.clear()
+    demo.build_tiny_qwen(paths, seed=0)
+    assert launched == [["tiny-model", "qwen3vl"]]
+    assert demo.STAGE_STATUS["tiny-qwen3vl"] == "run"
+    assert (paths["model"] / "veritune_tiny.json").is_file()
+    launched.clear()
+    demo.build_tiny_qwen(paths, seed=0)  # complete now: reused
+    assert launched == []
 
 
 def every_stage(paths: dict, steps: int, seed: int = 0) -> None:

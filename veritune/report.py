@@ -21,6 +21,7 @@ import functools
 import html
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -653,6 +654,15 @@ def write_report(run_dir: Path, out: Path | None = None) -> Path:
             f"{run_dir}: no trainer_state.json and no eval/checkpoint-N/<benchmark>/metrics.json to report (nor "
             "the results.json of a `veritune eval run` folder)"
         )
+    if results:  # a folder's name is never imported as a dotted path (eval_hooks.registry.registered_benchmark)
+        from eval_hooks.registry import BENCHMARKS
+
+        for name in [name for name in results if name not in BENCHMARKS]:
+            print(
+                f"note: {run_dir / 'eval'}: {name!r} is not a registered benchmark; its metrics are reported "
+                "without the before/after intervals",
+                file=sys.stderr,
+            )
     sections = [
         f"<h1>veritune report: {html.escape(run_dir.resolve().name)}</h1>",
         f"<p class='muted'>{html.escape(str(run_dir.resolve()))}; "

@@ -183,7 +183,7 @@ def register_tiny_clip(subparsers: argparse._SubParsersAction) -> None:
 
 def _tiny_clip(args: argparse.Namespace) -> int:
     use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
-    from miniature.tiny.clip import build_tiny_clip, train_tiny_clip
+    from miniature.tiny.clip import build_tiny_clip, train_tiny_clip, write_trained_record
 
     if (args.annotations is None) != (args.image_root is None):
         raise UserError("--annotations and --image-root: give both (to train) or neither (random weights)")
@@ -194,7 +194,7 @@ def _tiny_clip(args: argparse.Namespace) -> int:
     path = build_tiny_clip(args.out, seed=args.seed)
     if args.annotations is not None:
         stats = train_tiny_clip(path, args.annotations, args.image_root, seed=args.seed)
-        (path / "trained.json").write_text(json.dumps(stats) + "\n")
+        write_trained_record(path, stats)
         print(f"tiny CLIP written to {path}, trained on {args.annotations} ({json.dumps(stats)})")
     else:
         print(f"tiny CLIP written to {path} (random weights)")

@@ -11,6 +11,8 @@ import string
 from pathlib import Path
 from typing import Any
 
+TRAINED_FILE = "trained.json"  # a trained CLIP's training statistics, written after its weights
+
 
 def build_tiny_clip(out_dir: str | Path, seed: int = 0) -> Path:
     """Write a tiny CLIP checkpoint (model, tokenizer, image processor) to ``out_dir`` and return it."""
@@ -19,6 +21,7 @@ def build_tiny_clip(out_dir: str | Path, seed: int = 0) -> Path:
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / TRAINED_FILE).unlink(missing_ok=True)  # these weights are untrained until trained again
     specials = ["<|startoftext|>", "<|endoftext|>"]
     pieces = list(string.ascii_lowercase + string.digits + ".,'-!?")
     vocab = {token: index for index, token in enumerate(specials + pieces + [p + "</w>" for p in pieces])}
@@ -102,6 +105,16 @@ def train_tiny_clip(
         accuracy = ((scale * image_features @ text_features.T + bias > 0).float() == targets).float().mean().item()
     model.save_pretrained(clip_dir)
     return {"first_loss": losses[0], "last_loss": losses[-1], "pair_accuracy": accuracy}
+
+
+def write_trained_record(clip_dir: str | Path, stats: dict[str, float]) -> Path:
+    """Record that the CLIP at ``clip_dir`` is trained (:func:`train_tiny_clip`'s ``stats``), atomically: the
+    record the demo's tiny-CLIP stage counts as done."""
+    import json
+
+    from core.io import atomic_write_text
+
+    return atomic_write_text(Path(clip_dir) / TRAINED_FILE, json.dumps(stats) + "\n")
 
 
 def _labelled_images(annotations: str | Path, image_root: str | Path) -> tuple[list[str], Any, list[Any]]:

@@ -19,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
+from core.io import atomic_write_text
+
+# The model's identity (family, seed, patch size), written last: a folder without it is not a complete model.
+IDENTITY_FILE = "veritune_tiny.json"
 
 # The special tokens of the Qwen2-VL / Qwen2.5-VL / Qwen3-VL tokenizers, in their release order.
 QWEN_SPECIAL_TOKENS = [
@@ -125,7 +129,8 @@ def build_tiny_model(
 
     Args:
         family: ``"qwen3vl"`` (Qwen3-VL) or ``"qwen25vl"`` (Qwen2.5-VL).
-        out_dir: where to write ``config.json``, weights, tokenizer, processor and chat template.
+        out_dir: where to write ``config.json``, weights, tokenizer, processor and chat template, then the
+            identity file (:data:`IDENTITY_FILE`) last.
         seed: seeds the weight initialisation (the tokenizer is deterministic on its own).
         image_size: the processors' pixel budget is set to about ``image_size``² so that images are
             resized down to a handful of vision tokens.
@@ -155,6 +160,7 @@ def build_tiny_model(
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / IDENTITY_FILE).unlink(missing_ok=True)  # a rebuild killed halfway is not taken for a complete model
     tokenizer = _build_tokenizer(family)
     config = _build_config(family, tokenizer, SIZES[size], patch)
     torch.manual_seed(seed)
@@ -169,7 +175,7 @@ def build_tiny_model(
     identity: dict[str, Any] = {"family": family, "seed": seed}
     if patch != PATCH_SIZES[family]:  # a default model's identity file is the one written before the option
         identity["patch_size"] = patch
-    (out_dir / "veritune_tiny.json").write_text(json.dumps(identity) + "\n")
+    atomic_write_text(out_dir / IDENTITY_FILE, json.dumps(identity) + "\n")
     return out_dir
 
 

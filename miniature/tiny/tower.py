@@ -31,8 +31,8 @@ from typing import Any
 
 from core.errors import UserError
 from core.io import atomic_write_json, read_json
+from miniature.tiny.models import IDENTITY_FILE  # the tiny model's identity, stats added here
 
-IDENTITY_FILE = "veritune_tiny.json"  # the tiny model's identity (miniature.tiny.models), stats added here
 STATS_KEY = "vision_pretraining"
 CLASS_HEAD = "class"
 IGNORE = -100  # a target the split does not give (a value the train split never showed, a missing slot)
