@@ -16,7 +16,8 @@ its data loader's workers (``reference_logps_in_workers``: they compute the next
 while the main process trains on this one; the same numbers). Where this departs
 from the paper: FINER trained with LLaMA-Factory; the objective (sigmoid loss, beta 0.1), the
 hyperparameters of Table 10 and LLaMA-Factory's defaults for what the table leaves out (LoRA alpha 2 x
-rank, dropout 0, 768 x 768 pixels, 2,048 tokens) are kept, only the trainer is TRL's ``DPOTrainer``.
+rank, dropout 0, 768 x 768 pixels, 2,048 tokens) are kept, only the trainer is TRL's ``DPOTrainer``; LLaVA-1.6
+and InternVL3.5 take 4,096 tokens, since their images alone can exceed 2,048 (docs/TRAINING.md).
 """
 
 from __future__ import annotations
