@@ -14,11 +14,12 @@ from typing import Any
 from datasets import Dataset
 
 from core.errors import UserError
+from core.images import loaded_size
 from core.sampling import sample_indices
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 from finetune.data_sources import is_saved_dataset, parquet_has_split, saved_splits, uses_datasets
-from finetune.preference_data import PreferenceReport, load_images, load_preference_dataset, with_images
-from finetune.token_lengths import preference_lengths, rows_within
+from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
+from finetune.token_lengths import PreferenceLengths, rows_within
 
 logger = logging.getLogger("veritune.dpo")
 
@@ -90,8 +91,10 @@ def count_too_long(
     no row that fits is an error naming the longest."""
     rows = dataset.to_list()
 
+    lengths = PreferenceLengths(processor)
+
     def measure(chunk: list[dict[str, Any]]) -> list[int]:
-        return preference_lengths(processor, chunk, [load_images(row["images"], max_pixels) for row in chunk])
+        return lengths(chunk, [[loaded_size(path, max_pixels or 1 << 62) for path in row["images"]] for row in chunk])
 
     kept, longest = rows_within(rows, measure, max_length, f"measuring {split} rows")
     if not kept:

@@ -1,6 +1,6 @@
 """Token lengths of training rows as TRL's vision collators render them, image tokens included: a GRPO prompt
-(:func:`prompt_lengths`) and a DPO row's prompt plus its longer answer (:func:`preference_lengths`); and the
-rows that fit a limit (:func:`rows_within`), measured a batch of rows per processor call."""
+(:func:`prompt_lengths`) and a DPO row's prompt plus its longer answer (:class:`PreferenceLengths`); and the
+rows that fit a limit (:func:`rows_within`), measured a batch of rows per call."""
 
 from __future__ import annotations
 
@@ -27,35 +27,52 @@ def prompt_lengths(processor: Any, prompts: list[list[dict[str, Any]]], images: 
     return [len(ids) for ids in processor(text=texts, images=images)["input_ids"]]
 
 
-def preference_lengths(processor: Any, rows: Sequence[dict[str, Any]], images: list[list[Image.Image]]) -> list[int]:
-    """Tokens of each preference row's prompt (with ``images``) plus its longer answer, as TRL's
+class PreferenceLengths:
+    """Tokens of preference rows' prompts (images included) plus their longer answers, as TRL's
     ``DataCollatorForVisionPreference`` renders and concatenates them before it truncates at ``max_length``.
-    Each prompt's images are processed once; the answers are tokenized as text."""
-    texts = [
-        apply_chat_template(
-            {
-                "prompt": prepare_multimodal_messages(row["prompt"], images=row_images),
-                "chosen": prepare_multimodal_messages(row["chosen"]),
-                "rejected": prepare_multimodal_messages(row["rejected"]),
-            },
-            processor,
+
+    A processor expands each image's placeholder in the text into tokens whose count depends only on the
+    image's size; that count is measured once per size, by the processor on a blank image of that size, so a
+    row costs a text tokenization and no image is decoded or processed."""
+
+    def __init__(self, processor: Any) -> None:
+        self.processor = processor
+        self._image_tokens: dict[tuple[int, int], int] = {}
+        self._one_image = processor.apply_chat_template(
+            prepare_multimodal_messages([{"role": "user", "content": ""}], images=[None]), tokenize=False
         )
-        for row, row_images in zip(rows, images, strict=True)
-    ]
-    prompts = [text["prompt"] for text in texts]
-    with_images = [i for i, row_images in enumerate(images) if row_images]
-    without = [i for i, row_images in enumerate(images) if not row_images]
-    prompt_tokens = [0] * len(rows)
-    for group, group_images in ((with_images, [images[i] for i in with_images]), (without, None)):
-        if group:
-            ids = processor(text=[prompts[i] for i in group], images=group_images, add_special_tokens=False)
-            for i, tokens in zip(group, ids["input_ids"], strict=True):
-                prompt_tokens[i] = len(tokens)
-    answers = processor(
-        text=[text["chosen"] for text in texts] + [text["rejected"] for text in texts], add_special_tokens=False
-    )["input_ids"]
-    chosen, rejected = answers[: len(rows)], answers[len(rows) :]
-    return [p + max(len(c), len(r)) for p, c, r in zip(prompt_tokens, chosen, rejected, strict=True)]
+
+    def _text_tokens(self, texts: list[str]) -> list[int]:
+        return [len(ids) for ids in self.processor.tokenizer(texts, add_special_tokens=False)["input_ids"]]
+
+    def image_tokens(self, size: tuple[int, int]) -> int:
+        """Tokens an image of ``size`` (width, height) adds to a prompt beyond its placeholder's."""
+        if size not in self._image_tokens:
+            blank = Image.new("RGB", size)
+            processed = self.processor(text=[self._one_image], images=[blank], add_special_tokens=False)
+            self._image_tokens[size] = len(processed["input_ids"][0]) - self._text_tokens([self._one_image])[0]
+        return self._image_tokens[size]
+
+    def __call__(self, rows: Sequence[dict[str, Any]], image_sizes: list[list[tuple[int, int]]]) -> list[int]:
+        """Each row's length; ``image_sizes``: each row's images' sizes as they reach the processor."""
+        texts = [
+            apply_chat_template(
+                {
+                    "prompt": prepare_multimodal_messages(row["prompt"], images=[None] * len(sizes)),
+                    "chosen": prepare_multimodal_messages(row["chosen"]),
+                    "rejected": prepare_multimodal_messages(row["rejected"]),
+                },
+                self.processor,
+            )
+            for row, sizes in zip(rows, image_sizes, strict=True)
+        ]
+        prompts = self._text_tokens([text["prompt"] for text in texts])
+        answers = self._text_tokens([text["chosen"] for text in texts] + [text["rejected"] for text in texts])
+        chosen, rejected = answers[: len(rows)], answers[len(rows) :]
+        return [
+            prompt + sum(self.image_tokens(size) for size in sizes) + max(c, r)
+            for prompt, sizes, c, r in zip(prompts, image_sizes, chosen, rejected, strict=True)
+        ]
 
 
 def rows_within(
