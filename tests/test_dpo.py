@@ -433,6 +433,32 @@ def test_max_length_that_fits_no_row_is_an_error_naming_the_longest(preference_d
         get_preference_datasets(script_args, training_args, lambda: processor)
 
 
+def test_measured_lengths_are_the_collators(tiny_qwen3vl: Path) -> None:
+    """What the length check measures, without processing any image, is what TRL's collator builds."""
+    import copy
+
+    from transformers import AutoProcessor
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from finetune.token_lengths import PreferenceLengths
+
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl, padding_side="left")
+    text = lambda words: [{"type": "text", "text": words}]  # noqa: E731
+    row = {  # a row as the reader writes it and Arrow gives it back
+        "prompt": [{"role": "user", "content": [{"type": "image", "text": None}, *text("Can you see a dog?")]}],
+        "chosen": [{"role": "assistant", "content": text("Yes.")}],
+        "rejected": [{"role": "assistant", "content": text(LONG_ANSWER[:80])}],
+    }
+    sizes = [(64, 48), (640, 480), (300, 900), (33, 17)]
+    measured = PreferenceLengths(processor)([row] * len(sizes), [[size] for size in sizes])
+    batch = DataCollatorForVisionPreference(processor=processor)(
+        [{**copy.deepcopy(row), "images": [Image.new("RGB", size)]} for size in sizes]
+    )
+    built = batch["attention_mask"].sum(dim=1).tolist()
+    assert measured == [max(built[i], built[i + len(sizes)]) for i in range(len(sizes))]
+    assert len(set(measured)) > 1  # the image tokens differ with the size
+
+
 def test_lora_targets_skip_vision_towers_that_share_the_names() -> None:
     """InternVL and LLaVA-NeXT name their vision attention q_proj/v_proj too: a plain suffix match wraps them."""
     from peft import get_peft_model
