@@ -93,8 +93,14 @@ def count_too_long(
 
     lengths = PreferenceLengths(processor)
 
+    def size(path: str) -> tuple[int, int]:
+        try:
+            return loaded_size(path, max_pixels or 1 << 62)
+        except OSError as err:  # PIL's UnidentifiedImageError included
+            raise UserError(f"{path}: unreadable image ({type(err).__name__}); remove its rows or replace it") from None
+
     def measure(chunk: list[dict[str, Any]]) -> list[int]:
-        return lengths(chunk, [[loaded_size(path, max_pixels or 1 << 62) for path in row["images"]] for row in chunk])
+        return lengths(chunk, [[size(path) for path in row["images"]] for row in chunk])
 
     kept, longest = rows_within(rows, measure, max_length, f"measuring {split} rows")
     if not kept:

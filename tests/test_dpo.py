@@ -433,6 +433,18 @@ def test_max_length_that_fits_no_row_is_an_error_naming_the_longest(preference_d
         get_preference_datasets(script_args, training_args, lambda: processor)
 
 
+def test_an_unreadable_image_is_an_error_naming_it(tmp_path: Path, tiny_qwen3vl: Path) -> None:
+    from transformers import AutoProcessor
+
+    write_images(tmp_path, 1)
+    (tmp_path / "broken.jpg").write_bytes(b"not a jpeg")
+    rows = [finer_release_row(f"{name}.jpg", *yes_no_tuple(0, "pos"), "pos") for name in ("0", "broken")]
+    script_args, training_args, _ = parse_tiny("--dataset_path", write_jsonl(tmp_path / "finer.jsonl", rows))
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    with pytest.raises(UserError, match=r"broken.jpg: unreadable image \(UnidentifiedImageError\)"):
+        get_preference_datasets(script_args, training_args, lambda: processor)
+
+
 def test_measured_lengths_are_the_collators(tiny_qwen3vl: Path) -> None:
     """What the length check measures, without processing any image, is what TRL's collator builds."""
     import copy
