@@ -18,15 +18,26 @@ from core.errors import UserError
 from core.io import atomic_write_bytes
 
 
+def scaled_size(width: int, height: int, max_pixels: int) -> tuple[int, int]:
+    """``(width, height)`` scaled down (aspect kept) so that width × height <= ``max_pixels``."""
+    if width * height <= max_pixels:
+        return width, height
+    scale = math.sqrt(max_pixels / (width * height))
+    return max(1, int(width * scale)), max(1, int(height * scale))
+
+
 def load_image(path: str | Path, max_pixels: int) -> Image.Image:
     """Open an image as RGB, scaled down (aspect kept) so that width × height <= ``max_pixels``."""
     with Image.open(path) as raw:
         image = raw.convert("RGB")
-    width, height = image.size
-    if width * height > max_pixels:
-        scale = math.sqrt(max_pixels / (width * height))
-        image = image.resize((max(1, int(width * scale)), max(1, int(height * scale))), Image.Resampling.BICUBIC)
-    return image
+    size = scaled_size(*image.size, max_pixels)
+    return image if size == image.size else image.resize(size, Image.Resampling.BICUBIC)
+
+
+def loaded_size(path: str | Path, max_pixels: int) -> tuple[int, int]:
+    """The size :func:`load_image` gives the image, read from its header (nothing decoded)."""
+    with Image.open(path) as raw:
+        return scaled_size(*raw.size, max_pixels)
 
 
 IMAGE_CACHE_SIZE = 64  # decoded images kept: ORIC-Bench asks four paraphrases about each image

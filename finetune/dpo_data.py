@@ -1,21 +1,25 @@
 """The DPO entry script's data: the train and validation preference datasets (any layout the readers of
-:mod:`finetune.preference_data` know), the seeded validation hold-out and subsample, and the report of what
-was kept and dropped (written to ``<output_dir>/preference_data.json``)."""
+:mod:`finetune.preference_data` know), the seeded validation hold-out and subsample, the rows longer than
+``max_length`` dropped, and the report of what was kept and dropped (written to
+``<output_dir>/preference_data.json``)."""
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
 
 from core.errors import UserError
+from core.images import loaded_size
 from core.sampling import sample_indices
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 from finetune.data_sources import is_saved_dataset, parquet_has_split, saved_splits, uses_datasets
 from finetune.preference_data import PreferenceReport, load_preference_dataset, with_images
+from finetune.token_lengths import PreferenceLengths, rows_within
 
 logger = logging.getLogger("veritune.dpo")
 
@@ -78,11 +82,46 @@ def report_counts(report: PreferenceReport) -> dict[str, Any]:
     }
 
 
+def count_too_long(
+    dataset: Dataset, processor: Any, max_length: int, max_pixels: int | None, split_report: dict[str, Any], split: str
+) -> Dataset:
+    """The rows of ``dataset`` whose prompt (its images scaled to ``max_pixels``) plus longer answer fits in
+    ``max_length`` tokens: TRL's collator cuts a longer one at ``max_length``, through its answer or its image
+    tokens. The others are counted in ``split_report`` (``rows``, ``longer_than_max_length``); a split with
+    no row that fits is an error naming the longest."""
+    rows = dataset.to_list()
+
+    lengths = PreferenceLengths(processor)
+
+    def size(path: str) -> tuple[int, int]:
+        try:
+            return loaded_size(path, max_pixels or 1 << 62)
+        except OSError as err:  # PIL's UnidentifiedImageError included
+            raise UserError(f"{path}: unreadable image ({type(err).__name__}); remove its rows or replace it") from None
+
+    def measure(chunk: list[dict[str, Any]]) -> list[int]:
+        return lengths(chunk, [[size(path) for path in row["images"]] for row in chunk])
+
+    kept, longest = rows_within(rows, measure, max_length, f"measuring {split} rows")
+    if not kept:
+        raise UserError(
+            f"max_length: {max_length} tokens fits none of the {len(rows)} {split} rows (the longest, images "
+            f"included, is {longest} tokens); raise max_length or lower max_pixels"
+        )
+    split_report["rows"] = len(kept)
+    split_report["longer_than_max_length"] = len(rows) - len(kept)
+    return dataset if len(kept) == len(rows) else dataset.select(kept)
+
+
 def get_preference_datasets(
-    script_args: DPOScriptArguments, training_args: VerituneDPOConfig
+    script_args: DPOScriptArguments,
+    training_args: VerituneDPOConfig,
+    load_processor: Callable[[], Any] | None = None,
 ) -> tuple[Dataset, Dataset | None, dict[str, Any]]:
     """Train and (when evaluating) validation datasets, images opened on access, and a report of what was
-    kept and dropped (chosen equal to rejected and missing images are dropped once, by the reader)."""
+    kept and dropped (chosen equal to rejected and missing images are dropped once, by the reader; with
+    ``load_processor``, called once the rows are read, and a ``max_length``: the sampled rows longer than
+    ``max_length`` tokens, counted as ``longer_than_max_length``)."""
     if not script_args.dataset_path and not script_args.dataset_name:
         raise UserError(
             "dataset_path: required (a `veritune build finer` directory, a preference JSON / JSON lines / parquet "
@@ -103,11 +142,20 @@ def get_preference_datasets(
             kept, held_out = split_indices(len(train), script_args.validation_ratio, training_args.seed)
             train, evaluation = train.select(kept), train.select(held_out)
     train = train.select(sample_indices(len(train), script_args.max_train_samples, training_args.seed))
-    report = {"train": {"rows": len(train), **report_counts(train_report)}, "eval": None}
+    report: dict[str, Any] = {"train": {"rows": len(train), **report_counts(train_report)}, "eval": None}
     if evaluation is not None:
         report["eval"] = {
             "rows": len(evaluation),
             **(report_counts(eval_report) if eval_report else {"held_out_of_train": True}),
         }
+    if load_processor is not None and training_args.max_length is not None:
+        processor = load_processor()
+        train = count_too_long(
+            train, processor, training_args.max_length, script_args.max_pixels, report["train"], "train"
+        )
+        if evaluation is not None:
+            evaluation = count_too_long(
+                evaluation, processor, training_args.max_length, script_args.max_pixels, report["eval"], "validation"
+            )
     evaluation = None if evaluation is None else with_images(evaluation, script_args.max_pixels)
     return with_images(train, script_args.max_pixels), evaluation, report

@@ -16,7 +16,6 @@ from typing import Any
 from datasets import Dataset
 from PIL import Image
 from tqdm import tqdm
-from trl.data_utils import prepare_multimodal_messages
 
 from core.errors import UserError
 from core.images import load_image
@@ -24,9 +23,8 @@ from core.pope_format import read_pope_questions
 from core.prompts import with_r1_instruction
 from core.sampling import sample_indices
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
+from finetune.token_lengths import prompt_lengths, rows_within
 from rewards.oric import ORIC_FIELDS, check_oric_record
-
-PROMPT_BATCH = 64  # prompts measured per processor call
 
 REQUIRED_FIELDS = ORIC_FIELDS
 
@@ -148,17 +146,6 @@ def prompt_length(processor: Any, prompt: list[dict[str, Any]], image: Image.Ima
     return prompt_lengths(processor, [prompt], [image])[0]
 
 
-def prompt_lengths(processor: Any, prompts: list[list[dict[str, Any]]], images: list[Image.Image]) -> list[int]:
-    """:func:`prompt_length` of each prompt with its image, in one processor call (unpadded)."""
-    texts = [
-        processor.apply_chat_template(
-            prepare_multimodal_messages(prompt, [image]), add_generation_prompt=True, tokenize=False
-        )
-        for prompt, image in zip(prompts, images, strict=True)
-    ]
-    return [len(ids) for ids in processor(text=texts, images=images)["input_ids"]]
-
-
 def get_oric_dataset(
     path: str | Path | None,
     image_root: str | Path | None,
@@ -255,16 +242,14 @@ def drop_long_prompts(
     rows: list[dict[str, Any]], processor: Any, max_pixels: int, max_prompt_length: int, report: DataReport
 ) -> list[dict[str, Any]]:
     """The rows whose prompt fits in ``max_prompt_length`` tokens, image tokens included; the rest are counted."""
-    kept = []
-    with tqdm(total=len(rows), desc="measuring prompts", unit="prompt", disable=len(rows) < 200) as bar:
-        for start in range(0, len(rows), PROMPT_BATCH):
-            chunk = rows[start : start + PROMPT_BATCH]
-            images = [load_image(row["image_path"], max_pixels) for row in chunk]
-            lengths = prompt_lengths(processor, [row["prompt"] for row in chunk], images)
-            kept += [row for row, length in zip(chunk, lengths, strict=True) if length <= max_prompt_length]
-            bar.update(len(chunk))
+
+    def measure(chunk: list[dict[str, Any]]) -> list[int]:
+        images = [load_image(row["image_path"], max_pixels) for row in chunk]
+        return prompt_lengths(processor, [row["prompt"] for row in chunk], images)
+
+    kept, _ = rows_within(rows, measure, max_prompt_length, "measuring prompts")
     report.dropped_too_long = len(rows) - len(kept)
-    return kept
+    return [rows[i] for i in kept]
 
 
 def lazy_image_dataset(rows: list[dict[str, Any]], max_pixels: int) -> Dataset:

@@ -64,9 +64,10 @@ def configure_wandb(script_args: ScriptArguments, training_args: TrainingArgumen
     Path(os.environ["WANDB_DIR"]).mkdir(parents=True, exist_ok=True)
 
 
-def get_model_and_processor(model_args: VerituneModelConfig) -> tuple[Any, Any, Any]:
-    """The policy model, its processor, and the LoRA config (None for full-parameter training)."""
-    processor = get_processor(model_args)
+def get_model_and_processor(model_args: VerituneModelConfig, processor: Any | None = None) -> tuple[Any, Any, Any]:
+    """The policy model, its processor (``processor`` when already loaded), and the LoRA config (None for
+    full-parameter training)."""
+    processor = get_processor(model_args) if processor is None else processor
     model = get_model(model_args)
     return model, processor, get_lora_config(model_args)
 

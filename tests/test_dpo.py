@@ -31,6 +31,8 @@ PAIRS = [("dog", "cat"), ("bench", "sofa"), ("cup", "bowl"), ("kite", "clock"), 
 # Tiny Qwen3-VL text model: hidden 64, 4 query heads and 2 key/value heads of 16, 2 layers. LoRA rank 8 on
 # q_proj (64 -> 64) and v_proj (64 -> 32): 8 * (64 + 64) + 8 * (64 + 32) = 1,792 per layer.
 TINY_QWEN3VL_LORA_PARAMETERS = 2 * (8 * (64 + 64) + 8 * (64 + 32))
+# About 590 tokens with the tiny tokenizer, beyond the tiny recipe's max_length of 256
+LONG_ANSWER = "Yes, " + " ".join(["there is a small brown dog sitting on the bench"] * 40)
 
 
 # ---- data in the official layouts
@@ -90,8 +92,9 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
 
 @pytest.fixture(scope="module")
 def preference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A `veritune build finer` directory: 22 good training rows plus one whose chosen equals its rejected and
-    one whose image is missing; 2 validation rows."""
+    """A `veritune build finer` directory: 22 good training rows plus one whose chosen equals its rejected,
+    one whose image is missing and one whose chosen answer is longer than the tiny recipe's max_length; 2
+    validation rows."""
     root = tmp_path_factory.mktemp("finer")
     images = write_images(root / "images", 12)
     rows = [
@@ -100,6 +103,7 @@ def preference_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     train, validation = rows[:22], rows[22:]
     train.insert(5, veritune_row("3.jpg", "Can you see a dog in this image?", "Yes.", "Yes.", "pos"))
     train.insert(9, veritune_row("gone.jpg", *yes_no_tuple(0, "pos"), "pos"))
+    train.insert(14, veritune_row("4.jpg", "Can you see a dog in this image?", LONG_ANSWER, "No.", "pos"))
     data = root / "data"
     data.mkdir()
     write_jsonl(data / "train.jsonl", train)
@@ -231,10 +235,20 @@ def test_lora_run_drops_bad_rows_once_and_lists_missing_images(
     lora_run: tuple[Path, str], preference_dir: Path
 ) -> None:
     report = json.loads((lora_run[0] / DATA_REPORT_FILE).read_text())["train"]
-    assert (report["read"], report["kept"], report["rows"]) == (24, 22, 22)
+    assert (report["read"], report["kept"], report["rows"]) == (25, 23, 22)
     assert report["dropped"] == {"chosen_equals_rejected": 1, "missing_image": 1}
     assert [Path(p).name for p in report["missing_images"]] == ["gone.jpg"]
     assert "gone.jpg" in lora_run[1]  # logged too
+
+
+def test_lora_run_drops_and_counts_rows_longer_than_max_length(lora_run: tuple[Path, str]) -> None:
+    """TRL's collator cuts a row at max_length (through its answer, or its image tokens): such a row is not
+    trained on but dropped, and counted in the data report and the run's data line."""
+    report = json.loads((lora_run[0] / DATA_REPORT_FILE).read_text())
+    assert (report["train"]["rows"], report["train"]["longer_than_max_length"]) == (22, 1)
+    assert (report["eval"]["rows"], report["eval"]["longer_than_max_length"]) == (2, 0)
+    assert "22 training tuples, 2 validation" in lora_run[1]
+    assert "1 longer than max_length 256 dropped" in lora_run[1]
 
 
 def test_lora_run_metrics_reach_offline_wandb(lora_run: tuple[Path, str]) -> None:
@@ -384,7 +398,7 @@ def test_max_train_samples_draws_uniformly_not_the_first_rows() -> None:
 def test_max_train_samples_applies_after_the_reader_drops(preference_dir: Path) -> None:
     script_args, training_args, _ = parse_tiny("--dataset_path", preference_dir, "--max_train_samples", "10")
     train, _, report = get_preference_datasets(script_args, training_args)
-    assert len(train) == 10 and report["train"]["kept"] == 22
+    assert len(train) == 10 and report["train"]["kept"] == 23
 
 
 def test_only_equal_answers_is_an_error_naming_the_file(tmp_path: Path) -> None:
@@ -405,6 +419,56 @@ def test_missing_dataset_path_is_an_error() -> None:
     script_args, training_args, _ = parse_tiny("--dataset_path", "")
     with pytest.raises(UserError, match="dataset_path: required"):
         get_preference_datasets(script_args, training_args)
+
+
+def test_max_length_that_fits_no_row_is_an_error_naming_the_longest(preference_dir: Path, tiny_qwen3vl: Path) -> None:
+    from transformers import AutoProcessor
+
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    script_args, training_args, _ = parse_tiny("--dataset_path", preference_dir, "--max_length", "20")
+    with pytest.raises(
+        UserError,
+        match=r"max_length: 20 tokens fits none of the 23 train rows \(the longest, images included, is \d+ tokens\)",
+    ):
+        get_preference_datasets(script_args, training_args, lambda: processor)
+
+
+def test_an_unreadable_image_is_an_error_naming_it(tmp_path: Path, tiny_qwen3vl: Path) -> None:
+    from transformers import AutoProcessor
+
+    write_images(tmp_path, 1)
+    (tmp_path / "broken.jpg").write_bytes(b"not a jpeg")
+    rows = [finer_release_row(f"{name}.jpg", *yes_no_tuple(0, "pos"), "pos") for name in ("0", "broken")]
+    script_args, training_args, _ = parse_tiny("--dataset_path", write_jsonl(tmp_path / "finer.jsonl", rows))
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl)
+    with pytest.raises(UserError, match=r"broken.jpg: unreadable image \(UnidentifiedImageError\)"):
+        get_preference_datasets(script_args, training_args, lambda: processor)
+
+
+def test_measured_lengths_are_the_collators(tiny_qwen3vl: Path) -> None:
+    """What the length check measures, without processing any image, is what TRL's collator builds."""
+    import copy
+
+    from transformers import AutoProcessor
+    from trl.trainer.dpo_trainer import DataCollatorForVisionPreference
+
+    from finetune.token_lengths import PreferenceLengths
+
+    processor = AutoProcessor.from_pretrained(tiny_qwen3vl, padding_side="left")
+    text = lambda words: [{"type": "text", "text": words}]  # noqa: E731
+    row = {  # a row as the reader writes it and Arrow gives it back
+        "prompt": [{"role": "user", "content": [{"type": "image", "text": None}, *text("Can you see a dog?")]}],
+        "chosen": [{"role": "assistant", "content": text("Yes.")}],
+        "rejected": [{"role": "assistant", "content": text(LONG_ANSWER[:80])}],
+    }
+    sizes = [(64, 48), (640, 480), (300, 900), (33, 17)]
+    measured = PreferenceLengths(processor)([row] * len(sizes), [[size] for size in sizes])
+    batch = DataCollatorForVisionPreference(processor=processor)(
+        [{**copy.deepcopy(row), "images": [Image.new("RGB", size)]} for size in sizes]
+    )
+    built = batch["attention_mask"].sum(dim=1).tolist()
+    assert measured == [max(built[i], built[i + len(sizes)]) for i in range(len(sizes))]
+    assert len(set(measured)) > 1  # the image tokens differ with the size
 
 
 def test_lora_targets_skip_vision_towers_that_share_the_names() -> None:
