@@ -33,14 +33,16 @@ GRPO_OVERRIDES: dict[str, tuple[str, ...]] = {
 }
 
 # GRPOTrainer's instance attributes veritune reads or writes, each set in TRL's ``GRPOTrainer.__init__``:
-# the metrics, the rollout-table columns and the per-sample reward logs (the accessors below), and the
-# generation settings that ``compiled_decode`` rewrites (VerituneGRPOTrainer._compile_decode).
+# the metrics, the rollout-table columns and the per-sample reward logs (the accessors below), the
+# generation settings that ``compiled_decode`` rewrites (VerituneGRPOTrainer._compile_decode) and that
+# :func:`ban_rollout_tokens` extends, and the vLLM backend (with ``use_vllm``).
 GRPO_ATTRIBUTES: tuple[str, ...] = (
     "_metrics",
     "_logs",
     "_pending_extra_logs",
     "generation_config",
     "generation_kwargs",
+    "vllm_generation",
 )
 
 # ``trl.generation.vllm_generation.VLLMGeneration``'s flag that the colocated engine's weights are asleep (level 2
@@ -145,6 +147,34 @@ def mark_vllm_weights_sleeping(generation: Any) -> None:
     """Tell TRL's ``VLLMGeneration`` that its engine's weights were put to sleep (``llm.sleep(level=2)`` drops
     them), so that its next ``generate`` pushes the training model's weights again first, as after a rollout."""
     setattr(generation, VLLM_SLEEP_FLAG, True)
+
+
+# ---- The tokens a rollout may not sample
+
+# ``VLLMGeneration``'s ``SamplingParams`` extras: TRL adds them to every colocated ``SamplingParams`` and sends them
+# with every request to a ``trl vllm-serve`` server (``vllm_client.generate``'s ``generation_kwargs``).
+VLLM_SAMPLING_EXTRAS = "generation_kwargs"
+
+
+def ban_rollout_tokens(trainer: Any, tokens: dict[str, int]) -> None:
+    """Keep ``trainer``'s rollouts from sampling ``tokens`` (text to id) on the generation path it uses.
+
+    With transformers, TRL 1.16 suppresses the image token (``suppress_tokens`` of its ``GenerationConfig``,
+    ``model.config.image_token_id``); the ids are added to that list. With vLLM it bans nothing: the texts go
+    into vLLM's ``bad_words`` (each one token, masked to -inf at every step), for a colocated engine and a
+    server alike. What the recipe's ``generation_kwargs`` already bans stays banned.
+    """
+    if not tokens:
+        return
+    if getattr(trainer, "use_vllm", False):
+        extras = getattr(trainer.vllm_generation, VLLM_SAMPLING_EXTRAS)
+        words = list(extras.get("bad_words") or [])
+        extras["bad_words"] = words + [text for text in tokens if text not in words]
+        return
+    suppressed = list(trainer.generation_config.suppress_tokens or [])
+    suppressed += [token_id for token_id in tokens.values() if token_id not in suppressed]
+    trainer.generation_config.suppress_tokens = suppressed
+    trainer.generation_kwargs["suppress_tokens"] = suppressed  # TRL also writes these onto the model's config
 
 
 # ---- TRL's fused LM head

@@ -13,6 +13,9 @@ see :class:`DynamicSamplingMixin`.
 
 With ``compiled_decode: true`` the rollout's ``generate`` uses a static KV cache and a compiled decode step
 (:meth:`VerituneGRPOTrainer._compile_decode`).
+
+Rollouts never sample a vision special token of the processor (:func:`vision_special_tokens`), with transformers
+and with vLLM alike (``core.trl_adapter.ban_rollout_tokens``).
 """
 
 from __future__ import annotations
@@ -352,6 +355,33 @@ class DynamicSamplingMixin:
         return pack_generated(Generated(**joined))
 
 
+VISION_WORDS = ("image", "video", "vision")  # a tokenizer's special tokens naming these are vision tokens
+
+
+def vision_special_tokens(processor: Any) -> dict[str, int]:
+    """The processor's vision special tokens (text to id), which a completion must never hold.
+
+    Each ``*_token`` the processor names (Qwen-VL: ``<|image_pad|>``, ``<|video_pad|>``, ``<|vision_start|>``,
+    ``<|vision_end|>``) and each special token of its tokenizer whose text names an image, a video or vision
+    (Qwen-VL's ``<|vision_pad|>``); never the tokenizer's end-of-sequence, padding or start token. Empty for a
+    plain tokenizer. A sampled vision token makes the training forward count more image tokens than image
+    features ("Image features and image tokens do not match").
+    """
+    tokenizer = getattr(processor, "tokenizer", None)
+    if tokenizer is None:
+        return {}
+    named = [value for key, value in vars(processor).items() if key.endswith("_token") and isinstance(value, str)]
+    special = [token.content for token in tokenizer.added_tokens_decoder.values() if token.special]
+    special = [text for text in special if any(word in text.lower() for word in VISION_WORDS)]
+    kept = {tokenizer.eos_token_id, tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.unk_token_id, None}
+    tokens: dict[str, int] = {}
+    for text in [*named, *special]:
+        token_id = tokenizer.convert_tokens_to_ids(text)
+        if isinstance(token_id, int) and token_id not in kept:
+            tokens.setdefault(text, token_id)
+    return tokens
+
+
 def keep_one_input_grad_hook(model: Any) -> None:
     """Make re-enabling gradient checkpointing replace the input-embedding hook instead of adding one more.
 
@@ -384,6 +414,7 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                 raise UserError("dynamic_sampling: needs a map-style dataset (extra prompts are drawn by index)")
             kwargs["train_dataset"] = dataset.add_column(DS_ROW_COLUMN, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
+        trl_adapter.ban_rollout_tokens(self, vision_special_tokens(self.processing_class))
         self._ds_setup()
         keep_one_input_grad_hook(self.model)
         if getattr(self.args, "compiled_decode", False):

@@ -113,7 +113,9 @@ def get_lora_config(model_args: VerituneModelConfig) -> Any:
 
 
 def get_processor(model_args: VerituneModelConfig) -> Any:
-    """The model's processor (tokenizer + image/video processors), left-padded for generation."""
+    """The model's processor (tokenizer + image/video processors), left-padded: for generation, and because TRL
+    left-pads GRPO's prompts but builds Qwen-VL's ``mm_token_type_ids`` with the processor's padding side
+    (right-padded, the log-probs are wrong; tests/test_padding_logps.py)."""
     try:
         processor = AutoProcessor.from_pretrained(
             model_args.model_name_or_path, revision=model_args.model_revision, padding_side="left"

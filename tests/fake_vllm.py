@@ -2,7 +2,11 @@
 
 ``install(monkeypatch)`` puts a module named ``vllm`` into ``sys.modules`` (``importlib.util.find_spec``
 then finds it, as it would the real package) whose ``LLM`` records its constructor's arguments and every
-``generate``/``sleep``/``wake_up`` call, and answers each prompt with ``answer(prompt)`` (canned text).
+``generate``/``sleep``/``wake_up`` call, and answers each prompt with ``answer(prompt)`` (canned text). A
+request of token ids (TRL's GRPO rollouts) is answered in token ids: the answer's tokens, end-of-turn appended,
+with the tokenizer of the model the engine was built for. The engine honours ``SamplingParams(bad_words=...)``
+as vLLM does (each word's tokens, encoded without special tokens; a one-token word is never sampled): a banned
+token of the answer is left out, as a logit of -inf would leave it out.
 ``write_package(root)`` writes an importable ``vllm`` package (with its version metadata and the modules
 TRL imports when vLLM is present) for entry points run in a subprocess.
 Nothing here decides a test's outcome by itself: the tests check what veritune sent to vLLM and what it did
@@ -33,15 +37,36 @@ class SamplingParams:
 
 
 @dataclass
+class Logprob:
+    logprob: float
+    rank: int = 1
+
+
+@dataclass
 class CompletionOutput:
     text: str
     token_ids: list[int] = field(default_factory=list)
+    logprobs: list[dict[int, Logprob]] | None = None
 
 
 @dataclass
 class RequestOutput:
-    prompt: str
+    prompt: str | None
     outputs: list[CompletionOutput]
+    prompt_token_ids: list[int] | None = None
+
+
+def banned_token_ids(tokenizer: Any, params: SamplingParams) -> set[int]:
+    """The tokens vLLM never samples under ``params``: its one-token ``bad_words`` (vLLM's
+    ``SamplingParams.update_from_tokenizer`` encodes each word without special tokens, with and without a
+    leading space; a longer word is banned only after its prefix, which a canned answer does not need)."""
+    banned = set()
+    for word in params.extra.get("bad_words") or []:
+        for text in (word.lstrip(), " " + word.lstrip()):
+            ids = tokenizer.encode(text, add_special_tokens=False)
+            if len(ids) == 1:
+                banned.add(ids[0])
+    return banned
 
 
 class FakeVLLM:
@@ -62,10 +87,40 @@ class FakeVLLM:
         class LLM:
             def __init__(self, **kwargs: Any) -> None:
                 record.append(("LLM", kwargs))
+                self.model = kwargs.get("model")
+                runner = types.SimpleNamespace(model=types.SimpleNamespace(load_weights=self._load_weights))
+                worker = types.SimpleNamespace(model_runner=runner)
+                self.llm_engine = types.SimpleNamespace(model_executor=types.SimpleNamespace(driver_worker=worker))
 
-            def generate(self, requests: list[dict[str, Any]], params: SamplingParams, use_tqdm: bool = True) -> list:
+            def _load_weights(self, weights: list[tuple[str, Any]]) -> None:
+                record.append(("load_weights", [name for name, _ in weights]))
+
+            def reset_prefix_cache(self) -> None:
+                record.append(("reset_prefix_cache", None))
+
+            def generate(
+                self,
+                requests: list[dict[str, Any]],
+                params: SamplingParams | None = None,
+                use_tqdm: bool = True,
+                sampling_params: SamplingParams | None = None,
+            ) -> list:
+                params = params if params is not None else sampling_params
                 record.append(("generate", {"requests": requests, "params": params}))
+                if requests and "prompt_token_ids" in requests[0]:
+                    return [self._answer_ids(r["prompt_token_ids"], params) for r in requests]
                 return [RequestOutput(r["prompt"], [CompletionOutput(fake.answer(r["prompt"]))]) for r in requests]
+
+            def _answer_ids(self, prompt_ids: list[int], params: SamplingParams) -> RequestOutput:
+                from transformers import AutoTokenizer
+
+                tokenizer = AutoTokenizer.from_pretrained(self.model)
+                text = fake.answer(tokenizer.decode(prompt_ids))
+                banned = banned_token_ids(tokenizer, params)
+                ids = tokenizer.encode(text, add_special_tokens=False) + [tokenizer.eos_token_id]
+                ids = [token for token in ids if token not in banned][: params.max_tokens]
+                logprobs = [{token: Logprob(-1.0)} for token in ids]
+                return RequestOutput(None, [CompletionOutput(tokenizer.decode(ids), ids, logprobs)], prompt_ids)
 
             def sleep(self, level: int = 1) -> None:
                 record.append(("sleep", level))

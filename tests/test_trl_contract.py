@@ -149,6 +149,37 @@ def test_vllm_sleep_flag_is_what_trl_reads_before_generating() -> None:
     )
 
 
+def test_rollout_bans_go_where_trl_generates() -> None:
+    """``ban_rollout_tokens`` extends TRL's ``suppress_tokens`` (transformers) and ``VLLMGeneration``'s sampling
+    extras, which TRL puts into the colocated ``SamplingParams`` and into every server request."""
+    from trl import GRPOTrainer
+    from trl.generation.vllm_generation import VLLMGeneration
+
+    init = inspect.getsource(GRPOTrainer.__init__)
+    assert 'generation_kwargs["suppress_tokens"] = [model.config.image_token_id]' in init, (
+        f"GRPOTrainer no longer suppresses the image token with transformers: {UPGRADE}"
+    )
+    extras = trl_adapter.VLLM_SAMPLING_EXTRAS
+    assert extras in _assigned_self_attributes(VLLMGeneration.__init__), f"VLLMGeneration has no {extras}: {UPGRADE}"
+    generate = inspect.getsource(VLLMGeneration.generate)
+    assert f'"generation_kwargs": self.{extras}' in generate, f"vLLM server requests lost {extras}: {UPGRADE}"
+    assert f"generation_kwargs.update(self.{extras})" in generate, f"colocated SamplingParams lost {extras}: {UPGRADE}"
+    assert "SamplingParams(**generation_kwargs)" in generate, f"colocated SamplingParams are built otherwise: {UPGRADE}"
+
+
+def test_ban_rollout_tokens_keeps_the_recipes_own_bans() -> None:
+    from types import SimpleNamespace
+
+    server = SimpleNamespace(generation_kwargs={"bad_words": ["maybe"], "seed": 1})
+    trainer = SimpleNamespace(use_vllm=True, vllm_generation=server)
+    trl_adapter.ban_rollout_tokens(trainer, {"<|image_pad|>": 7, "maybe": 9})
+    assert server.generation_kwargs == {"bad_words": ["maybe", "<|image_pad|>"], "seed": 1}
+    config = SimpleNamespace(suppress_tokens=[7, 3])
+    trainer = SimpleNamespace(use_vllm=False, generation_config=config, generation_kwargs={"suppress_tokens": [7, 3]})
+    trl_adapter.ban_rollout_tokens(trainer, {"<|image_pad|>": 7, "<|vision_end|>": 8})
+    assert config.suppress_tokens == trainer.generation_kwargs["suppress_tokens"] == [7, 3, 8]
+
+
 def test_compact_lm_head_check_is_what_trls_fused_head_asks() -> None:
     import trl.trainer.utils as trl_utils
 
