@@ -5,11 +5,14 @@ never a target; a run directory holding checkpoints without a veritune run's rec
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, run_entry
+from helpers import REPO_ROOT
 from test_stale_outputs import finer_inputs, run_cli
+
+from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -150,10 +153,12 @@ def test_tiny_model_refuses_a_foreign_out_before_any_work(
 
 def test_tiny_model_replaces_its_own_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "tiny"
-    command = ["tiny-model", "--out", str(out), "--format-warmup-steps", "0"]
-    assert run_cli([*command, "--seed", "1"], capsys)[0] == 0
-    assert run_cli([*command, "--seed", "2"], capsys)[0] == 0
-    assert json.loads((out / "veritune_tiny.json").read_text())["seed"] == 2
+    out.mkdir()
+    (out / "veritune_tiny.json").write_text(json.dumps({"family": "qwen25vl", "seed": 1}))  # an earlier tiny model
+    (out / "stale.safetensors").write_text("x")
+    assert run_cli(["tiny-model", "--out", str(out), "--format-warmup-steps", "0", "--seed", "2"], capsys)[0] == 0
+    assert json.loads((out / "veritune_tiny.json").read_text()) == {"family": "qwen3vl", "seed": 2}
+    assert not (out / "stale.safetensors").exists()
     assert sorted(path.name for path in tmp_path.iterdir()) == ["tiny"]  # no build folder left
 
 
@@ -171,7 +176,12 @@ def test_demo_refuses_a_folder_without_stage_records(tmp_path: Path, capsys: pyt
     assert snapshot(out) == before and not (out / "stages").exists()
 
 
-def test_a_run_directory_with_foreign_checkpoints_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+@pytest.mark.parametrize("resume", [[], ["--resume_from_checkpoint", "auto"]])
+def test_a_run_directory_with_foreign_checkpoints_is_refused_and_left_as_it_was(
+    resume: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from finetune import grpo
+
     run = tmp_path / "run"
     (run / "checkpoint-40").mkdir(parents=True)  # someone else's run: checkpoints, no veritune_run.json
     (run / "checkpoint-40" / "model.safetensors").write_text("their weights")
@@ -179,22 +189,24 @@ def test_a_run_directory_with_foreign_checkpoints_is_refused_and_left_as_it_was(
     before = snapshot(run)
     (tmp_path / "model").mkdir()  # the recipe's paths must exist (checked first); no model loads
     (tmp_path / "train.json").write_text("[]")
-    argv = ["recipes/miniature/tiny_oric_demo.yaml", "--model_name_or_path", tmp_path / "model"]
-    argv += ["--dataset_path", tmp_path / "train.json", "--image_root", tmp_path, "--output_dir", run]
-    argv += ["--report_to", "none", "--use_cpu", "true"]
-    for extra in ([], ["--resume_from_checkpoint", "auto"]):
-        result = run_entry("grpo.py", *argv, *extra, timeout=300)
-        assert result.returncode == 2, result.stderr[-3000:]
-        assert one_error_line(result.stderr) == (
-            f"error: output_dir {run}: holds training outputs but no veritune_run.json of a veritune run, so not "
-            "this run; choose another output_dir, or add --overwrite_output_dir true to replace them"
-        )
-        assert snapshot(run) == before and sorted(p.name for p in run.iterdir()) == ["checkpoint-40"]
+    argv = ["recipes/miniature/tiny_oric_demo.yaml", "--model_name_or_path", str(tmp_path / "model")]
+    argv += ["--dataset_path", str(tmp_path / "train.json"), "--image_root", str(tmp_path), "--output_dir", str(run)]
+    argv += ["--report_to", "none", "--use_cpu", "true", *resume]
+    monkeypatch.chdir(REPO_ROOT)
+    monkeypatch.setattr("finetune.training.get_model_and_processor", lambda *a, **k: pytest.fail("a model loaded"))
+    monkeypatch.setattr(sys, "argv", ["finetune/grpo.py", *argv])
+    with pytest.raises(SystemExit) as exit_info:
+        grpo.run_entry_script(grpo.main, (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
+    assert exit_info.value.code == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: output_dir {run}: holds training outputs but no veritune_run.json of a veritune run, so not "
+        "this run; choose another output_dir, or add --overwrite_output_dir true to replace them"
+    )
+    assert snapshot(run) == before and sorted(p.name for p in run.iterdir()) == ["checkpoint-40"]
 
 
 def test_overwrite_output_dir_never_clears_a_protected_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from core.errors import UserError
-    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
     from finetune.run_dir import claim_run_dir
 
