@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from core.errors import UserError, decode_error_message
+from core.ownership import check_not_protected
 
 
 def _current_umask() -> int:
@@ -791,15 +792,25 @@ def claim_output_dir(
     build into the returned :attr:`StagedOutput.path`. ``resume_files`` (names inside ``out_dir``) are copied
     into a fresh staging directory when ``out_dir`` holds this same build, so the rebuild resumes from them.
 
+    A folder that holds no veritune build, and the folders :mod:`core.ownership` protects, are refused even with
+    ``force``.
+
     Raises:
-        UserError: ``out_dir`` is a file, or holds something else and ``force`` is not set.
+        UserError: ``out_dir`` is a file, a protected folder, holds files no veritune build wrote, or holds
+            another build and ``force`` is not set.
     """
     out_dir = Path(out_dir)
     check_output_path(out_dir, directory=True)
+    check_not_protected(out_dir, "--out")
     _check_writable(out_dir.parent)
     _recover(out_dir)
     _, previous = _read_record(out_dir / BUILD_RECORD_FILE)
     holds = out_dir.is_dir() and any(child.name != BUILD_RECORD_FILE for child in out_dir.iterdir())
+    if holds and not isinstance(previous, dict):  # --force replaces only a veritune build (its build record)
+        raise UserError(
+            f"--out {out_dir}: not written by a veritune build (no {BUILD_RECORD_FILE}); --force replaces only a "
+            "veritune build: choose another --out, or an empty folder"
+        )
     if holds and previous != identity and not force:
         raise _refuse(out_dir, _difference(previous, identity))
     same = holds and previous == identity

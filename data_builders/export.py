@@ -21,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import UserError
+from core.ownership import check_not_protected, is_empty_or_missing
 
 HF_FORMATS = ("parquet", "disk")
+_CARD_HEAD = "---\ntags:\n- veritune\n- hallucination\n"  # how every dataset card of a copy begins
 
 
 def add_also_save_argument(parser: argparse.ArgumentParser) -> None:
@@ -38,6 +40,32 @@ def add_also_save_argument(parser: argparse.ArgumentParser) -> None:
 def hf_copy_path(out: Path) -> Path:
     """Where the copy of the build ``out`` (a file or a folder) goes."""
     return out.with_name(f"{out.stem if out.suffix else out.name}-hf")
+
+
+def check_hf_copy_target(out: Path) -> None:
+    """Check, before the build, that the copy's folder (:func:`hf_copy_path`) may be replaced: missing, empty, or
+    an earlier copy (its dataset card says veritune built it).
+
+    Raises:
+        UserError: ``--also-save <out stem>-hf``: holds files no veritune copy wrote, or is a protected folder.
+    """
+    dest = hf_copy_path(out)
+    check_not_protected(dest, "--also-save")
+    if is_empty_or_missing(dest) or _is_copy(dest):
+        return
+    raise UserError(
+        f"--also-save {dest}: holds files not written by --also-save (no veritune dataset card README.md); "
+        "veritune replaces only a copy it made: move it away, or choose another --out"
+    )
+
+
+def _is_copy(folder: Path) -> bool:
+    """Whether ``folder`` holds a copy this module wrote (its :func:`dataset_card`)."""
+    try:
+        card = (folder / "README.md").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    return card.startswith(_CARD_HEAD) and "\nBuilt by `veritune " in card
 
 
 def _embedded(reference: str, image_root: Path) -> dict[str, Any]:
@@ -71,7 +99,7 @@ def _dataset(rows: list[dict[str, Any]], image_key: str, image_root: Path) -> An
 
 def dataset_card(name: str, command: str, splits: dict[str, int], fmt: str, manifest: Path | None) -> str:
     """The copy's ``README.md``: Hub metadata (``configs`` for parquet), what it is, how to load it."""
-    meta = ["---", "tags:", "- veritune", "- hallucination"]
+    meta = _CARD_HEAD.splitlines()
     if fmt == "parquet":
         meta += ["configs:", "- config_name: default", "  data_files:"]
         meta += [f"  - split: {split}\n    path: data/{split}.parquet" for split in splits]
@@ -110,6 +138,7 @@ def save_hf_copy(
     """Write the copy of the build ``out`` (module doc); returns its folder. A previous copy is replaced."""
     from datasets import DatasetDict
 
+    check_hf_copy_target(out)
     dest = hf_copy_path(out)
     staging = dest.with_name(f".{dest.name}.staging")
     shutil.rmtree(staging, ignore_errors=True)

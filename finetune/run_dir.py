@@ -25,6 +25,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.io import dataset_manifest, sha256_file
+from core.ownership import check_not_protected
 from core.run_layout import TRAINER_STATE_FILE, WEIGHT_FILES, checkpoints
 from core.secrets import redact_secrets
 from eval_hooks.plan import SCRIPT_KEYS as EVAL_PLAN_KEYS
@@ -218,9 +219,14 @@ def claim_run_dir(script_args: Any, training_args: Any, model_args: Any) -> None
     directory holding a run, this one or another, is cleared (by the main process, before the others go on) and
     the run starts over.
 
+    A directory holding training outputs without a veritune run's settings (no ``veritune_run.json``, in it or
+    in a checkpoint) is not this run: refused, untouched, unless ``overwrite_output_dir``; the folders
+    :mod:`core.ownership` protects are never cleared.
+
     Raises:
-        UserError: one line naming the settings that differ and the ways on; ``overwrite_output_dir`` with a
-            ``resume_from_checkpoint`` inside the directory it would clear.
+        UserError: one line naming the settings that differ and the ways on; outputs of no recorded run;
+            ``overwrite_output_dir`` with a ``resume_from_checkpoint`` inside the directory it would clear, or on
+            a protected folder.
     """
     output_dir = Path(training_args.output_dir)
     if getattr(script_args, "overwrite_output_dir", False):
@@ -230,10 +236,15 @@ def claim_run_dir(script_args: Any, training_args: Any, model_args: Any) -> None
                 f"overwrite_output_dir: true clears {output_dir}, which holds resume_from_checkpoint {resume}; drop "
                 "one of the two"
             )
+        if holds_run(output_dir):
+            check_not_protected(output_dir, "output_dir")
         # every process waits here while the main one clears the directory (none may read it half-cleared)
         with training_args.main_process_first(desc="clearing output_dir", local=False):
             if training_args.process_index == 0 and holds_run(output_dir):
-                difference = _difference_from_recorded(output_dir, script_args, training_args, model_args)
+                if recorded_settings(output_dir) is None:
+                    difference = "outputs no veritune run recorded"
+                else:
+                    difference = _difference_from_recorded(output_dir, script_args, training_args, model_args)
                 logger.warning(
                     "overwrite_output_dir: removing the earlier run in %s (%s); starting over",
                     output_dir,
@@ -241,6 +252,11 @@ def claim_run_dir(script_args: Any, training_args: Any, model_args: Any) -> None
                 )
                 clear_run_dir(output_dir)
         return
+    if holds_run(output_dir) and recorded_settings(output_dir) is None:
+        raise UserError(
+            f"output_dir {output_dir}: holds training outputs but no {PROVENANCE_FILE} of a veritune run, so not "
+            "this run; choose another output_dir, or add --overwrite_output_dir true to replace them"
+        )
     difference = _difference_from_recorded(output_dir, script_args, training_args, model_args)
     if difference:
         raise UserError(
@@ -254,12 +270,7 @@ def _difference_from_recorded(output_dir: Path, script_args: Any, training_args:
     if not holds_run(output_dir):
         return ""
     previous = recorded_settings(output_dir)
-    if previous is None:
-        logger.warning(
-            "%s holds training outputs without recorded settings (written by an older veritune): they are not "
-            "compared with this run's",
-            output_dir,
-        )
+    if previous is None:  # not a veritune run: claim_run_dir refuses it
         return ""
     current = run_settings(script_args, training_args, model_args)
     # a key an older veritune did not record yet, left at its default here, is the run the older one made

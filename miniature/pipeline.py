@@ -54,6 +54,7 @@ from miniature.stages import (
     build_data,
     build_tiny_qwen,
     build_world,
+    claim_demo_dir,
     demo_paths,
     pin_threads,
     report_command,
@@ -84,6 +85,7 @@ def run_demo(
     pin_threads()
 
     out = out if out.is_absolute() else REPO_ROOT / out
+    claim_demo_dir(out)
     paths = demo_paths(out)
     STAGE_STATUS.clear()
     timings: dict[str, float] = {}

@@ -65,6 +65,7 @@ def select_replay_ratio(
         build_oric,
         build_tiny_models,
         build_world,
+        claim_demo_dir,
         demo_paths,
         pin_threads,
         results_table,
@@ -83,6 +84,8 @@ def select_replay_ratio(
             raise UserError(f"--set: expected KEY=VALUE, got {item!r}")
         extra_keys += [f"--{key}", value]
     out = out.resolve()
+    for seed in seeds:
+        claim_demo_dir(out / f"seed{seed}")
     runs: list[dict[str, Any]] = []
     for seed in seeds:
         seed_out = out / f"seed{seed}"

@@ -253,6 +253,20 @@ def recorded_key(out: Path, name: str) -> str | None:
         return None
 
 
+def claim_demo_dir(out: Path, flag: str = "--out") -> None:
+    """Check that ``out`` may hold a demo, then mark it as one: missing, empty, or a demo's (its ``stages/``
+    records, from which :func:`run_stage` replaces only the outputs of stages rebuilt); never a folder
+    :mod:`core.ownership` protects.
+
+    Raises:
+        UserError: ``out`` holds files no demo wrote, or is a protected folder.
+    """
+    from core.ownership import check_replaceable
+
+    check_replaceable(out, flag, (STAGES_DIR,), "a veritune demo")
+    (out / STAGES_DIR).mkdir(parents=True, exist_ok=True)
+
+
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from core.cli_help import command_help
 from core.errors import UserError
+from core.io import atomic_write_json
+from core.ownership import check_replaceable
 from core.quiet import use_cpu_accelerator_without_gpu
 
 
@@ -75,6 +77,7 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
 def _tiny_model(args: argparse.Namespace) -> int:
     use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
     from miniature.tiny.models import build_tiny_model
+    from miniature.tiny.tower import IDENTITY_FILE
 
     if args.warm_start_steps is not None and not args.warm_start:
         raise UserError("--warm-start-steps: only with --warm-start")
@@ -86,20 +89,35 @@ def _tiny_model(args: argparse.Namespace) -> int:
         raise UserError("--pretrain-vision-steps and --pretrain-vision-eval: only with --pretrain-vision")
     if args.warm_start and args.pretrain_vision is not None:
         raise UserError("--pretrain-vision: not with --warm-start (the warm-started base is the demo's model)")
+    check_replaceable(args.out, "--out", (IDENTITY_FILE,), "veritune tiny-model")
     if args.warm_start:
         return _warm_started(args)
     if args.pretrain_vision is not None:
         return _pretrained_vision(args)
-    path = build_tiny_model(
-        args.family,
-        args.out,
-        seed=args.seed,
-        format_warmup_steps=args.format_warmup_steps,
-        size=args.size,
-        patch_size=args.patch_size,
-    )
-    print(f"tiny {args.family} checkpoint written to {path}")
+    built = args.out.with_name(f".{args.out.name}.build-{os.getpid()}")
+    try:
+        build_tiny_model(
+            args.family,
+            built,
+            seed=args.seed,
+            format_warmup_steps=args.format_warmup_steps,
+            size=args.size,
+            patch_size=args.patch_size,
+        )
+        _replace_dir(built, args.out)
+    finally:
+        shutil.rmtree(built, ignore_errors=True)
+    print(f"tiny {args.family} checkpoint written to {args.out}")
     return 0
+
+
+def _replace_dir(built: Path, out: Path) -> None:
+    """Move the finished folder ``built`` to ``out`` (checked replaceable first), the old one removed after."""
+    old = out.with_name(f".{out.name}.old-{os.getpid()}")
+    if out.exists():
+        os.replace(out, old)
+    os.replace(built, out)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _pretrained_vision(args: argparse.Namespace) -> int:
@@ -144,6 +162,7 @@ def _warm_started(args: argparse.Namespace) -> int:
     """The demo's stages 1 to 3 (world, random demo-size Qwen3-VL, SFT warm-start) in ``<out>.work``, then the
     base model copied to ``--out``."""
     from miniature import stages as demo
+    from miniature.tiny.tower import IDENTITY_FILE
 
     if args.family != "qwen3vl" or args.size != "test" or args.format_warmup_steps != 150:
         raise UserError(
@@ -152,15 +171,19 @@ def _warm_started(args: argparse.Namespace) -> int:
     if args.warm_start_steps is not None and args.warm_start_steps < 1:
         raise UserError(f"--warm-start-steps: must be at least 1, got {args.warm_start_steps}")
     work = args.out.resolve().with_name(f"{args.out.name}.work")  # the stages run from the repository
+    demo.claim_demo_dir(work, "--out")
     paths = demo.demo_paths(work)
     demo.pin_threads()
     demo.build_world(paths, args.seed)
     demo.build_tiny_qwen(paths, args.seed)
     steps = () if args.warm_start_steps is None else ("--max_steps", str(args.warm_start_steps))
     demo.warm_start(paths, work, args.seed, use_cache=True, overrides=steps)
-    if args.out.exists():
-        shutil.rmtree(args.out)
-    shutil.copytree(paths["base"], args.out)
+    built = args.out.with_name(f".{args.out.name}.build-{os.getpid()}")
+    shutil.copytree(paths["base"], built)
+    # the tiny model's record: what lets a later tiny-model replace --out
+    record = {"warm_start": {"seed": args.seed, "steps": args.warm_start_steps or "recipe", "work": str(work)}}
+    atomic_write_json(built / IDENTITY_FILE, record)
+    _replace_dir(built, args.out)
     print(f"warm-started tiny qwen3vl written to {args.out} (world and SFT run: {work})")
     return 0
 

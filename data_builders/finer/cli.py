@@ -19,7 +19,7 @@ from typing import Any
 from core.cli_help import add_llm_arguments, command_help, llm_client_options
 from core.errors import UserError
 from core.io import build_identity, check_output_path, claim_output_dir, claim_output_file, iter_jsonl
-from data_builders.export import add_also_save_argument, save_hf_copy
+from data_builders.export import add_also_save_argument, check_hf_copy_target, save_hf_copy
 from data_builders.finer.bench import SETTINGS, BenchSettings, build_finer_bench, filter_bench_negatives
 from data_builders.finer.build import (
     DEFAULT_MAX_TUPLES,
@@ -247,6 +247,8 @@ def _build_finer(args: argparse.Namespace) -> int:
         client = _client(args)
         load_scene_graphs(args.scene_graphs)
         _check_llm(args, client if args.filter_model else None)
+    if args.also_save:
+        check_hf_copy_target(args.out)
     staged = claim_output_dir(args.out, _identity(args, "build finer"), force=args.force, resume_files=FILTER_FILES)
     if staged.resuming:
         print(f"{args.out} holds this same build: resuming it", flush=True)

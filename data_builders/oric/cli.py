@@ -12,7 +12,7 @@ from core.cli_help import add_llm_arguments, command_help, llm_client_options
 from core.errors import UserError
 from core.io import build_identity, check_output_path, claim_output_file, manifest_path, read_json
 from core.llm_client import ChatClient
-from data_builders.export import add_also_save_argument, save_hf_copy
+from data_builders.export import add_also_save_argument, check_hf_copy_target, save_hf_copy
 from data_builders.oric.annotations import load_instances
 from data_builders.oric.build import BuildSettings, build_oric_file, leaked_images, oric_file_images
 from data_builders.oric.clip_negatives import DEFAULT_CLIP_MODEL
@@ -136,6 +136,8 @@ def _build(args: argparse.Namespace, kind: str) -> int:
         **llm_options,
         **({"client": client} if client is not None else {}),
     )
+    if args.also_save:
+        check_hf_copy_target(args.out)
     try:
         with claim_output_file(args.out, identity, force=args.force) as staged:
             _, stats = build_oric_file(

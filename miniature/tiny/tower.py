@@ -31,6 +31,7 @@ from typing import Any
 
 from core.errors import UserError
 from core.io import atomic_write_json, read_json
+from core.ownership import check_replaceable
 from miniature.tiny.models import IDENTITY_FILE  # the tiny model's identity, stats added here
 
 STATS_KEY = "vision_pretraining"
@@ -256,6 +257,7 @@ def pretrain_vision_tower(
 
     model_dir = Path(model_dir)
     out = Path(out_dir) if out_dir is not None else model_dir
+    check_replaceable(out, "--out", (IDENTITY_FILE,), "veritune tiny-model")
     if steps < 1:
         raise UserError(f"--pretrain-vision-steps: must be at least 1, got {steps}")
     if not (model_dir / "config.json").is_file():
