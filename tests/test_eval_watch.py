@@ -249,3 +249,17 @@ def test_watch_waits_for_the_run_folder_at_most_wait_seconds(
         f"error: run directory not found: {tmp_path / 'nope'} (waited 0.3 s, --wait)"
     ]
     assert time.monotonic() - started < 10
+
+
+def test_a_slurm_watch_job_started_before_training_waits_for_the_run_folder(oric: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    from helpers import REPO_ROOT, entry_env
+
+    run_dir = tmp_path / "run"  # the training job, queued behind, has not made it yet
+    command = ["bash", "slurm/eval.sbatch", "watch", str(run_dir), "oric_bench", str(oric), "--", "--wait", "0.5"]
+    result = subprocess.run(
+        [*command, "--interval", "0.1"], cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 2 and f"waiting for {run_dir} to appear" in result.stderr, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1] == f"error: run directory not found: {run_dir} (waited 0.5 s, --wait)"
