@@ -302,7 +302,7 @@ def _run(args: argparse.Namespace) -> int:
     results_path = Path(args.out) / RESULTS_FILE  # other benchmarks' results in it are kept, else refused now
     kept_results(read_results_file(results_path), plan.benchmarks, run_settings(args, judge, plan), results_path)
     backend = get_backend(plan.backend, args.model, plan.dtype, blind_fill=blind_fill)
-    refused: dict[str, str] = {}  # benchmarks refused for their unresolved answers: the others still run
+    refused: dict[str, str] = {}  # refused for their unresolved answers or a failed judge: the others still run
     results = evaluate(
         backend, prepared, args.out, batch_size=plan.batch_size, judge=judge, force=args.force, refused=refused
     )

@@ -115,7 +115,11 @@ def _differences(record: dict[str, Any], entry: PreparedBenchmark) -> str:
             parts.append(f"limit {key} {selection.get(key)} (this watch: {entry.selection.get(key)})")
     if budget is not None and budget != wanted_budget:
         parts.append(f"max_new_tokens {budget} (this watch: {wanted_budget})")
-    return "; ".join(parts) or f"other items (the contents of {entry.data_path} changed)"
+    if parts:
+        return "; ".join(parts)
+    if data:
+        return f"other items (the contents of {entry.data_path} changed)"
+    return "other items (another data file, limit, seed, mode or --max-new-tokens than this watch's)"
 
 
 def recorded_mismatch(run_dir: Path, step: int, entry: PreparedBenchmark) -> str | None:
@@ -131,7 +135,8 @@ def recorded_mismatch(run_dir: Path, step: int, entry: PreparedBenchmark) -> str
             record = json.loads(metrics_path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
             raise UserError(f"{metrics_path}: not readable JSON ({err})") from None
-        data = (record.get("provenance") or {}).get("data") if isinstance(record, dict) else None
+        record = record if isinstance(record, dict) else {}
+        data = (record.get("provenance") or {}).get("data")
     elif predictions_path.is_file():
         source = predictions_path
         header, _ = read_predictions_file(predictions_path)
