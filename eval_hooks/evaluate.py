@@ -134,7 +134,7 @@ def score_benchmark(
         try:
             predictions, resolution = judge.resolve(benchmark, items, predictions)
         except UserError as err:
-            raise JudgeFailed(f"{name}: not scored, the LLM judge failed: {err}") from None
+            raise JudgeFailed(str(err)) from None
     elif benchmark.answer_format and not strict_official:
         resolution = rule_resolution(benchmark, items, predictions)
     result = benchmark.score(items, predictions, strict_official=strict_official)
@@ -283,7 +283,8 @@ def evaluate(
         except (UnresolvedAnswers, JudgeFailed) as err:
             if refused is None:
                 raise
-            refused[entry.name] = str(err)
+            judged = isinstance(err, JudgeFailed)
+            refused[entry.name] = f"{entry.name}: not scored, the LLM judge failed: {err}" if judged else str(err)
             continue
         if result:
             results[entry.name] = result
