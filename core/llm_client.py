@@ -179,7 +179,7 @@ class ChatClient:
                 found.update(self._send_all(unique, bar=bar))
         return [found[key] for key in keys]
 
-    def check_endpoint(self) -> None:
+    def check_endpoint(self, when: str = "checked before building: nothing was written") -> None:
         """Make sure the endpoint answers before this client sends its first request, so a server that is
         down, slow, refuses the key or answers no chat completion is the error, not the output.
 
@@ -190,13 +190,13 @@ class ChatClient:
         endpoint is then probed at once, before the build starts (and before it writes anything).
 
         Raises:
-            UserError: naming the endpoint and what it answered (after this client's retries).
+            UserError: naming the endpoint and what it answered (after this client's retries), then ``when``.
         """
         query = "SELECT 1 FROM answers WHERE model = ? AND endpoint = ? LIMIT 1"
         if self._db.execute(query, (self.model, self.endpoint)).fetchone():
             self._probe_pending = True
             return
-        self._probe("checked before building: nothing was written")
+        self._probe(when)
 
     def __enter__(self) -> ChatClient:
         return self

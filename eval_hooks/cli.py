@@ -19,7 +19,14 @@ from eval_hooks.evaluate import evaluate, rescore
 from eval_hooks.plan import EvalPlan
 from eval_hooks.prepare import PreparedBenchmark
 from eval_hooks.registry import BENCHMARKS
-from eval_hooks.results import METRICS_FILE, RESULTS_FILE, headline_metrics, results_record
+from eval_hooks.results import (
+    METRICS_FILE,
+    RESULTS_FILE,
+    headline_metrics,
+    kept_results,
+    read_results_file,
+    results_record,
+)
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
 
 STRICT_HELP = (
@@ -112,6 +119,13 @@ def _judge(args: argparse.Namespace) -> Any:
     from eval_hooks.judge import AnswerJudge
 
     return AnswerJudge(args.llm_base_url, args.llm_model, **llm_client_options(args))
+
+
+def _check_judge(judge: Any) -> None:
+    """Reach the judge's endpoint before any model loads, as the builders do (``ChatClient.check_endpoint``: at
+    once on a cache without its answers, else at the first request the cache does not answer)."""
+    if judge is not None:
+        judge.client.check_endpoint("checked before generating: nothing was evaluated")
 
 
 def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -233,6 +247,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     watcher.add_argument("--interval", type=float, default=60.0, help="seconds between looks for new checkpoints")
     watcher.add_argument("--timeout", type=float, help="stop when no new checkpoint has appeared for this many seconds")
     watcher.add_argument("--once", action="store_true", help="evaluate the checkpoints there now, then exit")
+    watcher.add_argument(
+        "--wait", type=float, help="seconds to wait for RUN_DIR to appear (default: until training makes it)"
+    )
     watcher.set_defaults(handler=_watch)
 
     score = subparsers.add_parser("score", help=command_help("eval", "score"))
@@ -281,8 +298,11 @@ def _run(args: argparse.Namespace) -> int:
     from eval_hooks.evaluate import require_judges
 
     require_judges([entry.name for entry in prepared], judge)  # judged suites: refused before the model loads
+    _check_judge(judge)
+    results_path = Path(args.out) / RESULTS_FILE  # other benchmarks' results in it are kept, else refused now
+    kept_results(read_results_file(results_path), plan.benchmarks, run_settings(args, judge, plan), results_path)
     backend = get_backend(plan.backend, args.model, plan.dtype, blind_fill=blind_fill)
-    refused: dict[str, str] = {}  # benchmarks refused for their unresolved answers: the others still run
+    refused: dict[str, str] = {}  # refused for their unresolved answers or a failed judge: the others still run
     results = evaluate(
         backend, prepared, args.out, batch_size=plan.batch_size, judge=judge, force=args.force, refused=refused
     )
@@ -315,9 +335,18 @@ def write_results_file(
     refused: dict[str, str] | None = None,
     plan: EvalPlan | None = None,
 ) -> Path:
-    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.results.results_record`), written atomically."""
+    """``OUT/results.json`` of an ``eval run`` (:func:`eval_hooks.results.results_record`), written atomically;
+    the entries of other benchmarks an earlier run wrote there are kept (:func:`eval_hooks.results.kept_results`)."""
     plan = plan or EvalPlan.from_cli(args)
-    settings = {
+    settings = run_settings(args, judge, plan)
+    path = Path(args.out) / RESULTS_FILE
+    kept = kept_results(read_results_file(path), plan.benchmarks, settings, path)
+    return atomic_write_json(path, results_record(results, settings, refused, kept))
+
+
+def run_settings(args: argparse.Namespace, judge: Any, plan: EvalPlan) -> dict[str, Any]:
+    """The settings of an ``eval run`` recorded as ``config`` in its ``results.json``."""
+    return {
         "model": str(args.model),
         "benchmarks": args.benchmarks,
         "backend": plan.backend,
@@ -334,7 +363,6 @@ def write_results_file(
         "blind": {"fill": list(blind_fill_of(args))} if args.blind else None,
         "data_root": str(plan.data_root) if plan.data_root else None,
     }
-    return atomic_write_json(Path(args.out) / RESULTS_FILE, results_record(results, settings, refused))
 
 
 def log_eval_to_wandb(
@@ -376,16 +404,20 @@ def log_eval_to_wandb(
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from eval_hooks.watch import watch
+    from eval_hooks.watch import wait_for_run_dir, watch
 
-    if not args.run_dir.is_dir():
-        raise UserError(f"run directory not found: {args.run_dir}")
+    if args.once and not args.run_dir.is_dir():
+        raise UserError(f"run directory not found: {args.run_dir} (--once evaluates the checkpoints there now)")
+    if args.wait is not None and args.wait < 0:
+        raise UserError(f"--wait: must be at least 0 seconds, got {args.wait:g}")
     from eval_hooks.evaluate import require_judges
 
     # a checkpoint's mostly unresolved answers are a point of the curve (a format not learned yet): labelled
     plan = EvalPlan.from_cli(args, allow_unresolved=True)
     prepared, judge = _prepare(plan), _judge(args)
     require_judges([entry.name for entry in prepared], judge)
+    _check_judge(judge)
+    wait_for_run_dir(args.run_dir, interval=args.interval, wait=args.wait)  # a watcher queued before training
     steps = watch(
         args.run_dir,
         prepared,

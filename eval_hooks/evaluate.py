@@ -42,6 +42,10 @@ logger = logging.getLogger("veritune.eval")
 SAMPLE_PREDICTIONS = 20  # rows of the sample-predictions table kept in metrics.json and logged to W&B
 
 
+class JudgeFailed(UserError):
+    """A benchmark not scored because its LLM judge failed (down, refusing, answering no chat completion)."""
+
+
 def rule_resolution(benchmark: Benchmark, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
     """Without a judge: the shares of the answers the rule-based grader resolves and leaves unresolved."""
     answered = [item for item in items if item.id in predictions and not item.missing_images]
@@ -127,7 +131,10 @@ def score_benchmark(
     )
     resolution = None
     if judge is not None:
-        predictions, resolution = judge.resolve(benchmark, items, predictions)
+        try:
+            predictions, resolution = judge.resolve(benchmark, items, predictions)
+        except UserError as err:
+            raise JudgeFailed(str(err)) from None
     elif benchmark.answer_format and not strict_official:
         resolution = rule_resolution(benchmark, items, predictions)
     result = benchmark.score(items, predictions, strict_official=strict_official)
@@ -266,16 +273,18 @@ def evaluate(
 ) -> dict[str, dict[str, Any]]:
     """Run and score each prepared benchmark into ``out_dir/<benchmark>/``; ``{name: result}`` on the
     main process. With ``refused`` given, a benchmark refused for its unresolved answers
-    (:class:`eval_hooks.coverage.UnresolvedAnswers`: no metrics.json; its predictions stay) is put there,
-    ``{name: the refusal}``, and the others still run; without it, the refusal is raised."""
+    (:class:`eval_hooks.coverage.UnresolvedAnswers`) or not scored because its judge failed
+    (:class:`JudgeFailed`) is put there, ``{name: the refusal}`` (no metrics.json; its predictions stay), and
+    the others still run; without it, the refusal is raised."""
     results = {}
     for entry in prepared:
         try:
             result = evaluate_prepared(backend, entry, out_dir, batch_size=batch_size, judge=judge, force=force)
-        except UnresolvedAnswers as err:
+        except (UnresolvedAnswers, JudgeFailed) as err:
             if refused is None:
                 raise
-            refused[entry.name] = str(err)
+            judged = isinstance(err, JudgeFailed)
+            refused[entry.name] = f"{entry.name}: not scored, the LLM judge failed: {err}" if judged else str(err)
             continue
         if result:
             results[entry.name] = result

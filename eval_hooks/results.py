@@ -153,19 +153,82 @@ def source_commit() -> str | None:
     return f"{commit}-dirty" if commit and dirty else commit or None
 
 
+def read_results_file(path: Path) -> dict[str, Any] | None:
+    """The record of an ``eval run``'s ``OUT/results.json`` (:func:`results_record`); None when there is none.
+
+    Raises:
+        UserError: the file is not readable JSON, or not such a record.
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise UserError(f"{path}: not readable JSON ({err}); move it away or choose another --out") from None
+    if not isinstance(record, dict) or not isinstance(record.get("results"), dict):
+        raise UserError(f"{path}: not an `eval run` results file (no 'results' object); choose another --out")
+    return record
+
+
+def _same_model(recorded: Any, model: Any) -> bool:
+    if str(recorded) == str(model):
+        return True
+    return Path(str(recorded)).exists() and Path(str(recorded)).resolve() == Path(str(model)).resolve()
+
+
+def _images(blind: Any) -> str:
+    return f"blank {','.join(map(str, blind.get('fill', [])))} images (--blind)" if blind else "the real images"
+
+
+def kept_results(previous: dict[str, Any] | None, names: list[str], settings: dict[str, Any], path: Path) -> dict:
+    """What an earlier ``OUT/results.json`` (``previous``) keeps when a run of ``names`` writes it again: the
+    entries and refusals of the other benchmarks (``{"results": ..., "refused": ...}``); a benchmark of
+    ``names`` is replaced by this run's. They are kept only when made of the same model (``settings["model"]``)
+    showing the same images (``settings["blind"]``), so that one file never mixes two models' numbers.
+
+    Raises:
+        UserError: the other benchmarks' results are of another model or blind setting: one line naming them.
+    """
+    if previous is None:
+        return {"results": {}, "refused": {}}
+    results = {name: entry for name, entry in previous["results"].items() if name not in names}
+    refused = {name: text for name, text in (previous.get("refused") or {}).items() if name not in names}
+    others = [*results, *(name for name in refused if name not in results)]
+    config = previous.get("config") or {}
+    if others:
+        if not _same_model(config.get("model"), settings.get("model")):
+            raise UserError(
+                f"{path}: holds results of {', '.join(others)} for model {config.get('model')}; this run evaluates "
+                f"{settings.get('model')}: choose another --out (nothing was written)"
+            )
+        if config.get("blind") != settings.get("blind"):
+            raise UserError(
+                f"{path}: holds results of {', '.join(others)} on {_images(config.get('blind'))}; this run shows "
+                f"{_images(settings.get('blind'))}: choose another --out (nothing was written)"
+            )
+    return {"results": results, "refused": refused}
+
+
 def results_record(
-    results: dict[str, dict[str, Any]], settings: dict[str, Any], refused: dict[str, str] | None = None
+    results: dict[str, dict[str, Any]],
+    settings: dict[str, Any],
+    refused: dict[str, str] | None = None,
+    kept: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """What ``OUT/results.json`` of an ``eval run`` holds, in the spirit of lmms-eval's results file: per
     benchmark its headline metrics, coverage (:func:`eval_hooks.coverage.coverage_of`), ``partial`` and
     ``mostly_unresolved`` marks, scoring mode, the item selection when the run recorded one (``selection``), and
-    where its metrics.json lies; the benchmarks refused for their unresolved answers (``refused``: name -> the
-    refusal); then the run's settings, the veritune version and commit, and the date (UTC)."""
+    where its metrics.json lies; the benchmarks refused for their unresolved answers or a failed judge
+    (``refused``: name -> the refusal); then the run's settings, the veritune version and commit, and the date
+    (UTC). ``kept``: the other benchmarks' entries and refusals from an earlier run into the same folder
+    (:func:`kept_results`), listed first, unchanged."""
     import datetime
 
     from core.io import package_versions
 
-    benchmarks = {}
+    kept = kept or {}
+    benchmarks = dict(kept.get("results") or {})
     for name, result in results.items():
         entry: dict[str, Any] = {
             "metrics": headline_metrics(result),
@@ -186,9 +249,9 @@ def results_record(
     versions = package_versions(("transformers", "torch"))
     return {
         "results": benchmarks,
-        "partial": sorted(name for name, entry in benchmarks.items() if entry["partial"]),
-        "mostly_unresolved": sorted(name for name, entry in benchmarks.items() if entry["mostly_unresolved"]),
-        "refused": dict(refused or {}),
+        "partial": sorted(name for name, entry in benchmarks.items() if entry.get("partial")),
+        "mostly_unresolved": sorted(name for name, entry in benchmarks.items() if entry.get("mostly_unresolved")),
+        "refused": {**(kept.get("refused") or {}), **(refused or {})},
         "config": settings,
         "veritune_version": versions.pop("veritune"),
         "git_commit": source_commit(),

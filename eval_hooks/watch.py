@@ -17,6 +17,12 @@ GPU, so training never waits for evaluation (and under DeepSpeed ZeRO-3 the eval
   respected: ``offline`` writes a local run to sync later, ``disabled`` logs nothing. Online, the watcher
   joins the run in W&B's shared mode, as a secondary writer that never marks the run finished; without W&B
   credentials it stops at once with one line (:func:`core.wandb_login.require_wandb_login`).
+- Results already in ``RUN_DIR/eval/checkpoint-N/<benchmark>/`` made on other items (another data file,
+  limit, seed, mode or ``--max-new-tokens``: their ``metrics.json`` or ``predictions.jsonl`` header records
+  the items' fingerprint) are refused with one line naming what differs, before anything is evaluated:
+  a watcher never mixes two settings in one curve, nor reports old results as the new ones.
+- Started before training has made ``RUN_DIR`` (a watcher job queued first), it waits for the folder
+  (``--wait``: at most that many seconds).
 - It stops when training has finished (``RUN_DIR/trainer_state.json``, written by the Trainer at the end,
   reaches the newest checkpoint's step) and every checkpoint is evaluated; or after one pass with
   ``--once``; or when no new checkpoint has appeared for ``--timeout`` seconds.
@@ -28,10 +34,12 @@ import gc
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from core.errors import UserError
 from core.io import atomic_write_json
 from core.run_layout import (
     WANDB_LOGGED_FILE,
@@ -44,6 +52,7 @@ from eval_hooks.coverage import benchmark_label
 from eval_hooks.evaluate import evaluate
 from eval_hooks.prepare import PreparedBenchmark
 from eval_hooks.results import METRICS_FILE, headline_metrics
+from eval_hooks.runner import PREDICTIONS_FILE, items_fingerprint, read_predictions_file
 
 logger = logging.getLogger("veritune.eval")
 
@@ -84,6 +93,97 @@ def saved_results(run_dir: Path, step: int, benchmarks: list[str]) -> dict[str, 
         name: json.loads((checkpoint_eval_dir(run_dir, step) / name / METRICS_FILE).read_text(encoding="utf-8"))
         for name in benchmarks
     }
+
+
+def _limit_text(limit: Any) -> str:
+    return "none (every item)" if limit is None else str(limit)
+
+
+def _differences(record: dict[str, Any], entry: PreparedBenchmark) -> str:
+    """What the settings ``record`` (a ``metrics.json``) was made with differ in from ``entry``'s, as text."""
+    data = record.get("data") or {}
+    selection = record.get("selection") or {}
+    budget = (record.get("generation") or {}).get("max_new_tokens")
+    wanted_budget = entry.max_new_tokens or sorted({item.max_new_tokens for item in entry.items})
+    parts = []
+    if "limit" in data and data["limit"] != entry.limit:
+        parts.append(f"limit {_limit_text(data['limit'])} (this watch: {_limit_text(entry.limit)})")
+    if data.get("path") and Path(data["path"]).resolve() != Path(entry.data_path).resolve():
+        parts.append(f"data {data['path']} (this watch: {entry.data_path})")
+    for key in ("mode", "seed"):
+        if selection.get(key) != entry.selection.get(key) and not parts:
+            parts.append(f"limit {key} {selection.get(key)} (this watch: {entry.selection.get(key)})")
+    if budget is not None and budget != wanted_budget:
+        parts.append(f"max_new_tokens {budget} (this watch: {wanted_budget})")
+    if parts:
+        return "; ".join(parts)
+    if data:
+        return f"other items (the contents of {entry.data_path} changed)"
+    return "other items (another data file, limit, seed, mode or --max-new-tokens than this watch's)"
+
+
+def recorded_mismatch(run_dir: Path, step: int, entry: PreparedBenchmark) -> str | None:
+    """Why checkpoint ``step``'s results for ``entry`` (its ``metrics.json``, else its ``predictions.jsonl``
+    header) were made on other items than ``entry``'s: another data file, limit, seed, mode or budget. None
+    when they were made on the same items, or record no items' fingerprint to compare."""
+    folder = checkpoint_eval_dir(run_dir, step) / entry.name
+    metrics_path, predictions_path = folder / METRICS_FILE, folder / PREDICTIONS_FILE
+    record: dict[str, Any] = {}
+    if metrics_path.is_file():
+        source = metrics_path
+        try:
+            record = json.loads(metrics_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise UserError(f"{metrics_path}: not readable JSON ({err})") from None
+        record = record if isinstance(record, dict) else {}
+        data = (record.get("provenance") or {}).get("data")
+    elif predictions_path.is_file():
+        source = predictions_path
+        header, _ = read_predictions_file(predictions_path)
+        data = (header or {}).get("data")
+    else:
+        return None
+    if not isinstance(data, dict) or data.get("sha256") in (None, items_fingerprint(entry.items)):
+        return None
+    return f"{source}: made with {_differences(record, entry)}"
+
+
+def check_recorded_settings(run_dir: Path, step: int, prepared: list[PreparedBenchmark]) -> None:
+    """Refuse results of checkpoint ``step`` made on other items than this watch asks (:func:`recorded_mismatch`).
+
+    Raises:
+        UserError: one line naming the file and what differs.
+    """
+    for entry in prepared:
+        reason = recorded_mismatch(run_dir, step, entry)
+        if reason:
+            raise UserError(
+                f"eval watch: {reason}; rerun eval watch with the run's settings, or evaluate these with "
+                f"eval run --model {Path(run_dir) / f'checkpoint-{step}'} --out DIR"
+            )
+
+
+def wait_for_run_dir(run_dir: Path, *, interval: float, wait: float | None) -> None:
+    """Return once ``run_dir`` exists: a watcher started before training has made its folder waits for it,
+    looking every ``interval`` seconds, at most ``wait`` seconds (None: until it appears).
+
+    Raises:
+        UserError: ``run_dir`` is not a directory, or has not appeared after ``wait`` seconds.
+    """
+    run_dir = Path(run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"{run_dir}: not a directory (the training run's output_dir)")
+    if run_dir.is_dir():
+        return
+    limit = "" if wait is None else f" (at most {wait:g} s)"
+    print(f"waiting for {run_dir} to appear: training has not made it yet{limit}", file=sys.stderr, flush=True)
+    started = time.monotonic()
+    while not run_dir.is_dir():
+        left = None if wait is None else wait - (time.monotonic() - started)
+        if left is not None and left <= 0:
+            raise UserError(f"run directory not found: {run_dir} (waited {wait:g} s, --wait)")
+        time.sleep(interval if left is None else min(interval, left))
+    print(f"{run_dir} appeared; watching it", file=sys.stderr, flush=True)
 
 
 def training_finished(run_dir: Path) -> bool:
@@ -170,7 +270,6 @@ def watch(
 ) -> list[int]:
     """Evaluate checkpoints of ``run_dir`` until the run is finished (see the module docstring); returns
     the steps evaluated by this call."""
-    from core.errors import UserError
     from core.wandb_login import require_wandb_login
     from eval_hooks.callback import wandb_payload
 
@@ -179,6 +278,7 @@ def watch(
     login_checked = False
     evaluated: list[int] = []
     failed: set[int] = set()
+    settings_checked: set[int] = set()  # evaluated checkpoints whose recorded items match this watch's
     last_new = time.monotonic()
     run = None
     try:
@@ -188,6 +288,11 @@ def watch(
                 where = f"{run_dir}: the training logs to W&B ({WANDB_RUN_FILE})"
                 require_wandb_login(["wandb"], where, "set WANDB_MODE=disabled to log nothing")
                 login_checked = True
+            for step, _ in ready_checkpoints(run_dir):  # before anything is evaluated in this pass
+                if step not in settings_checked:
+                    check_recorded_settings(run_dir, step, prepared)
+                    if is_evaluated(run_dir, step, names):
+                        settings_checked.add(step)
             for step, path in ready_checkpoints(run_dir):
                 if step in failed or is_done(run_dir, step, names, wandb_wanted):
                     continue

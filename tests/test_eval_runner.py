@@ -462,3 +462,85 @@ def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsy
             ]
         )
     assert exit_info.value.code == 2 and "vLLM is not installed" in capsys.readouterr().err
+
+
+def eval_run(model: Path, oric: Path, out: Path, benchmarks: str, *extra: str) -> list[str]:
+    mixed = "eval_fixtures.MixedImagesBench"
+    return [
+        "eval", "run", "--model", str(model), "--benchmarks", benchmarks, "--data-root", str(oric),
+        *(["--data", f"{mixed}={write_mixed_bench(out.parent / 'mixed')}"] if mixed in benchmarks else []),
+        "--out", str(out), "--max-new-tokens", "2", "--allow-unresolved", *extra,
+    ]  # fmt: skip
+
+
+def test_eval_run_with_a_dead_judge_fails_before_generating(
+    oric: Path, tiny_qwen3vl: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    import eval_hooks.runner
+
+    monkeypatch.setattr(eval_hooks.runner, "get_backend", lambda *a, **k: pytest.fail("the model was loaded"))
+    url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
+    judge = ["--llm-base-url", url, "--llm-model", "judge", "--llm-cache", str(tmp_path / "j.sqlite")]
+    out = tmp_path / "out"
+    with pytest.raises(SystemExit) as refused:
+        main(eval_run(tiny_qwen3vl, oric, out, "oric_bench", "--limit", "1", *judge, "--llm-max-retries", "0"))
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert refused.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith(f"error: LLM endpoint {url}/chat/completions") and errors[0].endswith(
+        "(checked before generating: nothing was evaluated)"
+    )
+    assert not out.exists()
+
+
+def test_a_judge_failing_while_scoring_refuses_only_its_benchmark(
+    oric: Path, tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    from fake_openai_server import FakeChatServer
+
+    mixed = "eval_fixtures.MixedImagesBench"  # no LLM judge applies to it
+    out = tmp_path / "out"
+    with FakeChatServer(lambda request: "none") as server:  # answers cached for this judge and endpoint
+        judge = ["--llm-base-url", server.base_url, "--llm-model", "judge", "--llm-cache", str(tmp_path / "j.sqlite")]
+        assert main(eval_run(tiny_qwen3vl, oric, tmp_path / "first", "oric_bench", "--limit", "1", *judge)) == 0
+        assert server.requests
+    capsys.readouterr()
+    # the endpoint is gone: with answers cached its check waits for the first miss, while oric_bench is scored
+    command = eval_run(tiny_qwen3vl, oric, out, f"oric_bench,{mixed}", *judge, "--llm-max-retries", "0")  # all objects
+    with pytest.raises(SystemExit) as refused:
+        main(command)
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert refused.value.code == 2 and len(errors) == 1, errors
+    assert errors[0].startswith("error: oric_bench: not scored, the LLM judge failed: LLM endpoint ")
+    assert f"answers kept in {out / 'oric_bench'}" in errors[0]
+    results = json.loads((out / "results.json").read_text())
+    assert list(results["results"]) == [mixed] and list(results["refused"]) == ["oric_bench"]
+    assert (out / mixed / "metrics.json").is_file() and (out / "oric_bench" / "predictions.jsonl").is_file()
+
+
+def test_a_second_eval_run_into_the_same_out_keeps_the_other_benchmarks_results(
+    oric: Path, tiny_qwen3vl: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    mixed = "eval_fixtures.MixedImagesBench"
+    out = tmp_path / "out"
+    assert main(eval_run(tiny_qwen3vl, oric, out, "oric_bench", "--limit", "1")) == 0
+    assert main(eval_run(tiny_qwen3vl, oric, out, mixed)) == 0
+    merged = json.loads((out / "results.json").read_text())
+    assert list(merged["results"]) == ["oric_bench", mixed] and merged["config"]["benchmarks"] == mixed
+    oric_entry = merged["results"]["oric_bench"]
+    assert oric_entry["limit"] == 1 and merged["mostly_unresolved"] == ["oric_bench"]
+    # a rerun of one benchmark replaces its entry only
+    assert main(eval_run(tiny_qwen3vl, oric, out, "oric_bench", "--limit", "2", "--force")) == 0
+    rerun = json.loads((out / "results.json").read_text())
+    assert list(rerun["results"]) == [mixed, "oric_bench"] and rerun["results"]["oric_bench"]["limit"] == 2
+    assert rerun["results"][mixed] == merged["results"][mixed]
+    capsys.readouterr()
+    # another model's results would be mixed with these: refused before its model loads, nothing changed
+    other = tmp_path / "other-model"
+    with pytest.raises(SystemExit) as refused:
+        main(eval_run(other, oric, out, "oric_bench", "--limit", "2"))
+    errors = capsys.readouterr().err.splitlines()
+    assert refused.value.code == 2 and errors == [
+        f"error: {out / 'results.json'}: holds results of {mixed} for model {tiny_qwen3vl}; this run evaluates "
+        f"{other}: choose another --out (nothing was written)"
+    ]
+    assert json.loads((out / "results.json").read_text()) == rerun

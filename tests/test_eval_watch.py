@@ -181,3 +181,85 @@ def test_watch_refuses_a_missing_run_directory(oric: Path, tmp_path: Path, capsy
             ["eval", "watch", str(tmp_path / "nope"), "--benchmarks", "oric_bench", "--data-root", str(oric), "--once"]
         )
     assert "run directory not found" in capsys.readouterr().err
+
+
+def watch_command(run_dir: Path, oric: Path, *extra: str) -> list[str]:
+    return ["eval", "watch", str(run_dir), "--benchmarks", "oric_bench", "--data-root", str(oric), *extra]
+
+
+def test_watch_refuses_results_made_with_other_settings(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "run"
+    make_checkpoint(tiny_qwen3vl, run_dir, 1)
+    budget = ["--max-new-tokens", "2", "--once"]
+    assert main(watch_command(run_dir, oric, "--limit", "1", *budget)) == 0
+    first = metrics_of(run_dir, 1)
+    assert main(watch_command(run_dir, oric, "--limit", "1", *budget)) == 0  # the same settings: done
+    assert capsys.readouterr().out.splitlines()[-1] == "evaluated checkpoints: none new"
+    records = json.loads((oric / "oric" / "oric_bench.json").read_text())
+    other_data = tmp_path / "other.json"  # the same questions, other answers
+    other_data.write_text(json.dumps([{**r, "solution": "no" if r["solution"] == "yes" else "yes"} for r in records]))
+    metrics = run_dir / "eval" / "checkpoint-1" / "oric_bench" / "metrics.json"
+    for extra, difference in (
+        (["--limit", "2"], "limit 1 (this watch: 2)"),
+        ([], "limit 1 (this watch: none (every item))"),
+        (["--limit", "1", "--max-new-tokens", "3"], "max_new_tokens 2 (this watch: 3)"),
+        (
+            ["--limit", "1", "--data", f"oric_bench={other_data}", "--image-root", str(oric / "coco" / "val2014")],
+            f"data {oric / 'oric' / 'oric_bench.json'} (this",
+        ),
+    ):
+        with pytest.raises(SystemExit) as refused:
+            main(watch_command(run_dir, oric, *budget, *extra))
+        errors = capsys.readouterr().err.splitlines()
+        assert refused.value.code == 2 and len(errors) == 1, errors
+        assert errors[0].startswith(f"error: eval watch: {metrics}: made with {difference}"), errors
+        assert f"eval run --model {run_dir / 'checkpoint-1'} --out DIR" in errors[0]
+    assert metrics_of(run_dir, 1) == first  # the results are kept as they were
+
+
+def test_watch_started_before_the_run_folder_waits_for_it(
+    tiny_qwen3vl: Path, oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    run_dir = tmp_path / "later" / "run"
+    codes: list[int] = []
+    command = watch_command(run_dir, oric, "--limit", "1", "--max-new-tokens", "2", "--interval", "0.2")
+    thread = threading.Thread(target=lambda: codes.append(main([*command, "--timeout", "120"])))
+    thread.start()
+    time.sleep(1.0)  # the watcher waits for a folder training has not made yet
+    assert thread.is_alive()
+    make_checkpoint(tiny_qwen3vl, run_dir, 2)
+    (run_dir / "trainer_state.json").write_text(json.dumps({"global_step": 2}))  # training finished
+    thread.join(timeout=150)
+    assert not thread.is_alive() and codes == [0]
+    printed = capsys.readouterr()
+    assert f"waiting for {run_dir} to appear: training has not made it yet" in printed.err
+    assert "evaluated checkpoints: 2" in printed.out and metrics_of(run_dir, 2)["counts"]["predicted"] == 4
+
+
+def test_watch_waits_for_the_run_folder_at_most_wait_seconds(
+    oric: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as refused:
+        main(watch_command(tmp_path / "nope", oric, "--wait", "0.3", "--interval", "0.05"))
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert refused.value.code == 2 and errors == [
+        f"error: run directory not found: {tmp_path / 'nope'} (waited 0.3 s, --wait)"
+    ]
+    assert time.monotonic() - started < 10
+
+
+def test_a_slurm_watch_job_started_before_training_waits_for_the_run_folder(oric: Path, tmp_path: Path) -> None:
+    import subprocess
+
+    from helpers import REPO_ROOT, entry_env
+
+    run_dir = tmp_path / "run"  # the training job, queued behind, has not made it yet
+    command = ["bash", "slurm/eval.sbatch", "watch", str(run_dir), "oric_bench", str(oric), "--", "--wait", "0.5"]
+    result = subprocess.run(
+        [*command, "--interval", "0.1"], cwd=REPO_ROOT, env=entry_env(), capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 2 and f"waiting for {run_dir} to appear" in result.stderr, result.stderr[-2000:]
+    assert result.stderr.splitlines()[-1] == f"error: run directory not found: {run_dir} (waited 0.5 s, --wait)"
