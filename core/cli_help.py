@@ -42,6 +42,7 @@ HELP: dict[str | None, dict[str, str]] = {
         "finer-contrast": (
             "DPO pairs that ask one yes/no-probe description on an image where it is true and one where it is false"
         ),
+        "mioh-rft": "MIOH-format multi-image questions (training data and a bench) from a COCO instances file",
     },
     "eval": {
         "run": "generate answers with a model and score them",
