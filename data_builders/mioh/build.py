@@ -587,9 +587,15 @@ def balance_key(template: Template, size: int) -> str:
     return template.layout if template.layout in ("yes_some_none", "choices") else f"{template.layout}/n{size}"
 
 
+def fewest_largest(total: int, chance: float) -> float:
+    """The smallest possible largest share of one letter among ``total`` answers over ``1 / chance`` letters."""
+    return math.ceil(total * chance - 1e-9) / total
+
+
 def answer_balance(records: list[dict[str, Any]], tolerance: float = BALANCE_TOLERANCE) -> dict[str, Any]:
     """Per option layout (and set size), the largest share of one answer letter against chance (one over the
-    letters that can be the answer); ``balanced`` when no share exceeds chance + ``tolerance``."""
+    letters that can be the answer); ``balanced`` when no share exceeds chance + ``tolerance`` (or, for a group
+    too small for that, the smallest largest share its count allows)."""
     groups: dict[str, Counter[str]] = {}
     chance: dict[str, float] = {}
     by_number = {t.number: t for t in TEMPLATES}
@@ -607,7 +613,7 @@ def answer_balance(records: list[dict[str, Any]], tolerance: float = BALANCE_TOL
             "answers": dict(sorted(counts.items())),
             "largest_share": round(share, 4),
             "chance": round(chance[key], 4),
-            "balanced": share <= chance[key] + tolerance,
+            "balanced": share <= max(chance[key] + tolerance, fewest_largest(total, chance[key])),
         }
     report["balanced"] = all(group["balanced"] for group in report["layouts"].values())
     return report
