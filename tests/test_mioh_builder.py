@@ -79,6 +79,16 @@ def test_build_loads_and_scores_in_the_mioh_benchmark(built: Path, world: dict[s
     assert manifest["clip"]["model"] is None and "skipped" in manifest["clip"]["note"]
 
 
+def test_eval_score_reads_the_build_through_the_command_line(built: Path, tmp_path: Path) -> None:
+    records = records_of(built)
+    predictions = tmp_path / "predictions.jsonl"
+    predictions.write_text("".join(json.dumps({"id": r["id"], "prediction": r["answer"]}) + "\n" for r in records))
+    argv = ["eval", "score", "--benchmarks", "mioh", "--data", f"mioh={built / 'mioh.json'}"]
+    assert main([*argv, "--predictions", str(predictions), "--out", str(tmp_path / "scored")]) == 0
+    metrics = json.loads(next((tmp_path / "scored").rglob("metrics.json")).read_text())
+    assert metrics["metrics"]["accuracy"] == 100.0 and metrics["metrics"]["overall_average"] == 100.0
+
+
 # ---- Table 1, word for word
 
 
