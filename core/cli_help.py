@@ -52,7 +52,7 @@ HELP: dict[str | None, dict[str, str]] = {
 }
 
 GROUP_HELP = {
-    "build": "build training data and benchmarks (ORIC, FINER, synthetic worlds)",
+    "build": "build training data and benchmarks (ORIC, FINER, MIOH, synthetic worlds)",
     "eval": "run and score hallucination benchmarks",
 }
 
