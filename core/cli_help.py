@@ -42,6 +42,7 @@ HELP: dict[str | None, dict[str, str]] = {
         "finer-contrast": (
             "DPO pairs that ask one yes/no-probe description on an image where it is true and one where it is false"
         ),
+        "mioh-rft": "MIOH-format multi-image questions (training data and a bench) from a COCO instances file",
     },
     "eval": {
         "run": "generate answers with a model and score them",
@@ -51,7 +52,7 @@ HELP: dict[str | None, dict[str, str]] = {
 }
 
 GROUP_HELP = {
-    "build": "build training data and benchmarks (ORIC, FINER, synthetic worlds)",
+    "build": "build training data and benchmarks (ORIC, FINER, MIOH, synthetic worlds)",
     "eval": "run and score hallucination benchmarks",
 }
 

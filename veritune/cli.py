@@ -50,6 +50,7 @@ COMMANDS: list[Command] = [
     Command("build", "finer", "data_builders.finer.cli:register"),
     Command("build", "finer-bench", "data_builders.finer.cli:register"),
     Command("build", "finer-contrast", "data_builders.finer.cli:register"),
+    Command("build", "mioh-rft", "data_builders.mioh.cli:register"),
     Command("eval", "run", "eval_hooks.cli:register"),
     Command("eval", "watch", "eval_hooks.cli:register"),
     Command("eval", "score", "eval_hooks.cli:register"),
