@@ -151,18 +151,19 @@ def start_run(
     """Take a Hub token off the settings into ``HF_TOKEN`` (:func:`core.secrets.withhold_secrets`); check the
     installed TRL (:func:`core.trl_adapter.check_trl_version`) and that every path the recipe
     names exists (:func:`check_run_paths`); set up logging and TRL's LM head (``cpu_compact_lm_head``:
-    :func:`core.trl_adapter.set_cpu_compact_lm_head`); check that ``output_dir`` holds no other run
+    :func:`core.trl_adapter.set_cpu_compact_lm_head`); on the main process, hold ``output_dir``'s lock for the
+    run's lifetime (:func:`core.lock.hold_lock`); check that ``output_dir`` holds no other run
     (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after saying so, when
     it already holds this run finished (the entry scripts then stop before loading a model).
     Then, for a run to train, that W&B can log where ``report_to`` names it, and where it resumes from
     (:func:`finetune.resume.resume_checkpoint`: the newest complete checkpoint of this run, with or without
-    ``resume_from_checkpoint: auto``).
+    ``resume_from_checkpoint: auto``); a resumed run continues its W&B run (:func:`resume_wandb_run`).
 
     Raises:
         UserError: a TRL other than the one veritune's TRL adapter is written for, ``use_vllm: true`` where
             vLLM is not installed or no GPU is visible (:func:`finetune.configs.require_generation_runtime`), a
-            missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` holding a run with
-            other settings, ``report_to: wandb`` without W&B credentials
+            missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` in use by another
+            run, ``output_dir`` holding a run with other settings, ``report_to: wandb`` without W&B credentials
             (:func:`core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
             checkpoint, all before any model loads.
     """
