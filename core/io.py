@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from core.errors import UserError, decode_error_message
+from core.lock import hold_lock
 from core.ownership import check_not_protected
 
 
@@ -736,6 +737,12 @@ class StagedOutput:
         _fsync_dir(out.parent)
 
 
+def hold_output_lock(out: str | os.PathLike[str], flag: str = "--out") -> None:
+    """Hold ``out``'s lock until the command ends (:func:`core.lock.hold_lock`): a second build into it meanwhile
+    is refused in one line naming this one."""
+    hold_lock(out, f"{flag} {out}", f"wait for it to finish, or choose another {flag}")
+
+
 def claim_output_file(
     out: str | os.PathLike[str],
     identity: dict[str, Any],
@@ -751,12 +758,13 @@ def claim_output_file(
     is removed here: the output and its companions are replaced when the build commits.
 
     Raises:
-        UserError: ``out`` is a directory, holds a different build, or its manifest describes a build whose
-            output is missing, and ``force`` is not set.
+        UserError: another command holds ``out``'s lock (:func:`hold_output_lock`); ``out`` is a directory, holds
+            a different build, or its manifest describes a build whose output is missing, and ``force`` is not set.
     """
     out = Path(out)
     check_output_path(out)
     _check_writable(out.parent)
+    hold_output_lock(out)
     _recover(out)
     manifest = manifest_path(out)
     owned = [out, *(out.with_name(out.stem + suffix) for suffix in companions)]
@@ -796,13 +804,14 @@ def claim_output_dir(
     ``force``.
 
     Raises:
-        UserError: ``out_dir`` is a file, a protected folder, holds files no veritune build wrote, or holds
-            another build and ``force`` is not set.
+        UserError: another command holds ``out_dir``'s lock (:func:`hold_output_lock`); ``out_dir`` is a file, a
+            protected folder, holds files no veritune build wrote, or holds another build and ``force`` is not set.
     """
     out_dir = Path(out_dir)
     check_output_path(out_dir, directory=True)
     check_not_protected(out_dir, "--out")
     _check_writable(out_dir.parent)
+    hold_output_lock(out_dir)
     _recover(out_dir)
     _, previous = _read_record(out_dir / BUILD_RECORD_FILE)
     holds = out_dir.is_dir() and any(child.name != BUILD_RECORD_FILE for child in out_dir.iterdir())

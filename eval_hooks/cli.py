@@ -13,7 +13,8 @@ from typing import Any
 from core.cli_help import add_llm_arguments, command_help, llm_client_options
 from core.errors import UserError
 from core.images import BLIND_FILL
-from core.io import atomic_write_json
+from core.io import atomic_write_json, hold_output_lock
+from core.lock import hold_lock
 from eval_hooks.coverage import UNRESOLVED_LIMIT, benchmark_label, check_images, coverage_text
 from eval_hooks.evaluate import evaluate, rescore
 from eval_hooks.plan import EvalPlan
@@ -301,6 +302,8 @@ def _run(args: argparse.Namespace) -> int:
     _check_judge(judge)
     results_path = Path(args.out) / RESULTS_FILE  # other benchmarks' results in it are kept, else refused now
     kept_results(read_results_file(results_path), plan.benchmarks, run_settings(args, judge, plan), results_path)
+    if process_state().is_main_process:  # before the model loads: a second `eval run` into OUT is refused
+        hold_output_lock(args.out)
     backend = get_backend(plan.backend, args.model, plan.dtype, blind_fill=blind_fill)
     refused: dict[str, str] = {}  # refused for their unresolved answers or a failed judge: the others still run
     results = evaluate(
@@ -418,6 +421,11 @@ def _watch(args: argparse.Namespace) -> int:
     require_judges([entry.name for entry in prepared], judge)
     _check_judge(judge)
     wait_for_run_dir(args.run_dir, interval=args.interval, wait=args.wait)  # a watcher queued before training
+    from core.run_layout import EVAL_DIR
+    from eval_hooks.runner import process_state
+
+    if process_state().is_main_process:  # one watcher per run: it locks RUN_DIR/eval, not the folder training holds
+        hold_lock(args.run_dir / EVAL_DIR, f"eval watch {args.run_dir}", "wait for that watcher to finish")
     steps = watch(
         args.run_dir,
         prepared,

@@ -77,6 +77,23 @@ def keep_train_log_until(output_dir: Path, step: int | None) -> None:
     atomic_write_text(log, "".join(kept))
 
 
+def last_logged_step(output_dir: str | Path) -> int:
+    """The newest step ``train_log.jsonl`` holds (0 without one): how far the run's logs, W&B's included, got
+    before it stopped (read before :func:`resume_checkpoint` cuts the log back to the checkpoint's step)."""
+    log = Path(output_dir) / TRAIN_LOG_FILE
+    if not log.is_file():
+        return 0
+    last = 0
+    for line in log.read_text(encoding="utf-8").splitlines():
+        try:
+            step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue  # a line cut off by the kill
+        if isinstance(step, int):
+            last = max(last, step)
+    return last
+
+
 _NO_RESUME = frozenset({"false", "no", "none", "off"})
 
 

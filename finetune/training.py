@@ -6,6 +6,7 @@ Its parts live beside it: console output and logging (:mod:`finetune.console`), 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -13,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from transformers import TrainerCallback, TrainingArguments
+from transformers.integrations import WandbCallback
 
 from core.errors import UserError
 from core.hub import require_model_source
 from core.io import require_input_path
+from core.lock import hold_lock
+from core.run_layout import WANDB_RUN_FILE
 from core.secrets import withhold_secrets
 from core.trl_adapter import check_trl_version, set_cpu_compact_lm_head
 from core.wandb_login import require_wandb_login
@@ -25,7 +29,14 @@ from finetune.console import log_run_header, setup_logging, use_compact_progress
 from finetune.console import use_cpu_accelerator_without_gpu as use_cpu_accelerator_without_gpu  # the demo's import
 from finetune.model_card import RunConfigCallback, attach_model_card
 from finetune.models import get_lora_config, get_model, get_processor
-from finetune.resume import AtLastStep, StopAtLastStep, report_finished_run, resume_checkpoint, train_loss
+from finetune.resume import (
+    AtLastStep,
+    StopAtLastStep,
+    last_logged_step,
+    report_finished_run,
+    resume_checkpoint,
+    train_loss,
+)
 from finetune.run_dir import claim_run_dir, run_settings
 
 logger = logging.getLogger("veritune")
@@ -140,18 +151,19 @@ def start_run(
     """Take a Hub token off the settings into ``HF_TOKEN`` (:func:`core.secrets.withhold_secrets`); check the
     installed TRL (:func:`core.trl_adapter.check_trl_version`) and that every path the recipe
     names exists (:func:`check_run_paths`); set up logging and TRL's LM head (``cpu_compact_lm_head``:
-    :func:`core.trl_adapter.set_cpu_compact_lm_head`); check that ``output_dir`` holds no other run
+    :func:`core.trl_adapter.set_cpu_compact_lm_head`); on the main process, hold ``output_dir``'s lock for the
+    run's lifetime (:func:`core.lock.hold_lock`); check that ``output_dir`` holds no other run
     (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after saying so, when
     it already holds this run finished (the entry scripts then stop before loading a model).
     Then, for a run to train, that W&B can log where ``report_to`` names it, and where it resumes from
     (:func:`finetune.resume.resume_checkpoint`: the newest complete checkpoint of this run, with or without
-    ``resume_from_checkpoint: auto``).
+    ``resume_from_checkpoint: auto``); a resumed run continues its W&B run (:func:`resume_wandb_run`).
 
     Raises:
         UserError: a TRL other than the one veritune's TRL adapter is written for, ``use_vllm: true`` where
             vLLM is not installed or no GPU is visible (:func:`finetune.configs.require_generation_runtime`), a
-            missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` holding a run with
-            other settings, ``report_to: wandb`` without W&B credentials
+            missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` in use by another
+            run, ``output_dir`` holding a run with other settings, ``report_to: wandb`` without W&B credentials
             (:func:`core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
             checkpoint, all before any model loads.
     """
@@ -163,12 +175,91 @@ def start_run(
     # On by default: every shipped recipe and the CPU demo train with it (their numbers depend on it up to float
     # rounding); on a GPU it changes nothing. Set by every run, so one process's runs follow their own recipes.
     set_cpu_compact_lm_head(getattr(script_args, "cpu_compact_lm_head", True))
+    if training_args.process_index == 0:  # the main process writes the run: it holds output_dir, before anything
+        output_dir = training_args.output_dir
+        hold_lock(output_dir, f"output_dir {output_dir}", "wait for that run to finish, or choose another output_dir")
     if script_args is not None and model_args is not None:
         claim_run_dir(script_args, training_args, model_args)
     if report_finished_run(training_args):
         return True
     require_wandb_login(training_args.report_to)
+    logged = last_logged_step(training_args.output_dir)  # before resume_checkpoint cuts the train log back
     resume_checkpoint(training_args)  # resume this run, or start it over in one line (before anything is written)
+    resume_wandb_run(training_args, logged)
+    return False
+
+
+# What :func:`resume_wandb_run` set for this process's run: the environment it gave wandb.init, and the last step
+# the W&B run held already (the resumed run does not log those steps again: :class:`ResumedWandbCallback`).
+_WANDB_RESUME: dict[str, Any] = {"env": [], "logged_until": 0}
+
+
+def resume_wandb_run(training_args: TrainingArguments, logged_until: int) -> str | None:
+    """Have a resumed run (``resume_from_checkpoint`` chosen by :func:`finetune.resume.resume_checkpoint`: a
+    rerun, a Slurm requeue) that logs to W&B continue the W&B run ``RUN_DIR/wandb_run.json`` records: on the main
+    process, ``WANDB_RUN_ID`` (the recorded id) and ``WANDB_RESUME=allow`` for the ``wandb.init`` of transformers'
+    ``WandbCallback``; the steps up to ``logged_until`` (the last one the stopped run logged) are not logged again
+    (:func:`skip_logged_wandb_steps`). A ``WANDB_RUN_ID`` set by the user is left as it is. Returns the id resumed,
+    else None."""
+    for key in _WANDB_RESUME["env"]:  # set for an earlier run of this process
+        os.environ.pop(key, None)
+    _WANDB_RESUME.update(env=[], logged_until=0)
+    if (
+        "wandb" not in (training_args.report_to or [])
+        or not training_args.resume_from_checkpoint
+        or training_args.process_index != 0
+    ):
+        return None
+    try:
+        run_id = json.loads((Path(training_args.output_dir) / WANDB_RUN_FILE).read_text(encoding="utf-8")).get("id")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not isinstance(run_id, str) or not run_id or os.environ.get("WANDB_RUN_ID", run_id) != run_id:
+        return None
+    for key, value in (("WANDB_RUN_ID", run_id), ("WANDB_RESUME", "allow")):
+        if key not in os.environ:
+            os.environ[key] = value
+            _WANDB_RESUME["env"].append(key)
+    _WANDB_RESUME["logged_until"] = logged_until
+    logger.info("continuing W&B run %s (it holds the steps up to %d)", run_id, logged_until)
+    return run_id
+
+
+class ResumedWandbCallback(WandbCallback):
+    """transformers' ``WandbCallback`` for a resumed run: the steps up to ``logged_until``, which the W&B run
+    holds from before the stop, are not logged again (their end-of-run summary values still are)."""
+
+    # the keys WandbCallback.on_log writes to the run's summary rather than its history
+    SUMMARY_KEYS = frozenset(
+        {"train_runtime", "train_samples_per_second", "train_steps_per_second", "train_loss", "total_flos"}
+    )
+
+    def __init__(self, logged_until: int) -> None:
+        super().__init__()
+        self.logged_until = logged_until
+
+    def on_log(
+        self, args: TrainingArguments, state: Any, control: Any, model: Any = None, logs: Any = None, **kwargs: Any
+    ) -> None:
+        if state.global_step > self.logged_until:
+            super().on_log(args, state, control, model=model, logs=logs, **kwargs)
+            return
+        if not self._initialized:
+            self.setup(args, state, model)
+        if state.is_world_process_zero and self._wandb is not None and self._wandb.run is not None:
+            for key in self.SUMMARY_KEYS.intersection(logs or {}):
+                self._wandb.run.summary[key] = logs[key]
+
+
+def skip_logged_wandb_steps(trainer: Any) -> bool:
+    """Swap the trainer's ``WandbCallback`` for a :class:`ResumedWandbCallback`, in its place, when
+    :func:`resume_wandb_run` continues a W&B run that holds steps already; True when it did."""
+    logged_until = _WANDB_RESUME["logged_until"]
+    callbacks = trainer.callback_handler.callbacks
+    for index, callback in enumerate(callbacks):
+        if logged_until and type(callback) is WandbCallback:
+            callbacks[index] = ResumedWandbCallback(logged_until)
+            return True
     return False
 
 
@@ -184,6 +275,7 @@ def train_with_hooks(
     """An entry script's last steps: bind the eval hook, log the run header, attach the model card, then
     train and save (:func:`train_and_save`)."""
     bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
+    skip_logged_wandb_steps(trainer)
     if getattr(script_args, "cpu_foreach_adamw", True):
         use_foreach_adamw_on_cpu(trainer)
     log_run_header(trainer, script_args, model_args, data_summary=data_summary)

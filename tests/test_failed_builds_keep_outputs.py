@@ -21,6 +21,7 @@ from helpers import REPO_ROOT, entry_env
 from test_finer_builder import GRAPH
 
 from core.io import STAGING_SUFFIX, recover_output
+from core.lock import LOCK_SUFFIX
 from data_builders.oric.annotations import ImageRecord
 from veritune.cli import main
 
@@ -423,7 +424,8 @@ def test_kill_9_during_force_rebuild_leaves_old_or_new(
     assert new != old and calls >= 4
 
     def visible(state: dict[str, bytes]) -> dict[str, bytes]:
-        return {path: data for path, data in state.items() if STAGING_SUFFIX not in path}
+        # the killed build's lock file stays, unlocked (core.lock): no part of the output
+        return {path: data for path, data in state.items() if STAGING_SUFFIX not in path and LOCK_SUFFIX not in path}
 
     def parts(state: dict[str, bytes]) -> tuple[dict[str, bytes], dict[str, bytes]]:
         """(the output, its manifest): for a directory output, everything inside it and nothing."""

@@ -62,10 +62,15 @@ def _chunks(data: bytes) -> Iterator[bytes]:
 def offline_history(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every ``history`` row logged to the newest offline run under ``run_dir`` (a ``wandb`` directory or
     a directory containing one)."""
+    return run_file_history(_newest_run_file(run_dir))
+
+
+def run_file_history(run_file: Path) -> list[dict[str, Any]]:
+    """Every ``history`` row of one ``run-<id>.wandb`` file (one that a killed process left: as far as written)."""
     from wandb.proto import wandb_internal_pb2
 
     rows = []
-    for chunk in _chunks(_newest_run_file(run_dir).read_bytes()):
+    for chunk in _chunks(run_file.read_bytes()):
         record = wandb_internal_pb2.Record()
         record.ParseFromString(chunk)
         if record.WhichOneof("record_type") == "history":

@@ -18,6 +18,7 @@ from typing import NoReturn
 
 from core.cli_help import GROUP_HELP, HelpFormatter, command_help, show_defaults  # noqa: F401
 from core.errors import exit_on_user_error
+from core.lock import release_all, set_command
 from veritune import __version__
 
 
@@ -116,7 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
-    code = handler(args)
+    set_command(" ".join(["veritune", *(word for word in _selected(argv) if word)]))
+    try:
+        code = handler(args)
+    finally:
+        release_all()  # the folders this command locked (core.lock), free for the next command
     return int(code or 0)
 
 

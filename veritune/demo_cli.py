@@ -37,8 +37,10 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from miniature.pipeline import run_demo
+    from core.io import hold_output_lock
+    from miniature.pipeline import REPO_ROOT, run_demo
 
+    hold_output_lock(args.out if args.out.is_absolute() else REPO_ROOT / args.out)  # one demo at a time into OUT
     run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer)
     return 0
 
@@ -68,9 +70,10 @@ def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _demo_select(args: argparse.Namespace) -> int:
-    from core.io import atomic_write_json, atomic_write_text
+    from core.io import atomic_write_json, atomic_write_text, hold_output_lock
     from miniature.selection import format_selection, select_replay_ratio
 
+    hold_output_lock(args.out)
     selection = select_replay_ratio(
         args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps, tuple(args.overrides)
     )
