@@ -116,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    from core.quiet import hide_model_file_bars
+
+    hide_model_file_bars()
     code = handler(args)
     return int(code or 0)
 
