@@ -741,3 +741,27 @@ def test_eval_run_model_typo_and_a_run_still_training_are_said_at_once(
         assert exit_info.value.code == 2
         assert capsys.readouterr().err.strip().splitlines()[-1] == message
     assert not (tmp_path / "eval").exists()
+
+
+def test_the_accumulation_line_is_said_by_rank_zero_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every process parses the recipe; the line saying gradient_accumulation_steps was derived comes once."""
+    import logging
+
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+
+    argv = [
+        "recipes/miniature/tiny_oric_demo.yaml",
+        "--global_batch_prompts",
+        "2",
+        "--gradient_accumulation_steps",
+        "7",
+    ]
+    for rank, said in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="veritune"):
+            parse_recipe(argv, (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
+        assert any("gradient_accumulation_steps 7 ->" in record.getMessage() for record in caplog.records) is said
