@@ -82,3 +82,31 @@ def require_model_source(name: str, flag: str, *, revision: str | None = None, p
         f"where there is network (`huggingface-cli download {name} --local-dir models/{local}`) and pass "
         f"{flag} models/{local}"
     )
+
+
+MODEL_FILES = ("config.json", "adapter_config.json")  # a full model's, a PEFT adapter's
+
+
+def require_model(name: str, flag: str) -> None:
+    """:func:`require_model_source` for a model to load as it is: a local directory must hold a model
+    (:data:`MODEL_FILES`); a run directory still training, with saved ``checkpoint-N`` folders and no final
+    model yet, is named with its latest saved checkpoint.
+
+    Raises:
+        UserError: ``"<flag>: <name>: ..."``, one line.
+    """
+    from core.run_layout import checkpoints, is_saved_checkpoint
+
+    path = Path(name)
+    if not path.is_dir():
+        require_model_source(name, flag)
+        return
+    if any((path / file).is_file() for file in MODEL_FILES):
+        return
+    saved = [folder for _, folder in checkpoints(path) if is_saved_checkpoint(folder)]
+    if saved:
+        raise UserError(
+            f"{flag}: {name} holds no final model yet (a run still training?); its latest saved checkpoint is "
+            f"{saved[-1]}: pass {flag} {saved[-1]}"
+        )
+    raise UserError(f"{flag}: {name}: no model here (a model is a folder holding config.json and its weights)")

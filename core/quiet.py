@@ -5,6 +5,10 @@
   ``veritune slurm submit --dry-run``: :func:`hide_wandb_offline_banner`.
 - DeepSpeed warns, once per process, that it "was unable to detect" an accelerator when there is none (any
   transformers model import loads it): :func:`use_cpu_accelerator_without_gpu`.
+- transformers draws a bar each time a model is loaded or saved ("Loading weights", "Writing model shards"),
+  in every command and at every checkpoint: :func:`hide_model_file_bars`.
+- W&B prints the run's sampled history and summary (about 30 lines, profiling timers included) when a run
+  finishes: :func:`quiet_wandb`.
 """
 
 from __future__ import annotations
@@ -66,3 +70,53 @@ def use_cpu_accelerator_without_gpu() -> None:
 
         if not torch.cuda.is_available():
             os.environ["DS_ACCELERATOR"] = "cpu"
+
+
+TRANSFORMERS_LOGGING = "transformers.utils.logging"
+
+
+def _model_file_bars_off(transformers_logging: ModuleType) -> None:
+    import huggingface_hub.utils as hub_utils
+
+    downloads = not hub_utils.are_progress_bars_disabled()
+    transformers_logging.disable_progress_bar()  # also turns the Hub's off: turned back on below
+    if downloads:
+        hub_utils.enable_progress_bars()
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Finds :data:`TRANSFORMERS_LOGGING` as Python would, and turns its bars off once its module code has run."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != TRANSFORMERS_LOGGING:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> Any:
+            result = run(module)
+            _model_file_bars_off(module)
+            return result
+
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
+        return spec
+
+
+def hide_model_file_bars() -> None:
+    """No transformers progress bar for loading or saving a model's weights (``Loading weights``, ``Writing model
+    shards``); the Hub's download bars stay as ``HF_HUB_DISABLE_PROGRESS_BARS`` says. Costs nothing until
+    transformers is imported."""
+    if TRANSFORMERS_LOGGING in sys.modules:
+        _model_file_bars_off(sys.modules[TRANSFORMERS_LOGGING])
+    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport())
+
+
+def quiet_wandb() -> None:
+    """W&B's ``quiet`` setting (``WANDB_QUIET``) unless the environment sets it: no sampled history or summary
+    when a run finishes; its warnings, errors and the run's link stay."""
+    os.environ.setdefault("WANDB_QUIET", "true")

@@ -143,7 +143,13 @@ def resolve_recipe_path(recipe: str | os.PathLike[str], value: str, *, key: str,
             return value if place == Path(value) else str(place)
     if required:
         looked = ", ".join(str(place if place.is_absolute() else Path.cwd() / place) for place in candidates)
-        raise UserError(f"{recipe}: {key}: {value} does not exist (looked in: {looked})")
+        hint = ""
+        if key == "accelerate_config":  # a recipe copied out of the repository, its config left behind
+            hint = (
+                "; write the config's full path there, or drop the key and name the config when launching "
+                "(veritune launch --config_file PATH ...)"
+            )
+        raise UserError(f"{recipe}: {key}: {value} does not exist (looked in: {looked}){hint}")
     return value
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from core.cli_help import add_llm_arguments, command_help, llm_client_options
 from core.errors import UserError
+from core.hub import require_model
 from core.images import BLIND_FILL
 from core.io import atomic_write_json, hold_output_lock
 from core.lock import hold_lock
@@ -292,6 +293,7 @@ def _run(args: argparse.Namespace) -> int:
 
     # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
     require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
+    require_model(str(args.model), "--model")  # a typo or a run still training: said here, not by the Hub
     blind_fill = blind_fill_of(args)
     plan = EvalPlan.from_cli(args)
     prepared = _prepare(plan)  # before the model loads: fails fast
@@ -377,10 +379,12 @@ def log_eval_to_wandb(
     images' metrics and never over them. Returns the run id."""
     import wandb
 
+    from core.quiet import quiet_wandb
     from core.run_layout import WANDB_RUN_FILE, checkpoint_step
     from eval_hooks.callback import wandb_payload
     from eval_hooks.watch import open_wandb_run
 
+    quiet_wandb()
     step = checkpoint_step(model)
     run_dir = model.parent if step is not None else model
     run = open_wandb_run(run_dir) if (run_dir / WANDB_RUN_FILE).is_file() else None

@@ -524,6 +524,10 @@ class VerituneGRPOConfig(GRPOConfig):
             return None
         return completions // per_step
 
+    def _reachable_process_counts(self, most: int = 64) -> list[int]:
+        """The process counts up to ``most`` on which ``global_batch_prompts`` is reached exactly."""
+        return [count for count in range(1, most + 1) if self._global_batch_accumulation(count) is not None]
+
     def _accumulation_for_global_batch(self, written: int, processes: int) -> int:
         """:meth:`_global_batch_accumulation` on the real process count, refused when unreachable; a change from
         the recipe's ``gradient_accumulation_steps`` (``written``) is logged."""
@@ -535,10 +539,12 @@ class VerituneGRPOConfig(GRPOConfig):
                 f"global_batch_prompts: {self.global_batch_prompts} prompts x num_generations ({self.num_generations}) "
                 f"= {completions} completions per optimizer step is not reachable with per_device_train_batch_size "
                 f"({self.per_device_train_batch_size}) x {processes} process(es) = {per_step} per micro-step; "
-                f"launch on N processes with {self.per_device_train_batch_size} x N dividing {completions} "
-                "(--num_processes N), or change per_device_train_batch_size"
+                f"run on N processes with {self.per_device_train_batch_size} x N dividing {completions} "
+                f"(N = {', '.join(map(str, self._reachable_process_counts())) or 'none up to 64'}: veritune launch "
+                "--num_processes N, veritune slurm submit --nodes x --gpus-per-node), or change "
+                "per_device_train_batch_size"
             )
-        if steps != written:
+        if steps != written and int(os.environ.get("RANK", "0") or 0) == 0:  # said once, not once per process
             logging.getLogger("veritune.grpo").warning(
                 "gradient_accumulation_steps %d -> %d: keeps the global batch at %d prompts (%d completions) on %d "
                 "process(es)",
@@ -617,6 +623,10 @@ class VerituneDPOConfig(DPOConfig):
         super().__post_init__()
         if self.global_batch_size is not None:
             self.gradient_accumulation_steps = self._accumulation_for_global_batch()
+
+    def _reachable_process_counts(self, most: int = 64) -> list[int]:
+        """The process counts up to ``most`` on which ``global_batch_prompts`` is reached exactly."""
+        return [count for count in range(1, most + 1) if self._global_batch_accumulation(count) is not None]
 
     def _accumulation_for_global_batch(self) -> int:
         per_step = self.per_device_train_batch_size * self.world_size

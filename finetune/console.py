@@ -14,7 +14,7 @@ import transformers
 from transformers import TrainingArguments
 from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-from core.quiet import use_cpu_accelerator_without_gpu
+from core.quiet import hide_model_file_bars, quiet_wandb, use_cpu_accelerator_without_gpu
 from finetune.configs import ScriptArguments, VerituneModelConfig
 from finetune.models import count_parameters
 
@@ -27,6 +27,8 @@ def setup_logging(training_args: TrainingArguments) -> None:
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=level, force=True)
     transformers.utils.logging.set_verbosity(level if level == logging.WARNING else logging.WARNING)
     use_cpu_accelerator_without_gpu()
+    hide_model_file_bars()
+    quiet_wandb()
 
 
 # ---- console output: one compact line per logging step (the full dict goes to TRAIN_LOG_FILE and W&B)

@@ -42,7 +42,20 @@ def closest_key(key: str, keys: set[str]) -> str | None:
     return matches[0] if matches else None
 
 
+def launcher_flags() -> set[str]:
+    """The flags of ``accelerate launch`` (and so of ``veritune launch``), without their leading ``--``."""
+    from accelerate.commands.launch import launch_command_parser
+
+    options = (option for action in launch_command_parser()._actions for option in action.option_strings)
+    return {option[2:] for option in options if option.startswith("--")}
+
+
 def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
+    if source == "command line" and key in launcher_flags():
+        return (
+            f"command line: --{key} is a flag of veritune launch (accelerate launch), not of the training script: "
+            f"put it before the script (veritune launch --{key} ... finetune/grpo.py RECIPE.yaml)"
+        )
     suggestion = closest_key(key, keys)
     hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
     return f"{source}: unknown key '{key}'{hint}"
@@ -306,10 +319,33 @@ def pop_recipe_path(args: list[str]) -> Path | None:
     return Path(found[0]) if found else None
 
 
-def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[Any, ...]:
+def check_machine(values: dict[str, Any]) -> None:
+    """What the run needs of the machine it starts on, before the dataclasses are built (TrainingArguments
+    refuses bf16 without a GPU in a line that names neither the key nor the way out): vLLM (installed, a GPU
+    visible), then bf16 / fp16 without a GPU and without ``use_cpu``.
+
+    Raises:
+        UserError: one line naming the key and what to set instead.
+    """
+    from core.gpu import cuda_available
+    from finetune.configs import require_generation_runtime
+
+    require_generation_runtime(types.SimpleNamespace(**values))
+    if cuda_available() or values.get("use_cpu"):
+        return
+    for key in ("bf16", "fp16", "bf16_full_eval", "fp16_full_eval"):
+        if values.get(key):
+            raise UserError(
+                f"{key}: true needs a CUDA GPU and none is visible here (torch.cuda.is_available() is False); "
+                f"on a CPU add --{key} false, or run on a GPU machine"
+            )
+
+
+def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...], *, here: bool = False) -> tuple[Any, ...]:
     """Parse ``[RECIPE.yaml | --config RECIPE.yaml | --recipe RECIPE.yaml] [--key value ...]`` into one
     instance per dataclass type, as TRL's ``TrlParser`` does: the recipe sets the defaults, flags override
-    them. Without a recipe, flags alone are used.
+    them. Without a recipe, flags alone are used. ``here``: the run starts on this machine, so what it needs of
+    the machine is checked first (:func:`check_machine`).
 
     Raises:
         UserError: missing or malformed recipe, unknown key or flag, or a value the dataclasses reject.
@@ -323,6 +359,9 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...]) -> tuple[An
     if recipe_path is not None:
         recipe = load_recipe(recipe_path, dataclass_types)
     parser.set_defaults(**recipe)
+    if here:
+        namespace, _ = parser.parse_known_args(args=args)
+        check_machine(vars(namespace))
     try:
         *instances, remaining = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
     except (ValueError, TypeError) as err:
@@ -360,7 +399,7 @@ def run_entry_script(main: Callable[..., None], dataclass_types: tuple[type, ...
     """An entry script's ``__main__``: parse ``sys.argv`` (recipe and overrides, :func:`parse_recipe`) into
     ``dataclass_types`` and run ``main`` on them; a user error is one ``error:`` line and exit code 2. Once parsed,
     a secret among the arguments (``--hub_token X``) is redacted in ``sys.argv``, which W&B records."""
-    args = exit_on_user_error(parse_recipe)(sys.argv[1:], dataclass_types)
+    args = exit_on_user_error(parse_recipe)(sys.argv[1:], dataclass_types, here=True)
     sys.argv[1:] = redact_argv(sys.argv[1:])
     exit_on_user_error(main)(*args)
     leave_process_group()

@@ -147,3 +147,28 @@ def write_report_run(run_dir: Path, steps: tuple[int, ...] = (0, 10, 20)) -> Pat
     (run_dir / "trainer_state.json").write_text(json.dumps({"log_history": history, "global_step": steps[-1]}))
     (images / "COCO_val2014_000000000005.jpg").unlink()  # a sample whose image has gone: its name is shown
     return run_dir
+
+
+WORKER_SITECUSTOMIZE = """\
+import os, sys
+if os.path.basename(sys.argv[0]) in ("grpo.py", "dpo.py", "sft.py"):
+    with open(os.environ["VERITUNE_TEST_WORKERS"], "a") as handle:
+        handle.write(sys.argv[0] + "\\n")
+"""
+
+
+def run_launch(tmp_path: Path, *argv: str | Path, **env: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """``veritune launch argv`` from the repository root, and the training scripts its workers started (recorded by
+    a ``sitecustomize`` every Python process of the launch runs at start-up). ``DS_ACCELERATOR`` is left for the
+    launcher to set, as in a user's shell."""
+    hooks = tmp_path / "worker-hooks"
+    hooks.mkdir(exist_ok=True)
+    (hooks / "sitecustomize.py").write_text(WORKER_SITECUSTOMIZE)
+    workers = tmp_path / "workers.txt"
+    environment = entry_env(**env)
+    environment.pop("DS_ACCELERATOR", None)
+    environment["PYTHONPATH"] = os.pathsep.join([str(hooks), environment["PYTHONPATH"]])
+    environment["VERITUNE_TEST_WORKERS"] = str(workers)
+    command = [sys.executable, "-m", "veritune.cli", "launch", *map(str, argv)]
+    result = subprocess.run(command, cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=600)
+    return result, workers.read_text().splitlines() if workers.is_file() else []

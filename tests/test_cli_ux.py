@@ -504,16 +504,73 @@ def test_launch_uses_the_recipes_accelerate_config(script_args: list[str], expec
         assert found == expected
 
 
-def test_launch_without_config_file_runs_the_recipes_and_a_user_error_prints_once(tmp_path: Path) -> None:
-    """Without --config_file, the recipe's zero3 config (4 processes) runs, and the error every rank meets on
-    a CPU is printed once (by rank 0), not once per rank."""
-    result = run_veritune(
-        "launch", "finetune/grpo.py", "recipes/qwen3vl_oric.yaml", "--output_dir", str(tmp_path / "out")
+@pytest.mark.parametrize(
+    ("script_args", "message"),
+    [
+        (["recipes/qwen3vl_oric.yaml"], "error: bf16: true needs a CUDA GPU and none is visible here"),
+        (
+            ["recipes/miniature/tiny_oric_demo.yaml", "--num_processes", "2"],
+            "error: command line: --num_processes is a flag of veritune launch (accelerate launch), not of the "
+            "training script: put it before the script",
+        ),
+        (
+            ["recipes/miniature/tiny_oric_demo.yaml", "--learning_rat", "1e-6"],
+            "error: command line: unknown key 'learning_rat' (did you mean 'learning_rate'?)",
+        ),
+    ],
+)
+def test_launch_checks_the_recipe_before_any_worker_starts(
+    tmp_path: Path, script_args: list[str], message: str
+) -> None:
+    """A recipe mistake, a launcher flag after the script or a GPU recipe on a machine without one: the launcher
+    says it in one line and starts no worker (the recipe's accelerate config is still named: zero3's 4 processes
+    would each have started up to say it)."""
+    from helpers import run_launch
+
+    result, workers = run_launch(
+        tmp_path, "finetune/grpo.py", *script_args, "--output_dir", str(tmp_path / "out"), CUDA_VISIBLE_DEVICES=""
     )
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "accelerate config recipes/accelerate/zero3.yaml (the recipe's accelerate_config)" in result.stderr
+    assert "(the recipe's accelerate_config)" in result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "use_cpu" in errors[0], result.stderr[-3000:]
+    assert len(errors) == 1 and errors[0].startswith(message), result.stderr[-3000:]
+    assert workers == []
+
+
+def test_a_copied_recipe_whose_accelerate_config_stayed_behind_names_config_file(tmp_path: Path) -> None:
+    recipe = tmp_path / "my_run.yaml"
+    recipe.write_text("model_name_or_path: m\naccelerate_config: accelerate/single.yaml\n")
+    result = run_veritune("launch", "finetune/grpo.py", str(recipe))
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(f"error: {recipe}: accelerate_config: accelerate/single.yaml does not exist (looked in: ")
+    )
+    assert result.stderr.strip().endswith("veritune launch --config_file PATH ...)")
+
+
+def test_a_global_batch_no_process_count_reaches_names_the_counts_that_do(tmp_path: Path) -> None:
+    """`slurm submit --gpus-per-node 3` on a 16-prompt batch: the counts that reach it, and the flags of both
+    launchers (not `--num_processes` alone, a flag slurm submit does not have)."""
+    result = run_veritune(
+        "slurm",
+        "submit",
+        "--entry",
+        "grpo",
+        "--recipe",
+        "recipes/qwen3vl_oric.yaml",
+        "--gpus-per-node",
+        "3",
+        "--dry-run",
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: global_batch_prompts: 16 prompts") and "x 3 process(es)" in line, line
+    assert (
+        "(N = 1, 2, 4, 8, 16: veritune launch --num_processes N, veritune slurm submit --nodes x --gpus-per-node)"
+        in line
+    )
 
 
 @pytest.mark.parametrize(
@@ -626,3 +683,85 @@ def test_tiny_clip_on_a_cpu_prints_no_deepspeed_accelerator_notice(tmp_path: Pat
     assert "tiny CLIP written to" in result.stdout
     console = result.stdout + result.stderr  # DeepSpeed's logger writes to stdout
     assert "Setting accelerator" not in console and "unable to detect" not in console, console
+
+
+def test_model_files_are_written_without_a_bar(tmp_path: Path) -> None:
+    """transformers' "Writing model shards" (and "Loading weights") bars are not drawn by veritune's commands."""
+    result = run_veritune("tiny-model", "--out", str(tmp_path / "model"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "model" / "config.json").is_file()
+    console = result.stdout + result.stderr
+    assert "Writing model shards" not in console and "Loading weights" not in console, console
+
+
+def test_launch_prints_no_deepspeed_accelerator_notice(tmp_path: Path) -> None:
+    """The launcher tells DeepSpeed, before accelerate loads it, that the machine has no GPU (and its workers
+    inherit it): no "unable to detect" notice from the launcher or a worker."""
+    from helpers import run_launch
+
+    worker = tmp_path / "worker.py"
+    worker.write_text("import deepspeed\nprint('worker ran', flush=True)\n")
+    result, _ = run_launch(tmp_path, "--num_processes", "1", worker, CUDA_VISIBLE_DEVICES="")
+    assert result.returncode == 0, result.stderr[-2000:]
+    console = result.stdout + result.stderr
+    assert "worker ran" in console and "unable to detect" not in console, console
+
+
+# ---- eval run --model: what is wrong with the model, at once
+
+
+def _pope_file(root: Path) -> Path:
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(root / "a.png")
+    questions = root / "coco_pope_random.json"
+    questions.write_text(json.dumps({"question_id": 1, "image": "a.png", "text": "Is there a cat?", "label": "yes"}))
+    return questions
+
+
+def test_eval_run_model_typo_and_a_run_still_training_are_said_at_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    questions = _pope_file(tmp_path)
+    run = tmp_path / "outputs" / "run"
+    (run / "checkpoint-2").mkdir(parents=True)
+    (run / "checkpoint-2" / "trainer_state.json").write_text("{}")
+    (run / "checkpoint-4").mkdir()  # being written: no trainer_state.json yet
+    expected = {
+        tmp_path / "outputs" / "typo": f"error: --model: {tmp_path / 'outputs' / 'typo'}: no such directory",
+        run: f"error: --model: {run} holds no final model yet (a run still training?); its latest saved checkpoint "
+        f"is {run / 'checkpoint-2'}: pass --model {run / 'checkpoint-2'}",
+    }
+    for model, message in expected.items():
+        with pytest.raises(SystemExit) as exit_info:
+            main(
+                ["eval", "run", "--model", str(model), "--benchmarks", "pope", "--data", f"pope={questions}"]
+                + ["--out", str(tmp_path / "eval")]
+            )
+        assert exit_info.value.code == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == message
+    assert not (tmp_path / "eval").exists()
+
+
+def test_the_accumulation_line_is_said_by_rank_zero_only(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every process parses the recipe; the line saying gradient_accumulation_steps was derived comes once."""
+    import logging
+
+    from finetune.configs import GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
+    from finetune.recipe import parse_recipe
+
+    argv = [
+        "recipes/miniature/tiny_oric_demo.yaml",
+        "--global_batch_prompts",
+        "2",
+        "--gradient_accumulation_steps",
+        "7",
+    ]
+    for rank, said in (("0", True), ("1", False)):
+        monkeypatch.setenv("RANK", rank)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="veritune"):
+            parse_recipe(argv, (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig))
+        assert any("gradient_accumulation_steps 7 ->" in record.getMessage() for record in caplog.records) is said

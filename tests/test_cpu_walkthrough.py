@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -44,6 +45,36 @@ def test_every_readme_command_has_a_cpu_form() -> None:
     assert len(commands) >= 19 and any(c.startswith("sbatch ") for c in commands)
     listed = re.findall(r"^- `(.+)`$", WALKTHROUGH.read_text(), re.M)
     assert listed == commands  # each README command, in the README's order, with its CPU form beneath
+
+
+def test_the_vllm_readme_line_stops_on_a_cpu_with_one_line_about_vllm(tmp_path: Path) -> None:
+    """The walk-through's sentence for the README's vLLM line: on a CPU, one `error:` line about vLLM (not the
+    bf16 one), from the launcher, before any worker starts."""
+    from helpers import run_launch
+
+    command = next(c for c in readme_commands() if c.startswith("veritune launch") and "_vllm.yaml" in c)
+    assert "On a CPU the launcher stops with one `error:` line about vLLM" in " ".join(WALKTHROUGH.read_text().split())
+    result, workers = run_launch(
+        tmp_path, *shlex.split(command)[2:], "--output_dir", str(tmp_path / "out"), CUDA_VISIBLE_DEVICES=""
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: use_vllm: vLLM "), result.stderr[-3000:]
+    assert workers == []
+
+
+def test_the_readme_says_where_its_sbatch_training_runs_land() -> None:
+    """The README's sbatch training lines write `outputs/<job name>-<job id>` (slurm/train.sbatch's run
+    directory), not the recipe's output_dir: the README says so beside them."""
+    sbatch = (REPO_ROOT / "slurm" / "train.sbatch").read_text()
+    job_name = re.search(r"^#SBATCH --job-name=(\S+)", sbatch, re.M).group(1)
+    root = re.search(
+        r"RUN_DIR=\W*\$\{VERITUNE_RUN_DIR:-\$\{VERITUNE_RUN_ROOT:-(\w+)\}/\$\{SLURM_JOB_NAME", sbatch
+    ).group(1)
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("## Real models") : readme.index("## Habits")]
+    before_sbatch = section[: section.index("sbatch --nodes")]
+    assert f"the sbatch runs land in {root}/{job_name}-<job id>" in before_sbatch.splitlines()[-2]
 
 
 @pytest.mark.slow

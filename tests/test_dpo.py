@@ -123,9 +123,12 @@ def parse_tiny(*flags: str | Path) -> tuple[DPOScriptArguments, VerituneDPOConfi
 def lora_run(tiny_qwen3vl: Path, preference_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
     """4 LoRA steps of the tiny recipe as written (W&B offline), the eval loss every 2 steps."""
     out = tmp_path_factory.mktemp("dpo-lora") / "run"
-    result = run_entry("dpo.py", *lora_command(tiny_qwen3vl, preference_dir, out), WANDB_MODE="offline")
+    # W&B not silenced, as a user runs it: what it prints at the end is part of the console (test below)
+    result = run_entry(
+        "dpo.py", *lora_command(tiny_qwen3vl, preference_dir, out), WANDB_MODE="offline", WANDB_SILENT="false"
+    )
     assert result.returncode == 0, result.stderr[-3000:]
-    return out, result.stderr
+    return out, result.stdout + result.stderr
 
 
 def lora_command(model: Path, data: Path, out: Path) -> list[str | Path]:
@@ -249,6 +252,15 @@ def test_lora_run_drops_and_counts_rows_longer_than_max_length(lora_run: tuple[P
     assert (report["eval"]["rows"], report["eval"]["longer_than_max_length"]) == (2, 0)
     assert "22 training tuples, 2 validation" in lora_run[1]
     assert "1 longer than max_length 256 dropped" in lora_run[1]
+
+
+def test_a_run_ends_with_its_own_summary_and_the_models_path(lora_run: tuple[Path, str]) -> None:
+    """W&B's sampled history and summary stay off the console, and so do the bars transformers draws for each
+    model it loads or saves; the run's last line says where the model is."""
+    console = lora_run[1]
+    for noise in ("Run history:", "Run summary:", "Loading weights", "Writing model shards"):
+        assert noise not in console, console[-3000:]
+    assert console.strip().splitlines()[-1].endswith(f"model saved to {lora_run[0]}"), console[-3000:]
 
 
 def test_lora_run_metrics_reach_offline_wandb(lora_run: tuple[Path, str]) -> None:

@@ -81,3 +81,6 @@ def test_readme_sbatch_lines_log_into_logs_from_a_fresh_clone(tmp_path: Path) ->
                 assert (clone / "data" / "world" / "train" / "instances.json").is_file()
             else:  # the 8B model cannot load offline: the job fails, but with its log and veritune's header in it
                 assert "veritune: grpo recipes/qwen3vl_oric.yaml" in log.read_text()
+                # where the README says the run lands
+                assert f"run dir outputs/{name}-{job}" in log.read_text()
+                assert f"the sbatch runs land in outputs/{name}-<job id>" in (clone / "README.md").read_text()

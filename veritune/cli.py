@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    from core.quiet import hide_model_file_bars
+
+    hide_model_file_bars()
     set_command(" ".join(["veritune", *(word for word in _selected(argv) if word)]))
     try:
         code = handler(args)

@@ -153,8 +153,77 @@ def _worker_message(error_dir: str) -> str | None:
     return lines[0].read_text(encoding="utf-8").rstrip("\n") if lines else None
 
 
+ENTRY_SCRIPTS = {  # veritune's entry scripts: the dataclasses each parses its recipe into
+    "grpo.py": ("finetune.configs", ("GRPOScriptArguments", "VerituneGRPOConfig", "VerituneModelConfig")),
+    "dpo.py": ("finetune.configs", ("DPOScriptArguments", "VerituneDPOConfig", "VerituneModelConfig")),
+    "sft.py": ("finetune.sft", ("SFTScriptArguments", "SFTConfig", "VerituneModelConfig")),
+}
+
+
+def entry_dataclasses(script: str) -> tuple[type, ...] | None:
+    """The dataclasses of ``script`` when it is one of veritune's entry scripts (``finetune/grpo.py`` ...)."""
+    import importlib
+
+    path = Path(script).resolve()
+    if path.parent != Path(__file__).resolve().parents[1] / "finetune" or path.name not in ENTRY_SCRIPTS:
+        return None
+    module_name, names = ENTRY_SCRIPTS[path.name]
+    module = importlib.import_module(module_name)
+    return tuple(getattr(module, name) for name in names)
+
+
+def _process_count(args: argparse.Namespace) -> int:
+    """The processes this launch starts: ``--num_processes``, else the accelerate config's, else 1."""
+    if args.num_processes:
+        return int(args.num_processes)
+    if args.config_file:
+        from accelerate.commands.config.config_args import load_config_from_file
+
+        return int(getattr(load_config_from_file(args.config_file), "num_processes", None) or 1)
+    return 1
+
+
+def check_recipe_here(args: argparse.Namespace) -> None:
+    """Parse the training script's recipe and overrides here, as each worker will (``finetune.recipe.parse_recipe``
+    on this machine: unknown keys, launcher flags after the script, values, bf16 / fp16 or vLLM without a GPU),
+    before any worker starts; the workers say what the run does.
+
+    Raises:
+        UserError: the worker's one line, at once.
+    """
+    types = entry_dataclasses(args.training_script)
+    if types is None:  # another script: its own parser decides
+        return
+    from accelerate.state import AcceleratorState
+
+    from finetune.recipe import parse_recipe
+
+    config_type = types[1]
+    processes = _process_count(args)
+    own = config_type.__dict__.get("world_size")
+    config_type.world_size = property(lambda self: processes)  # type: ignore[attr-defined]  # as the workers count
+    quiet = logging.getLogger("veritune")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # what a parse logs, each worker logs itself
+    environment = dict(os.environ)
+    try:
+        parse_recipe(list(args.training_script_args), types, here=True)
+    finally:
+        quiet.setLevel(level)
+        if own is not None:
+            config_type.world_size = own  # type: ignore[attr-defined]
+        else:
+            del config_type.world_size
+        AcceleratorState._reset_state(reset_partial_state=True)  # TrainingArguments' device set-up, here only
+        os.environ.clear()
+        os.environ.update(environment)
+
+
 def launch(argv: list[str]) -> int:
     """Run ``accelerate launch argv``; the exit status of the first failed worker, or 0."""
+    from core.quiet import use_cpu_accelerator_without_gpu
+
+    use_cpu_accelerator_without_gpu()  # before accelerate loads DeepSpeed here; the workers inherit it
     from accelerate.commands.launch import launch_command
 
     parser = launch_parser()
@@ -165,6 +234,7 @@ def launch(argv: list[str]) -> int:
     if not check_worker_wandb(args.training_script, args.training_script_args):
         return USER_ERROR_EXIT_CODE
     _choose_config(args)
+    check_recipe_here(args)
     # torch elastic logs each failed worker at ERROR level before raising; the summary below replaces it.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     with tempfile.TemporaryDirectory(prefix="veritune-launch-") as error_dir:
