@@ -8,8 +8,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from eval_hooks.answers import OPTION_LETTERS, extract_option
 from eval_hooks.base import EvalItem
+from rewards.graders import OPTION_LETTERS, extract_option
 
 
 def lettered(options: Iterable[str]) -> dict[str, str]:
