@@ -14,7 +14,7 @@ R1_INSTRUCTION = (
 )
 
 # The same instruction for a multiple-choice question (MIOH-format training rows, "Fine-Grained Multi-Image Object
-# Hallucination Benchmark", Table 1, Fig. 2: questions answered by a letter): only the answer it asks for differs.
+# Hallucination Benchmark", Sec. 3: questions answered by a letter): only the answer it asks for differs.
 R1_OPTION_INSTRUCTION = R1_INSTRUCTION.replace("(put yes or no here)", "(put the option's letter here)")
 
 # Scanning megabyte-long completions with regular expressions is cheap, but there is no reason to look

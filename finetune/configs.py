@@ -249,7 +249,8 @@ class GRPOScriptArguments(ScriptArguments):
         metadata={"help": "Multi-image questions in MIOH's format mixed into the GRPO data (docs/TRAINING.md)."},
     )
     multi_image_root: str | None = field(
-        default=None, metadata={"help": "Directory of the multi-image file's images (default: the file's folder)."}
+        default=None,
+        metadata={"help": "Directory of the multi-image file's images (default: its manifest's, else its folder)."},
     )
     multi_image_ratio: float = field(
         default=1.0, metadata={"help": "Multi-image questions per ORIC question (with `multi_image_path`)."}

@@ -17,7 +17,7 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 data, ``replay_ratio`` per ORIC question: the tiny miniature needs them to keep its ordinary accuracy
 (docs/LAB_NOTEBOOK.md).
 ``multi_image_path`` mixes in multi-image questions in MIOH's format ("Fine-Grained Multi-Image Object Hallucination
-Benchmark", Table 1 and Fig. 2), ``multi_image_ratio`` per ORIC question, through TRL's multi-image path (an
+Benchmark", Sec. 3, Table 1 and Fig. 2), ``multi_image_ratio`` per ORIC question, through TRL's multi-image path (an
 ``images`` list per row); their reward is the option grader's (``option_accuracy``), each image is scaled to
 ``max_pixels_per_image`` (docs/TRAINING.md, "Multi-image questions").
 """

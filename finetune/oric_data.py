@@ -7,7 +7,7 @@ paraphrases (benchmark file, of which the first is used); ``solution`` is ``yes`
 ``<SOLUTION>yes</SOLUTION>``.
 
 Multi-image questions (``multi_image_path``) come in MIOH's format ("Fine-Grained Multi-Image Object Hallucination
-Benchmark", Table 1 and Fig. 2: ``id, images, question, options, answer, task, pattern, pressure``), read by the
+Benchmark", Sec. 3, Table 1 and Fig. 2: ``id, images, question, options, answer, task, pattern, pressure``), read by the
 MIOH benchmark's loader and worded by its prompt (:func:`eval_hooks.benchmarks.mioh.mioh_prompt`), so a trained
 question reads as the benchmark's; ``multi_image_ratio`` of them per ORIC question are mixed in. Each image of an
 N-image prompt is scaled to the per-image budget (:func:`core.images.image_budget`), and a prompt still longer
@@ -31,6 +31,7 @@ from core.pope_format import read_pope_questions
 from core.prompts import R1_OPTION_INSTRUCTION, with_r1_instruction
 from core.sampling import sample_indices
 from eval_hooks.benchmarks.mioh import Mioh
+from eval_hooks.paths import recorded_image_root
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from finetune.token_lengths import prompt_lengths, rows_within
 from rewards.oric import ORIC_FIELDS, check_oric_record
@@ -137,10 +138,13 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
 
 
 def load_multi_image_records(path: str | Path, image_root: str | Path | None = None) -> list[dict[str, Any]]:
-    """Multi-image questions in MIOH's format, read and checked by the MIOH benchmark's loader (images relative
-    to ``image_root``, else to the file's folder), each worded by its prompt; the ``solution`` is the letter."""
+    """Multi-image questions in MIOH's format, read and checked by the MIOH benchmark's loader, each worded by its
+    prompt; the ``solution`` is the letter. Images are relative to ``image_root``, else to the folder the builder's
+    manifest records (``veritune build mioh-rft``: :func:`eval_hooks.paths.recorded_image_root`), else to the
+    file's folder."""
+    root = Path(image_root) if image_root else recorded_image_root(Path(path))
     try:
-        items = Mioh().load(Path(path), Path(image_root) if image_root else None)
+        items = Mioh().load(Path(path), root)
     except UserError as err:
         raise UserError(f"multi_image_path: {err}") from None
     return [

@@ -1,5 +1,5 @@
 """Option rewards for multiple-choice questions: the multi-image rows of GRPO ("Fine-Grained Multi-Image Object
-Hallucination Benchmark", MIOH, Table 1 and Fig. 2: a question over several images, lettered options, one right
+Hallucination Benchmark", MIOH, Sec. 3, Table 1 and Fig. 2: a question over several images, lettered options, one right
 letter). The letter is read by :func:`rewards.graders.extract_option`, the grader the MIOH scorer uses, so a
 letter earns the reward exactly when MIOH would count it right.
 

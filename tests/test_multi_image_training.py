@@ -1,6 +1,7 @@
-"""Training on several images per prompt: GRPO on ORIC questions mixed with multi-image questions in MIOH's format
-("Fine-Grained Multi-Image Object Hallucination Benchmark", Table 1 and Fig. 2), rewarded by the option grader the
-MIOH scorer uses, and DPO on multi-image pairs, both through the entry scripts on the tiny Qwen3-VL."""
+"""Training on several images per prompt: GRPO on ORIC questions mixed with multi-image questions in MIOH's
+format ("Fine-Grained Multi-Image Object Hallucination Benchmark", Sec. 3, Table 1 and Fig. 2), rewarded by the
+option grader the MIOH scorer uses, and DPO on multi-image pairs, both through the entry scripts on the tiny
+Qwen3-VL."""
 
 from __future__ import annotations
 
