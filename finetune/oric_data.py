@@ -6,12 +6,13 @@ with ``image`` relative to an image root. ``problem`` is one prompt (training fi
 paraphrases (benchmark file, of which the first is used); ``solution`` is ``yes``/``no`` or
 ``<SOLUTION>yes</SOLUTION>``.
 
-Multi-image questions (``multi_image_path``) come in MIOH's format ("Fine-Grained Multi-Image Object Hallucination
-Benchmark", Sec. 3, Table 1 and Fig. 2: ``id, images, question, options, answer, task, pattern, pressure``), read by the
-MIOH benchmark's loader and worded by its prompt (:func:`eval_hooks.benchmarks.mioh.mioh_prompt`), so a trained
-question reads as the benchmark's; ``multi_image_ratio`` of them per ORIC question are mixed in. Each image of an
-N-image prompt is scaled to the per-image budget (:func:`core.images.image_budget`), and a prompt still longer
-than ``max_prompt_length`` is dropped and counted, never cut.
+Multi-image questions (``multi_image_path``) come in MIOH's format ("Fine-Grained Multi-Image Object
+Hallucination Benchmark", Sec. 3, Table 1 and Fig. 2: ``id, images, question, options, answer, task, pattern,
+pressure``), read and worded as the ``mioh`` benchmark reads and words them (:mod:`core.mcq_format`, the
+format's one home), so a trained question reads as the benchmark's; ``multi_image_ratio`` of them per ORIC
+question are mixed in. Each image of an N-image prompt is scaled to the per-image budget
+(:func:`core.images.image_budget`), and a prompt still longer than ``max_prompt_length`` is dropped and
+counted, never cut.
 """
 
 from __future__ import annotations
@@ -27,10 +28,10 @@ from tqdm import tqdm
 
 from core.errors import UserError
 from core.images import image_budget, load_image
+from core.mcq_format import read_mioh_questions
 from core.pope_format import read_pope_questions
 from core.prompts import R1_OPTION_INSTRUCTION, with_r1_instruction
 from core.sampling import sample_indices
-from eval_hooks.benchmarks.mioh import Mioh
 from eval_hooks.paths import recorded_image_root
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from finetune.token_lengths import prompt_lengths, rows_within
@@ -138,24 +139,24 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
 
 
 def load_multi_image_records(path: str | Path, image_root: str | Path | None = None) -> list[dict[str, Any]]:
-    """Multi-image questions in MIOH's format, read and checked by the MIOH benchmark's loader, each worded by its
-    prompt; the ``solution`` is the letter. Images are relative to ``image_root``, else to the folder the builder's
-    manifest records (``veritune build mioh-rft``: :func:`eval_hooks.paths.recorded_image_root`), else to the
-    file's folder."""
+    """Multi-image questions in MIOH's format, read and checked as the ``mioh`` benchmark reads them
+    (:func:`core.mcq_format.read_mioh_questions`), each worded by its prompt; the ``solution`` is the letter.
+    Images are relative to ``image_root``, else to the folder the builder's manifest records (``veritune build
+    mioh-rft``: :func:`eval_hooks.paths.recorded_image_root`), else to the file's folder."""
     root = Path(image_root) if image_root else recorded_image_root(Path(path))
     try:
-        items = Mioh().load(Path(path), root)
+        questions = read_mioh_questions(Path(path), root)
     except UserError as err:
         raise UserError(f"multi_image_path: {err}") from None
     return [
         {
-            "id": f"multi/{item.id}",
-            "question": item.prompt,
-            "solution": item.meta["answer"],
-            "options": item.meta["options"],
-            "image_paths": [str(image) for image in item.images],
+            "id": f"multi/{question.id}",
+            "question": question.prompt,
+            "solution": question.answer,
+            "options": question.options,
+            "image_paths": [str(image) for image in question.images],
         }
-        for item in items
+        for question in questions
     ]
 
 

@@ -16,6 +16,7 @@ import re
 from functools import lru_cache
 from typing import Any, Literal
 
+from core.mcq_format import OPTION_LETTERS
 from core.prompts import MAX_SCAN_CHARS, SOLUTION_TAG, has_r1_format, solution_blocks
 
 YesNo = Literal["yes", "no"]
@@ -161,10 +162,6 @@ def _extract_yes_no_text(text: str) -> YesNo | None:
         return "yes" if has_yes else "no"
     return None
 
-
-# The option letters of a multiple-choice answer: those the SFT warm-start writes as the right answer and
-# those the option grader reads (:func:`extract_option`).
-OPTION_LETTERS = "ABCDEFGHIJ"
 
 _LETTER_ALONE = re.compile(r"\A\s*\(?([A-J])\)?\s*(?:[.:)\]]|\Z|\s)")
 _LETTER_PHRASE = re.compile(
