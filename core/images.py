@@ -40,6 +40,21 @@ def loaded_size(path: str | Path, max_pixels: int) -> tuple[int, int]:
         return scaled_size(*raw.size, max_pixels)
 
 
+def image_budget(num_images: int, max_pixels: int, max_pixels_per_image: int | None = None) -> int:
+    """The pixel budget of each image of a prompt holding ``num_images``: ``max_pixels`` for one image; for
+    several, ``max_pixels_per_image`` (at most ``max_pixels``), or else ``max_pixels`` shared equally, so an
+    N-image prompt costs about the image tokens of a one-image prompt.
+
+    >>> image_budget(1, 1000, 200), image_budget(4, 1000, 200), image_budget(4, 1000)
+    (1000, 200, 250)
+    """
+    if num_images <= 1:
+        return max_pixels
+    if max_pixels_per_image is not None:
+        return min(max_pixels, max_pixels_per_image)
+    return max(1, max_pixels // num_images)
+
+
 IMAGE_CACHE_SIZE = 64  # decoded images kept: ORIC-Bench asks four paraphrases about each image
 BLIND_FILL = (128, 128, 128)  # the blind control's default blank: mid-grey
 

@@ -13,6 +13,10 @@ R1_INSTRUCTION = (
     "<REASONING> and </REASONING> and then your final answer between <SOLUTION> and (put yes or no here) </SOLUTION>."
 )
 
+# The same instruction for a multiple-choice question (MIOH-format training rows, "Fine-Grained Multi-Image Object
+# Hallucination Benchmark", Sec. 3: questions answered by a letter): only the answer it asks for differs.
+R1_OPTION_INSTRUCTION = R1_INSTRUCTION.replace("(put yes or no here)", "(put the option's letter here)")
+
 # Scanning megabyte-long completions with regular expressions is cheap, but there is no reason to look
 # beyond what a model could sensibly emit as an answer (every answer parser stops here).
 MAX_SCAN_CHARS = 200_000
@@ -26,13 +30,14 @@ _REASONING_THEN_SOLUTION = re.compile(
 _ANY_TAG = re.compile(r"</?(?:REASONING|SOLUTION)>")
 
 
-def with_r1_instruction(question: str) -> str:
-    """The question followed by the R1 instruction: the prompt of ORIC's training file and of ORIC-Bench R1.
+def with_r1_instruction(question: str, instruction: str = R1_INSTRUCTION) -> str:
+    """The question followed by the R1 instruction: the prompt of ORIC's training file and of ORIC-Bench R1
+    (``instruction``: :data:`R1_OPTION_INSTRUCTION` for a multiple-choice question).
 
     >>> with_r1_instruction("Is there a cat?")[:40]
     'Is there a cat? Please first provide you'
     """
-    return f"{question} {R1_INSTRUCTION}"
+    return f"{question} {instruction}"
 
 
 def solution_blocks(text: str) -> list[str]:

@@ -97,6 +97,8 @@ RECIPE_PATH_KEYS = (
     "model_name_or_path",
     "dataset_path",
     "image_root",
+    "multi_image_path",
+    "multi_image_root",
     "eval_data_root",
     "eval_image_root",
 )

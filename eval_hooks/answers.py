@@ -1,7 +1,8 @@
 """Answer parsing shared by several benchmarks and the LLM judge: the option letter of a multiple-choice
-answer, the count of a counting answer (ORBIT's official rules), and the substring yes/no of RePOPE's and
-DASH-B's official code. Parsing used by one benchmark only lives in that benchmark's module; parsing shared
-with the training rewards (yes/no, the R1 ``<SOLUTION>`` block) in :mod:`rewards.graders`.
+answer (the one option grader, :func:`rewards.graders.extract_option`, which the training rewards share), the
+count of a counting answer (ORBIT's official rules), and the substring yes/no of RePOPE's and DASH-B's official
+code. Parsing used by one benchmark only lives in that benchmark's module; parsing shared with the training
+rewards (yes/no, the R1 ``<SOLUTION>`` block, option letters) in :mod:`rewards.graders`.
 
 Every function here is total: whatever it is given (None, numbers, megabyte strings, unbalanced tags)
 it returns a value and never raises.
@@ -10,74 +11,12 @@ it returns a value and never raises.
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
-from core.prompts import MAX_SCAN_CHARS, SOLUTION_TAG
-from rewards.graders import OPTION_LETTERS, YesNo, completion_text
+from core.prompts import MAX_SCAN_CHARS
+from rewards.graders import OPTION_LETTERS, YesNo, completion_text, extract_option
 
 __all__ = ["OPTION_LETTERS", "extract_count", "extract_option", "substring_yes_no"]
-
-
-_LETTER_ALONE = re.compile(r"\A\s*\(?([A-J])\)?\s*(?:[.:)\]]|\Z|\s)")
-_LETTER_PHRASE = re.compile(
-    r"(?i:\b(?:answer|option|choice|is)\s*(?:is|:)?\s*(?:option\s*)?)[(\[]?([A-J])[)\].,:]?(?=\s|\Z|[.,;!])"
-)
-_LETTER_PAREN = re.compile(r"\(([A-Ja-j])\)")
-_NORMALISE = re.compile(r"[^a-z0-9]+")
-
-
-def _normalise(text: str) -> str:
-    return _NORMALISE.sub(" ", text.lower()).strip()
-
-
-def extract_option(text: Any, options: dict[str, str] | None = None) -> tuple[str | None, str]:
-    """The option letter a multiple-choice answer picks, and the rule that resolved it.
-
-    Rules, in order (the second value names the one that fired, for the resolution shares the scorers
-    report): ``"letter"``: the answer starts with a capital letter standing alone ("B", "B.",
-    "(c)" also in lower case, "B) No, but I can see ..."), or says "the answer is B" / "option B";
-    ``"option_text"``: the answer contains exactly one option's text (compared without case and
-    punctuation; the longest match wins when one option's text contains another's); otherwise
-    ``(None, "unresolved")``. Only letters present in ``options`` count when options are given.
-
-    >>> extract_option("The answer is B")
-    ('B', 'letter')
-    >>> extract_option("(c)")
-    ('C', 'letter')
-    >>> extract_option(
-    ...     "No, but I can see a red cup.", {"A": "Yes, I can see a blue cup.", "B": "No, but I can see a red cup."}
-    ... )
-    ('B', 'option_text')
-    """
-    text = completion_text(text)
-    if not text:
-        return None, "unresolved"
-    return _extract_option(text, tuple((str(k), str(v)) for k, v in options.items()) if options else None)
-
-
-@lru_cache(maxsize=65536)  # the bootstrap re-scores the same answers a thousand times
-def _extract_option(text: str, pairs: tuple[tuple[str, str], ...] | None) -> tuple[str | None, str]:
-    options = dict(pairs) if pairs else None
-    text = SOLUTION_TAG.sub(" ", text[:MAX_SCAN_CHARS]).strip()
-    valid = set(options) if options else set(OPTION_LETTERS)
-    for pattern in (_LETTER_ALONE, _LETTER_PAREN, _LETTER_PHRASE):
-        match = pattern.search(text)
-        if match and match.group(1).upper() in valid:
-            return match.group(1).upper(), "letter"
-    if options:
-        answer = f" {_normalise(text)} "
-        hits = [
-            letter
-            for letter, option in options.items()
-            if _normalise(str(option)) and f" {_normalise(str(option))} " in answer
-        ]
-        if len(hits) > 1:  # "a cup" inside "a red cup": keep the longest, if it alone is the longest
-            longest = max(len(_normalise(options[h])) for h in hits)
-            hits = [h for h in hits if len(_normalise(options[h])) == longest]
-        if len(hits) == 1:
-            return hits[0], "option_text"
-    return None, "unresolved"
 
 
 # ----------------------------------------------------------------------------------------- counts

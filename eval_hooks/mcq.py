@@ -1,31 +1,26 @@
 """Multiple-choice helpers shared by the MCQ benchmarks (FINER, MIOH, VLMEvalKit TSV suites): the option
-block of a prompt, letter grading through the one option grader in :mod:`rewards.graders`, and
-accuracy tables."""
+block of a prompt (:mod:`core.mcq_format`, the format's home), letter grading through the one option grader
+in :mod:`rewards.graders`, and accuracy tables."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from eval_hooks.answers import OPTION_LETTERS, extract_option
+from core.mcq_format import OPTION_LETTERS, letter_list, lettered, option_block
 from eval_hooks.base import EvalItem
+from rewards.graders import extract_option
 
-
-def lettered(options: Iterable[str]) -> dict[str, str]:
-    """``{"A": first, "B": second, ...}`` for the non-empty options, in order."""
-    return {OPTION_LETTERS[i]: str(text) for i, text in enumerate(o for o in options if str(o).strip())}
-
-
-def option_block(options: dict[str, str]) -> str:
-    """One option per line: ``A. text``."""
-    return "\n".join(f"{letter}. {text}" for letter, text in options.items())
-
-
-def letter_list(options: dict[str, str]) -> str:
-    """``"A, B, C, D, or E"``: the letters of ``options`` for an instruction."""
-    letters = list(options)
-    return letters[0] if len(letters) == 1 else ", ".join(letters[:-1]) + f", or {letters[-1]}"
+__all__ = [
+    "OPTION_LETTERS",
+    "accuracy_table",
+    "grade_letters",
+    "letter_list",
+    "lettered",
+    "option_block",
+    "resolution_shares",
+]
 
 
 def grade_letters(items: list[EvalItem], predictions: dict[str, str]) -> tuple[dict[str, bool], Counter[str]]:

@@ -97,6 +97,10 @@ class ScriptArguments:
         default=1280 * 28 * 28,
         metadata={"help": "Images with more pixels are resized down (aspect ratio kept) before the processor."},
     )
+    max_pixels_per_image: int | None = field(
+        default=None,
+        metadata={"help": "Pixel budget of each image of a multi-image prompt (default: max_pixels / image count)."},
+    )
     max_train_samples: int | None = field(
         default=None,
         metadata={
@@ -204,6 +208,8 @@ class ScriptArguments:
             raise UserError(f"accelerate_config: {self.accelerate_config} does not exist (see recipes/accelerate/)")
         if self.max_pixels <= 0:
             raise UserError(f"max_pixels: must be positive, got {self.max_pixels}")
+        if self.max_pixels_per_image is not None and self.max_pixels_per_image <= 0:
+            raise UserError(f"max_pixels_per_image: must be positive, got {self.max_pixels_per_image}")
         if self.max_train_samples is not None and self.max_train_samples <= 0:
             raise UserError(f"max_train_samples: must be positive, got {self.max_train_samples}")
         if self.eval_limit_mode not in LIMIT_MODES:
@@ -238,6 +244,17 @@ class GRPOScriptArguments(ScriptArguments):
     replay_ratio: float = field(
         default=1.0, metadata={"help": "Replayed questions per ORIC question (with `replay_path`)."}
     )
+    multi_image_path: str | None = field(
+        default=None,
+        metadata={"help": "Multi-image questions in MIOH's format mixed into the GRPO data (docs/TRAINING.md)."},
+    )
+    multi_image_root: str | None = field(
+        default=None,
+        metadata={"help": "Directory of the multi-image file's images (default: its manifest's, else its folder)."},
+    )
+    multi_image_ratio: float = field(
+        default=1.0, metadata={"help": "Multi-image questions per ORIC question (with `multi_image_path`)."}
+    )
     reward_funcs: list[str] = field(
         default_factory=lambda: ["accuracy", "format"],
         metadata={"help": "Reward names from `rewards.REWARD_FUNCS` or dotted paths `pkg.module.func`."},
@@ -247,6 +264,8 @@ class GRPOScriptArguments(ScriptArguments):
         super().__post_init__()  # reward_funcs and reward_weights: finetune.recipe.check_reward_funcs
         if self.replay_ratio < 0:
             raise UserError(f"replay_ratio: expected a number >= 0, got {self.replay_ratio}")
+        if self.multi_image_ratio < 0:
+            raise UserError(f"multi_image_ratio: expected a number >= 0, got {self.multi_image_ratio}")
 
 
 # Recipe switches that need a GPU extra (`pip install -e '.[gpu]'`): TRL's own options, checked up front so

@@ -14,7 +14,7 @@ from typing import Any
 from datasets import Dataset
 
 from core.errors import UserError
-from core.images import loaded_size
+from core.images import image_budget, loaded_size
 from core.sampling import sample_indices
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 from finetune.data_sources import is_saved_dataset, parquet_has_split, saved_splits, uses_datasets
@@ -83,9 +83,15 @@ def report_counts(report: PreferenceReport) -> dict[str, Any]:
 
 
 def count_too_long(
-    dataset: Dataset, processor: Any, max_length: int, max_pixels: int | None, split_report: dict[str, Any], split: str
+    dataset: Dataset,
+    processor: Any,
+    max_length: int,
+    budgets: tuple[int | None, int | None],
+    split_report: dict[str, Any],
+    split: str,
 ) -> Dataset:
-    """The rows of ``dataset`` whose prompt (its images scaled to ``max_pixels``) plus longer answer fits in
+    """The rows of ``dataset`` whose prompt (its images scaled to ``budgets``: ``max_pixels`` and
+    ``max_pixels_per_image``, :func:`core.images.image_budget`) plus longer answer fits in
     ``max_length`` tokens: TRL's collator cuts a longer one at ``max_length``, through its answer or its image
     tokens. The others are counted in ``split_report`` (``rows``, ``longer_than_max_length``); a split with
     no row that fits is an error naming the longest."""
@@ -93,14 +99,16 @@ def count_too_long(
 
     lengths = PreferenceLengths(processor)
 
-    def size(path: str) -> tuple[int, int]:
+    max_pixels, per_image = budgets
+
+    def size(path: str, count: int) -> tuple[int, int]:
         try:
-            return loaded_size(path, max_pixels or 1 << 62)
+            return loaded_size(path, image_budget(count, max_pixels or 1 << 62, per_image))
         except OSError as err:  # PIL's UnidentifiedImageError included
             raise UserError(f"{path}: unreadable image ({type(err).__name__}); remove its rows or replace it") from None
 
     def measure(chunk: list[dict[str, Any]]) -> list[int]:
-        return lengths(chunk, [[size(path) for path in row["images"]] for row in chunk])
+        return lengths(chunk, [[size(path, len(row["images"])) for path in row["images"]] for row in chunk])
 
     kept, longest = rows_within(rows, measure, max_length, f"measuring {split} rows")
     if not kept:
@@ -148,14 +156,13 @@ def get_preference_datasets(
             "rows": len(evaluation),
             **(report_counts(eval_report) if eval_report else {"held_out_of_train": True}),
         }
+    budgets = script_args.max_pixels, script_args.max_pixels_per_image
     if load_processor is not None and training_args.max_length is not None:
         processor = load_processor()
-        train = count_too_long(
-            train, processor, training_args.max_length, script_args.max_pixels, report["train"], "train"
-        )
+        train = count_too_long(train, processor, training_args.max_length, budgets, report["train"], "train")
         if evaluation is not None:
             evaluation = count_too_long(
-                evaluation, processor, training_args.max_length, script_args.max_pixels, report["eval"], "validation"
+                evaluation, processor, training_args.max_length, budgets, report["eval"], "validation"
             )
-    evaluation = None if evaluation is None else with_images(evaluation, script_args.max_pixels)
-    return with_images(train, script_args.max_pixels), evaluation, report
+    evaluation = None if evaluation is None else with_images(evaluation, *budgets)
+    return with_images(train, *budgets), evaluation, report

@@ -16,6 +16,10 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 ``replay_path`` (not in the paper, off in its recipes) mixes conventional questions in POPE's layout into the
 data, ``replay_ratio`` per ORIC question: the tiny miniature needs them to keep its ordinary accuracy
 (docs/LAB_NOTEBOOK.md).
+``multi_image_path`` mixes in multi-image questions in MIOH's format ("Fine-Grained Multi-Image Object Hallucination
+Benchmark", Sec. 3, Table 1 and Fig. 2), ``multi_image_ratio`` per ORIC question, through TRL's multi-image path (an
+``images`` list per row); their reward is the option grader's (``option_accuracy``), each image is scaled to
+``max_pixels_per_image`` (docs/TRAINING.md, "Multi-image questions").
 """
 
 from __future__ import annotations
@@ -65,6 +69,10 @@ def main(script_args: GRPOScriptArguments, training_args: VerituneGRPOConfig, mo
         seed=training_args.seed,
         replay_path=script_args.replay_path,
         replay_ratio=script_args.replay_ratio,
+        multi_image_path=script_args.multi_image_path,
+        multi_image_root=script_args.multi_image_root,
+        multi_image_ratio=script_args.multi_image_ratio,
+        max_pixels_per_image=script_args.max_pixels_per_image,
     )
     source = source_label(
         script_args.dataset_path, script_args.dataset_name, script_args.dataset_config, script_args.dataset_train_split

@@ -5,10 +5,19 @@ what ``veritune build oric`` writes): a JSON list of ``{id, image, target_object
 with ``image`` relative to an image root. ``problem`` is one prompt (training file) or the list of four
 paraphrases (benchmark file, of which the first is used); ``solution`` is ``yes``/``no`` or
 ``<SOLUTION>yes</SOLUTION>``.
+
+Multi-image questions (``multi_image_path``) come in MIOH's format ("Fine-Grained Multi-Image Object
+Hallucination Benchmark", Sec. 3, Table 1 and Fig. 2: ``id, images, question, options, answer, task, pattern,
+pressure``), read and worded as the ``mioh`` benchmark reads and words them (:mod:`core.mcq_format`, the
+format's one home), so a trained question reads as the benchmark's; ``multi_image_ratio`` of them per ORIC
+question are mixed in. Each image of an N-image prompt is scaled to the per-image budget
+(:func:`core.images.image_budget`), and a prompt still longer than ``max_prompt_length`` is dropped and
+counted, never cut.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,10 +27,12 @@ from PIL import Image
 from tqdm import tqdm
 
 from core.errors import UserError
-from core.images import load_image
+from core.images import image_budget, load_image
+from core.mcq_format import read_mioh_questions
 from core.pope_format import read_pope_questions
-from core.prompts import with_r1_instruction
+from core.prompts import R1_OPTION_INSTRUCTION, with_r1_instruction
 from core.sampling import sample_indices
+from eval_hooks.paths import recorded_image_root
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from finetune.token_lengths import prompt_lengths, rows_within
 from rewards.oric import ORIC_FIELDS, check_oric_record
@@ -42,12 +53,15 @@ class DataReport:
 
     total: int = 0
     replayed: int = 0
+    multi_image: int = 0
     kept: int = 0
     dropped_bad_image: list[str] = field(default_factory=list)
     dropped_too_long: int = 0
 
     def summary(self) -> str:
-        replayed = f" ({self.replayed} of them replayed conventional questions)" if self.replayed else ""
+        parts = [f"{self.replayed} of them replayed conventional questions"] if self.replayed else []
+        parts += [f"{self.multi_image} of them multi-image questions"] if self.multi_image else []
+        replayed = f" ({'; '.join(parts)})" if parts else ""
         return (
             f"{self.kept}/{self.total} examples kept{replayed}; {len(self.dropped_bad_image)} dropped for missing or "
             f"unreadable images; {self.dropped_too_long} dropped as longer than max_prompt_length"
@@ -124,6 +138,28 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
     return records
 
 
+def load_multi_image_records(path: str | Path, image_root: str | Path | None = None) -> list[dict[str, Any]]:
+    """Multi-image questions in MIOH's format, read and checked as the ``mioh`` benchmark reads them
+    (:func:`core.mcq_format.read_mioh_questions`), each worded by its prompt; the ``solution`` is the letter.
+    Images are relative to ``image_root``, else to the folder the builder's manifest records (``veritune build
+    mioh-rft``: :func:`eval_hooks.paths.recorded_image_root`), else to the file's folder."""
+    root = Path(image_root) if image_root else recorded_image_root(Path(path))
+    try:
+        questions = read_mioh_questions(Path(path), root)
+    except UserError as err:
+        raise UserError(f"multi_image_path: {err}") from None
+    return [
+        {
+            "id": f"multi/{question.id}",
+            "question": question.prompt,
+            "solution": question.answer,
+            "options": question.options,
+            "image_paths": [str(image) for image in question.images],
+        }
+        for question in questions
+    ]
+
+
 def _image_problem(path: Path) -> str | None:
     if not path.is_file():
         return "missing"
@@ -141,7 +177,7 @@ def build_prompt(question: str, template: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": template.format(question=question)}]
 
 
-def prompt_length(processor: Any, prompt: list[dict[str, Any]], image: Image.Image) -> int:
+def prompt_length(processor: Any, prompt: list[dict[str, Any]], image: Image.Image | list[Image.Image]) -> int:
     """Number of prompt tokens the model sees, image tokens included (rendered as TRL renders it)."""
     return prompt_lengths(processor, [prompt], [image])[0]
 
@@ -162,6 +198,10 @@ def get_oric_dataset(
     seed: int = 0,
     replay_path: str | Path | None = None,
     replay_ratio: float = 1.0,
+    multi_image_path: str | Path | None = None,
+    multi_image_root: str | Path | None = None,
+    multi_image_ratio: float = 1.0,
+    max_pixels_per_image: int | None = None,
 ) -> tuple[Dataset, DataReport]:
     """Prepare an ORIC-format file for TRL's GRPOTrainer.
 
@@ -171,32 +211,102 @@ def get_oric_dataset(
     ``max_samples`` keeps at most that many records, drawn uniformly at random with ``seed`` (in file order),
     before the images are checked. ``replay_path`` (a POPE-layout file, images under ``image_root``) adds
     ``replay_ratio`` conventional questions per ORIC question, drawn uniformly with ``seed``: see
-    :func:`load_replay_records`.
+    :func:`load_replay_records`. ``multi_image_path`` (MIOH's format, images under ``multi_image_root``)
+    adds ``multi_image_ratio`` multi-image questions per ORIC question, drawn uniformly with ``seed``
+    (:func:`load_multi_image_records`), each image scaled to ``image_budget(N, max_pixels, max_pixels_per_image)``.
 
     Returns:
         A dataset with columns ``prompt`` (conversational), ``solution`` (``yes``/``no``), ``id``,
         ``target_object``, ``image_path``, whose rows also carry the resized PIL ``image`` (added on access,
-        so images are decoded lazily), and a :class:`DataReport`.
+        so images are decoded lazily), and a :class:`DataReport`. With ``multi_image_path`` every row holds a
+        list instead (TRL's multi-image path): ``image_paths`` and, on access, ``images``; also ``options``
+        (the JSON text of a multi-image row's ``{letter: text}``, ``""`` on a yes/no row) and ``pixel_budget``.
     """
     label = source_label(path, dataset_name, dataset_config, split)
     root = Path(image_root) if image_root else (Path(path).parent if path and not dataset_name else Path.cwd())
     records = load_oric_records(path, dataset_name=dataset_name, dataset_config=dataset_config, split=split)
     records = [records[i] for i in sample_indices(len(records), max_samples, seed)]
+    multi: list[dict[str, Any]] = []
+    if multi_image_path:
+        questions = load_multi_image_records(multi_image_path, multi_image_root)
+        wanted = round(multi_image_ratio * len(records))
+        if wanted > len(questions):
+            raise UserError(
+                f"{multi_image_path}: {len(questions)} questions, fewer than the {wanted} multi_image_ratio asks for"
+            )
+        multi = [questions[i] for i in sample_indices(len(questions), wanted, seed + 2)]
     if replay_path:
         replay = load_replay_records(replay_path, root)
         wanted = round(replay_ratio * len(records))
         if wanted > len(replay):
             raise UserError(f"{replay_path}: {len(replay)} questions, fewer than the {wanted} replay_ratio asks for")
         records += [replay[i] for i in sample_indices(len(replay), wanted, seed + 1)]
-    report = DataReport(total=len(records), replayed=sum(str(r["id"]).startswith("replay/") for r in records))
+    report = DataReport(
+        total=len(records) + len(multi),
+        replayed=sum(str(r["id"]).startswith("replay/") for r in records),
+        multi_image=len(multi),
+    )
     extract = embedded_image_dir(path, dataset_name)
     rows = rows_with_images(records, root, resolve_template(template), label, skip_bad_examples, report, extract)
+    if multi_image_path:
+        rows = [
+            {**{k: v for k, v in row.items() if k != "image_path"}, "image_paths": [row["image_path"]], "options": ""}
+            | {"pixel_budget": max_pixels}
+            for row in rows
+        ]
+        rows += multi_image_rows(multi, template, max_pixels, max_pixels_per_image, skip_bad_examples, report)
     if max_prompt_length is not None and processor is not None:
         rows = drop_long_prompts(rows, processor, max_pixels, max_prompt_length, report)
     report.kept = len(rows)
     if not rows:
         raise UserError(f"{label}: no usable training examples ({report.summary()})")
-    return lazy_image_dataset(rows, max_pixels), report
+    return (lazy_images_dataset(rows) if multi_image_path else lazy_image_dataset(rows, max_pixels)), report
+
+
+def multi_image_prompt(question: str, template: str) -> list[dict[str, Any]]:
+    """The prompt of a multi-image question (MIOH's wording): under ``oric_r1`` the R1 instruction asks for the
+    option's letter in the ``<SOLUTION>`` block; any other template wraps it as it wraps a yes/no question."""
+    if template == "oric_r1":
+        return [{"role": "user", "content": with_r1_instruction(question, R1_OPTION_INSTRUCTION)}]
+    return build_prompt(question, resolve_template(template))
+
+
+def multi_image_rows(
+    records: list[dict[str, Any]],
+    template: str,
+    max_pixels: int,
+    max_pixels_per_image: int | None,
+    skip_bad_examples: bool,
+    report: DataReport,
+) -> list[dict[str, Any]]:
+    """The training rows of the multi-image questions whose images all open; a bad image stops, unless
+    ``skip_bad_examples`` (then the row is dropped and listed with the others)."""
+    bad: list[str] = []
+    rows = []
+    for record in records:
+        problems = [(image, _image_problem(Path(image))) for image in record["image_paths"]]
+        problems = [(image, problem) for image, problem in problems if problem]
+        if problems:
+            bad.append(f"multi-image question {record['id']}: {problems[0][0]} {problems[0][1]}")
+            continue
+        rows.append(
+            {
+                "prompt": multi_image_prompt(record["question"], template),
+                "solution": record["solution"],
+                "id": str(record["id"]),
+                "target_object": "",
+                "image_paths": record["image_paths"],
+                "options": json.dumps(record["options"]),
+                "pixel_budget": image_budget(len(record["image_paths"]), max_pixels, max_pixels_per_image),
+            }
+        )
+    if bad and not skip_bad_examples:
+        raise UserError(
+            f"multi_image_path: {len(bad)} question(s) with missing or unreadable images, first: "
+            f"{'; '.join(bad[:3])} (fix multi_image_root or set skip_bad_examples: true)"
+        )
+    report.dropped_bad_image += bad
+    return rows
 
 
 def rows_with_images(
@@ -241,10 +351,16 @@ def rows_with_images(
 def drop_long_prompts(
     rows: list[dict[str, Any]], processor: Any, max_pixels: int, max_prompt_length: int, report: DataReport
 ) -> list[dict[str, Any]]:
-    """The rows whose prompt fits in ``max_prompt_length`` tokens, image tokens included; the rest are counted."""
+    """The rows whose prompt fits in ``max_prompt_length`` tokens, image tokens included; the rest are counted.
+    A multi-image row is measured with its images at its ``pixel_budget``."""
 
     def measure(chunk: list[dict[str, Any]]) -> list[int]:
-        images = [load_image(row["image_path"], max_pixels) for row in chunk]
+        images: list[Image.Image | list[Image.Image]] = [
+            [load_image(p, row["pixel_budget"]) for p in row["image_paths"]]
+            if "image_paths" in row
+            else load_image(row["image_path"], max_pixels)
+            for row in chunk
+        ]
         return prompt_lengths(processor, [row["prompt"] for row in chunk], images)
 
     kept, _ = rows_within(rows, measure, max_prompt_length, "measuring prompts")
@@ -257,6 +373,22 @@ def lazy_image_dataset(rows: list[dict[str, Any]], max_pixels: int) -> Dataset:
 
     def attach_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
         batch["image"] = [load_image(p, max_pixels) for p in batch["image_path"]]
+        return batch
+
+    dataset = Dataset.from_list(rows)
+    dataset.set_transform(attach_images)
+    return dataset
+
+
+def lazy_images_dataset(rows: list[dict[str, Any]]) -> Dataset:
+    """A dataset of ``rows`` whose ``images`` (each scaled to its row's ``pixel_budget``) are decoded on access:
+    the ``images`` column TRL's GRPOTrainer places before the prompt's text, one placeholder per image."""
+
+    def attach_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        batch["images"] = [
+            [load_image(p, budget) for p in paths]
+            for paths, budget in zip(batch["image_paths"], batch["pixel_budget"], strict=True)
+        ]
         return batch
 
     dataset = Dataset.from_list(rows)

@@ -198,18 +198,21 @@ READERS = {"veritune": _from_veritune, "finer": _from_finer, "rlaif-v": _from_rl
 # ---- images
 
 
-def load_images(paths: list[str], max_pixels: int | None = None) -> list[Any]:
-    """Open one row's images as RGB, scaled down (aspect kept) to at most ``max_pixels`` pixels each."""
-    from core.images import load_image
+def load_images(paths: list[str], max_pixels: int | None = None, max_pixels_per_image: int | None = None) -> list[Any]:
+    """Open one row's images as RGB, scaled down (aspect kept) to the row's per-image budget: ``max_pixels`` for
+    one image, ``max_pixels_per_image`` (else ``max_pixels`` shared) for several (:func:`core.images.image_budget`)."""
+    from core.images import image_budget, load_image
 
-    return [load_image(path, max_pixels or 1 << 62) for path in paths]
+    budget = image_budget(len(paths), max_pixels or 1 << 62, max_pixels_per_image)
+    return [load_image(path, budget) for path in paths]
 
 
-def with_images(dataset: Any, max_pixels: int | None = None) -> Any:
-    """Set a transform on ``dataset`` that turns its ``images`` paths into PIL images on access; returns it."""
+def with_images(dataset: Any, max_pixels: int | None = None, max_pixels_per_image: int | None = None) -> Any:
+    """Set a transform on ``dataset`` that turns its ``images`` paths into PIL images on access (each row's at its
+    per-image budget, :func:`load_images`); returns it."""
 
     def open_images(batch: dict[str, list[Any]]) -> dict[str, list[Any]]:
-        batch["images"] = [load_images(paths, max_pixels) for paths in batch["images"]]
+        batch["images"] = [load_images(paths, max_pixels, max_pixels_per_image) for paths in batch["images"]]
         return batch
 
     dataset.set_transform(open_images)

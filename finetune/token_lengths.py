@@ -16,15 +16,20 @@ LENGTH_BATCH = 64  # rows measured per processor call
 Row = TypeVar("Row")
 
 
-def prompt_lengths(processor: Any, prompts: list[list[dict[str, Any]]], images: list[Image.Image]) -> list[int]:
-    """Tokens of each one-image prompt with its generation prompt (TRL's GRPOTrainer), in one processor call."""
+def prompt_lengths(
+    processor: Any, prompts: list[list[dict[str, Any]]], images: list[Image.Image | list[Image.Image]]
+) -> list[int]:
+    """Tokens of each prompt with its generation prompt (TRL's GRPOTrainer), in one processor call; a prompt's
+    image, or its list of images (one placeholder each, in order)."""
+    lists = [image if isinstance(image, list) else [image] for image in images]
     texts = [
         processor.apply_chat_template(
-            prepare_multimodal_messages(prompt, [image]), add_generation_prompt=True, tokenize=False
+            prepare_multimodal_messages(prompt, row_images), add_generation_prompt=True, tokenize=False
         )
-        for prompt, image in zip(prompts, images, strict=True)
+        for prompt, row_images in zip(prompts, lists, strict=True)
     ]
-    return [len(ids) for ids in processor(text=texts, images=images)["input_ids"]]
+    flat = [image for row_images in lists for image in row_images]
+    return [len(ids) for ids in processor(text=texts, images=flat)["input_ids"]]
 
 
 class PreferenceLengths:

@@ -111,8 +111,15 @@ def eval_hook(script_args: ScriptArguments) -> TrainerCallback | None:
 
 
 # The data paths a recipe may name and what each must be: "dir", or "any" where the reader takes a file or a
-# folder (finetune/data_sources.py; core/pope_format.py for replay_path).
-DATA_PATH_KEYS = {"dataset_path": "any", "eval_dataset_path": "any", "replay_path": "any", "image_root": "dir"}
+# folder (finetune/data_sources.py; core/pope_format.py for replay_path; MIOH's loader for multi_image_path).
+DATA_PATH_KEYS = {
+    "dataset_path": "any",
+    "eval_dataset_path": "any",
+    "replay_path": "any",
+    "image_root": "dir",
+    "multi_image_path": "file",
+    "multi_image_root": "dir",
+}
 
 
 def check_run_paths(script_args: ScriptArguments | None, model_args: VerituneModelConfig | None) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from core.registry import import_dotted
+from rewards.options import option_accuracy_reward, plain_option_accuracy_reward
 from rewards.oric import accuracy_reward, format_reward, plain_accuracy_reward
 
 RewardFunc = Callable[..., list[float | None]]
@@ -18,6 +19,8 @@ REWARD_FUNCS: dict[str, RewardFunc] = {
     "accuracy": accuracy_reward,
     "format": format_reward,
     "plain_accuracy": plain_accuracy_reward,
+    "option_accuracy": option_accuracy_reward,
+    "plain_option_accuracy": plain_option_accuracy_reward,
 }
 
 
@@ -56,5 +59,7 @@ __all__ = [
     "accuracy_reward",
     "format_reward",
     "get_reward_funcs",
+    "option_accuracy_reward",
     "plain_accuracy_reward",
+    "plain_option_accuracy_reward",
 ]

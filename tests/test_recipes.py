@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 GRPO_TYPES = (GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig)
 # the paper recipes in recipes/, the miniature's in recipes/miniature/
 RECIPES = sorted([*(REPO_ROOT / "recipes").glob("*.yaml"), *(REPO_ROOT / "recipes" / "miniature").glob("*.yaml")])
-GRPO_RECIPES = [p for p in RECIPES if "oric" in p.name]
+GRPO_RECIPES = [p for p in RECIPES if "oric" in p.name or "mioh" in p.name]
 # Recipes are parsed on this CPU machine: `use_cpu` lets TrainingArguments accept their bf16 settings.
 ON_CPU = ["--use_cpu", "true"]
 
@@ -36,6 +37,8 @@ def test_grpo_recipe_loads(recipe: Path) -> None:
     assert model_args.model_name_or_path
     # the paper's reward; the miniature answers plainly (tests/test_miniature.py checks its recipe)
     expected = ["plain_accuracy"] if recipe.name == "tiny_oric_miniature.yaml" else ["accuracy", "format"]
+    if "mioh" in recipe.name:  # a multi-image row is scored by the option reward (recipes/base/mioh_grpo.yaml)
+        expected = ["accuracy", "option_accuracy", "format"]
     assert script_args.reward_funcs == expected
     accelerate_config = REPO_ROOT / script_args.accelerate_config
     assert accelerate_config.parent.name == "accelerate"
@@ -43,7 +46,7 @@ def test_grpo_recipe_loads(recipe: Path) -> None:
 
 def test_every_recipe_is_covered_by_a_loader_test() -> None:
     recipes = {p.name for p in RECIPES}
-    assert all("oric" in name or "finer" in name or "sft" in name for name in recipes), (
+    assert all(any(kind in name for kind in ("oric", "mioh", "finer", "sft")) for name in recipes), (
         recipes
     )  # sft: tests/test_miniature.py
 
@@ -355,6 +358,7 @@ def test_real_grpo_recipes_log_completion_tables() -> None:
 
 PAPER_BENCHMARKS = {
     "oric": {"oric_bench", "amber_discriminative", "hallusionbench"},  # ORIC Sec. 5, Fig. 5
+    "mioh": {"oric_bench", "mioh", "amber_discriminative", "hallusionbench"},  # ORIC's and the MIOH bench
     "finer": {"finer", "pope", "amber_discriminative", "hallusionbench"},  # FINER Tables 1-2
 }
 
@@ -368,11 +372,12 @@ def test_real_recipe_evaluates_its_papers_benchmarks_with_limits(recipe: Path) -
     from eval_hooks.paths import parse_benchmark_limits
     from eval_hooks.registry import get_benchmark
 
-    raw = load_recipe(recipe, GRPO_TYPES if "oric" in recipe.name else _dpo_types())
+    kind = next(kind for kind in ("oric", "mioh", "finer") if kind in recipe.name)
+    raw = load_recipe(recipe, _dpo_types() if kind == "finer" else GRPO_TYPES)
     assert raw["eval_on_save"] is True
     assert raw["eval_data_root"] == "data/benchmarks"
     names, limits = parse_benchmark_limits(raw["eval_benchmarks"])
-    assert set(names) == PAPER_BENCHMARKS["oric" if "oric" in recipe.name else "finer"]
+    assert set(names) == PAPER_BENCHMARKS[kind]
     assert set(limits) == set(names) and all(n > 0 for n in limits.values())
     for name in names:
         get_benchmark(name)  # every name is registered
@@ -382,3 +387,20 @@ def _dpo_types() -> tuple[type, ...]:
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig
 
     return (DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig)
+
+
+@pytest.mark.parametrize("variant", ["", "_lora"])
+def test_mioh_recipes_are_the_oric_recipes_with_the_multi_image_mix(variant: str) -> None:
+    """recipes/qwen3vl_mioh*.yaml: ORIC's recipe of the same variant, plus one MIOH-format question per ORIC
+    question, 200,704 pixels per image of a multi-image prompt, 2,048 prompt tokens and the option reward."""
+    mioh = parse_grpo(REPO_ROOT / f"recipes/qwen3vl_mioh{variant}.yaml")
+    oric = parse_grpo(REPO_ROOT / f"recipes/qwen3vl_oric{variant}.yaml")
+    script_args = mioh[0]
+    assert script_args.multi_image_path == "data/mioh_rft/mioh.json" and script_args.multi_image_ratio == 1.0
+    assert script_args.max_pixels_per_image == 200704 and script_args.max_prompt_length == 2048
+    assert script_args.max_pixels == oric[0].max_pixels == 1003520  # a one-image ORIC prompt keeps its budget
+    assert mioh[1].reward_weights == [1.0, 1.0, 1.0]
+    differ = {"output_dir", "run_name", "logging_dir", "max_prompt_length", "reward_weights"}
+    for ours, theirs in zip(mioh[1:], oric[1:], strict=True):
+        for name in (f.name for f in fields(theirs) if f.name not in differ):
+            assert getattr(ours, name) == getattr(theirs, name), name

@@ -25,23 +25,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from core.errors import UserError
-from core.io import read_json_or_jsonl
+from core.mcq_format import MIOH_PATTERNS, MIOH_PRESSURES, MIOH_TASKS, mioh_prompt, read_mioh_questions
 from eval_hooks.base import Benchmark, EvalItem
-from eval_hooks.mcq import accuracy_table, grade_letters, letter_list, lettered, option_block, resolution_shares
+from eval_hooks.mcq import accuracy_table, grade_letters, resolution_shares
 
-FIELDS = ("id", "images", "question", "options", "answer", "task", "pattern", "pressure")
-TASKS = ("existence", "counting", "attribute", "position")
-PATTERNS = ("comprehensive", "comparative", "selective")
-PRESSURES = ("easy", "hard_negative", "hard_positive", "num_images")
+__all__ = ["Mioh", "mioh_prompt"]
 
-
-def mioh_prompt(question: str, options: dict[str, str], num_images: int) -> str:
-    names = ", ".join(f"Image {i}" for i in range(1, num_images + 1))
-    return (
-        f"The images above are, in order, {names}.\n{question}\n{option_block(options)}\n"
-        f"Answer with the letter of the correct option ({letter_list(options)}) only."
-    )
+TASKS, PATTERNS, PRESSURES = MIOH_TASKS, MIOH_PATTERNS, MIOH_PRESSURES
 
 
 def _mean(values: list[float]) -> float:
@@ -62,53 +52,24 @@ class Mioh(Benchmark):
         return data_root / "mioh" / "mioh.json", data_root / "mioh" / "images"
 
     def load(self, data_path: Path, image_root: Path | None = None) -> list[EvalItem]:
-        records = read_json_or_jsonl(data_path, what="MIOH file")
-        root = Path(image_root) if image_root else Path(data_path).parent
-        items = []
-        for row, record in enumerate(records):
-            missing = [f for f in FIELDS if not isinstance(record, dict) or f not in record]
-            if missing:
-                raise UserError(
-                    f"{data_path}: row {row}: missing field '{missing[0]}' (MIOH records have {', '.join(FIELDS)})"
-                )
-            raw = record["options"]
-            options = (
-                {str(k).strip().upper(): str(v) for k, v in raw.items()} if isinstance(raw, dict) else lettered(raw)
+        return [
+            EvalItem(
+                id=question.id,
+                prompt=question.prompt,
+                images=question.images,
+                max_new_tokens=self.default_max_new_tokens,
+                meta={
+                    "options": question.options,
+                    "answer": question.answer,
+                    "task": question.task,
+                    "pattern": question.pattern,
+                    "pressure": question.pressure,
+                    "num_images": question.num_images,
+                },
+                missing_images=[p for p in question.images if not p.is_file()],
             )
-            answer = str(record["answer"]).strip().upper()
-            if answer not in options:
-                raise UserError(
-                    f"{data_path}: row {row}: answer {record['answer']!r} "
-                    f"is not one of the options {', '.join(options)}"
-                )
-            for field, allowed in (("task", TASKS), ("pattern", PATTERNS), ("pressure", PRESSURES)):
-                if record[field] not in allowed:
-                    raise UserError(
-                        f"{data_path}: row {row}: {field} {record[field]!r} is not one of {', '.join(allowed)}"
-                    )
-            if not isinstance(record["images"], list) or not record["images"]:
-                raise UserError(f"{data_path}: row {row}: images must be a non-empty list of paths")
-            images = [root / str(path) for path in record["images"]]
-            items.append(
-                EvalItem(
-                    id=str(record["id"]),
-                    prompt=mioh_prompt(str(record["question"]), options, len(images)),
-                    images=images,
-                    max_new_tokens=self.default_max_new_tokens,
-                    meta={
-                        "options": options,
-                        "answer": answer,
-                        "task": record["task"],
-                        "pattern": record["pattern"],
-                        "pressure": record["pressure"],
-                        "num_images": int(record.get("num_images") or len(images)),
-                    },
-                    missing_images=[p for p in images if not p.is_file()],
-                )
-            )
-        if not items:
-            raise UserError(f"{data_path}: no MIOH question found")
-        return items
+            for question in read_mioh_questions(data_path, image_root)
+        ]
 
     def score(self, items: list[EvalItem], predictions: dict[str, str]) -> dict[str, Any]:
         correct, resolution = grade_letters(items, predictions)
