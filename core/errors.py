@@ -3,6 +3,7 @@ Python traceback."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import io
@@ -113,6 +114,15 @@ def _worker_error(message: str, *, printed: bool) -> bool:
     return rank != "0"
 
 
+def _finish_wandb_run(exit_code: int) -> None:
+    """End this process's W&B run, if it has one, before the process exits: W&B's own exit hook would print its
+    closing lines with colour codes even into a log file."""
+    wandb = sys.modules.get("wandb")  # not imported: no run to finish
+    if wandb is not None and getattr(wandb, "run", None) is not None:
+        with contextlib.suppress(Exception, KeyboardInterrupt):  # a second Ctrl-C, or W&B failing, still exits
+            wandb.finish(exit_code=exit_code)
+
+
 def exit_on_user_error(func: F) -> F:
     """Run ``func``; print a :class:`UserError` as ``error: ...`` on stderr and exit with code 2.
 
@@ -135,6 +145,7 @@ def exit_on_user_error(func: F) -> F:
             message = decode_error_message(err, _open_file_in(err.__traceback__))
         except KeyboardInterrupt:
             close_progress_bars()
+            _finish_wandb_run(INTERRUPTED_EXIT_CODE)
             if not os.environ.get(PARENT_SAYS_INTERRUPTED_ENV):
                 print(INTERRUPTED_LINE, file=sys.stderr, flush=True)
             sys.exit(INTERRUPTED_EXIT_CODE)

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -636,6 +637,49 @@ def test_ctrl_c_under_launch_says_interrupted_once(tmp_path: Path) -> None:
     assert process.returncode == 130, stderr
     lines = [line for line in stderr.splitlines() if line.startswith("interrupted:")]
     assert lines == ["interrupted: finished work is kept; rerun the same command to resume"], stderr
+
+
+def test_ctrl_c_leaves_no_colour_codes_in_a_log_file(tmp_path: Path) -> None:
+    """A run interrupted while W&B logs, its output going to a file: the log holds plain text, W&B's closing lines
+    included (its exit hook would write them with colour codes)."""
+    import signal
+
+    worker = tmp_path / "worker.py"
+    worker.write_text(
+        "import time\n"
+        "import wandb\n"
+        "from core.errors import exit_on_user_error\n"
+        "def main():\n"
+        f"    wandb.init(mode='offline', dir={str(tmp_path)!r}, project='p')\n"
+        "    wandb.log({'loss': 1.0})\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(120)\n"
+        "exit_on_user_error(main)()\n"
+    )
+    log = tmp_path / "run.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "veritune.cli", "launch", "--num_processes", "1", str(worker)],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT), "WANDB_SILENT": "false"},
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            deadline = time.monotonic() + 300
+            while "ready" not in log.read_text() and process.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.5)
+            os.killpg(process.pid, signal.SIGINT)
+            process.wait(timeout=120)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    text = log.read_text()
+    assert process.returncode == 130, text
+    assert "interrupted:" in text, text
+    assert "\x1b[" not in text, text
 
 
 # ---- what the libraries underneath print: nothing that tells the user nothing
