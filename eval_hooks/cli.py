@@ -293,10 +293,10 @@ def _run(args: argparse.Namespace) -> int:
 
     # before anything loads, as training checks it: else every benchmark runs and wandb.init then refuses
     require_wandb_login(args.report_to, "--report-to wandb", "drop --report-to wandb")
-    blind_fill = blind_fill_of(args)  # the flags first, then the model they apply to
-    require_model(str(args.model), "--model")  # a typo or a run still training: said here, not by the Hub
+    blind_fill = blind_fill_of(args)
     plan = EvalPlan.from_cli(args)
     prepared = _prepare(plan)  # before the model loads: fails fast
+    require_model(str(args.model), "--model")  # a typo or a run still training: said here, not by the Hub
     judge = _judge(args)
     from eval_hooks.evaluate import require_judges
 
