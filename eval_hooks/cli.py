@@ -296,7 +296,6 @@ def _run(args: argparse.Namespace) -> int:
     blind_fill = blind_fill_of(args)
     plan = EvalPlan.from_cli(args)
     prepared = _prepare(plan)  # before the model loads: fails fast
-    require_model(str(args.model), "--model")  # a typo or a run still training: said here, not by the Hub
     judge = _judge(args)
     from eval_hooks.evaluate import require_judges
 
@@ -306,6 +305,7 @@ def _run(args: argparse.Namespace) -> int:
     kept_results(read_results_file(results_path), plan.benchmarks, run_settings(args, judge, plan), results_path)
     if process_state().is_main_process:  # before the model loads: a second `eval run` into OUT is refused
         hold_output_lock(args.out)
+    require_model(str(args.model), "--model")  # a typo or a run still training: said here, not by the Hub
     backend = get_backend(plan.backend, args.model, plan.dtype, blind_fill=blind_fill)
     refused: dict[str, str] = {}  # refused for their unresolved answers or a failed judge: the others still run
     results = evaluate(

@@ -320,8 +320,8 @@ def test_image_root_takes_name_equals_path(values: list[str], expected: dict | s
         (["oric_bench=WRONG"], True, "nothing can be answered"),
         # one image missing: refused, or allowed as partial (then the model is loaded: here, none is there)
         (["oric_bench=ONE_GONE"], False, "add --allow-partial"),
-        (["oric_bench=ONE_GONE"], True, "--model: cannot load"),
-        (["oric_bench=RIGHT"], False, "--model: cannot load"),  # the images were found: on to the model
+        (["oric_bench=ONE_GONE"], True, "no-model: no such directory"),
+        (["oric_bench=RIGHT"], False, "no-model: no such directory"),  # the images were found: on to the model
         (["RIGHT", "pope=WRONG"], False, "'pope' is not among the benchmarks being evaluated"),
     ],
 )

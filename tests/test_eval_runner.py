@@ -444,13 +444,16 @@ def test_vllm_backend_without_vllm_is_one_line(oric: Path, tmp_path: Path, capsy
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
+    model = tmp_path / "model"  # a model folder: the vLLM check is what the command stops on
+    model.mkdir()
+    (model / "config.json").write_text("{}")
     with pytest.raises(SystemExit) as exit_info:
         main(
             [
                 "eval",
                 "run",
                 "--model",
-                "unused",
+                str(model),
                 "--benchmarks",
                 "oric_bench",
                 "--data-root",
