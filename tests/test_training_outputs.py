@@ -105,12 +105,13 @@ def test_console_shows_one_compact_line_per_step(pushed_run: dict) -> None:
     assert console.count("eval at step 2") == 1  # eval metrics once per checkpoint
 
 
-def test_the_last_line_says_where_the_model_was_saved_after_wandbs_own(pushed_run: dict) -> None:
-    """W&B's closing lines ("Find logs at ...") come before the run's last line, which says where the model is;
-    an offline run is not warned at each save that it has no URL."""
+def test_the_last_line_says_where_the_model_was_saved_without_wandbs_history(pushed_run: dict) -> None:
+    """The run's last line says where the model is; W&B's end-of-run history and summary are not printed, and an
+    offline run is not warned at each save that it has no URL."""
     lines = [line for line in pushed_run["stderr"].splitlines() if line.strip()]
     assert lines[-1].endswith(f"model saved to {pushed_run['dir']}"), lines[-5:]
-    assert any("Find logs at" in line for line in lines[:-1]), lines[-5:]
+    console = pushed_run["stdout"] + pushed_run["stderr"]
+    assert "Run history:" not in console and "Run summary:" not in console, lines[-30:]
     assert "URL not available in offline run" not in pushed_run["stdout"] + pushed_run["stderr"]
 
 
