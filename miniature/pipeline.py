@@ -138,7 +138,7 @@ def run_demo(
     clock = time.monotonic()  # waiting for the data, if at all, is not counted twice
     timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
 
-    # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
+    # DPO and its report (one core, shorter than GRPO) run beside GRPO (one core); GRPO's output stays on the terminal
     dpo = None
     if seeing is None:
         announce_stage(
