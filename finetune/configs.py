@@ -370,7 +370,7 @@ class VerituneGRPOConfig(GRPOConfig):
     )
 
     # The compiled rollout decode (finetune/grpo_trainer.py, VerituneGRPOTrainer._compile_decode). Off by default:
-    # a GPU benchmark is to show it faster first (docs/PERFORMANCE.md, "rollout").
+    # no GPU benchmark shows it faster (docs/PERFORMANCE.md, "rollout").
     compiled_decode: bool = field(
         default=False,
         metadata={

@@ -18,7 +18,7 @@ split of three seeds (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base, docs/LAB_NOTEBOO
    build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1), built beside stages 2-3
    (they need only the demo-size world), as the warm-start's table is beside the tower's pretraining;
 5. DPO (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_contrast.yaml`` at 6,400 steps and learning rate 2.5e-4:
-   the most steps the demo's time allows, at the rate that gives the largest smallest L3-L7 gain over the seeds),
+   the steps the demo's time allows, at the rate chosen on the dev split of every seed),
    whose eval hook scores the probe and POPE on the val split before the first step and after the last.
 
 ``veritune demo`` runs this half by default, beside the ORIC half; its DPO runs the frozen reference model in its data
@@ -54,8 +54,8 @@ from miniature.stages import (
 
 SFT_RECIPE = "recipes/miniature/tiny_sft_attributes.yaml"
 DPO_RECIPE = "recipes/miniature/tiny_finer_contrast.yaml"
-# The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, so the warm-start's
-# images are other than the DPO pairs' and the probe's (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base)
+# The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, so the warm-start
+# never sees the images of the DPO pairs or of the probe (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base)
 FRESH_SEED_OFFSET = 100
 RUN = "finer-seeing"  # the DPO run's name in the before/after table
 # The before/after rows of this half: the issue's DPO bound reads the L3-L7 pairs (both twins right), the
