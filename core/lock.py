@@ -5,7 +5,7 @@ command into the same target is refused in one line naming the first, instead of
 The lock file lies beside the target, ``PARENT/.<name>.veritune.lock`` (as a build's staging folder does): the
 same place whether the target exists yet or not, never inside an output (a build's new directory replaces the
 old one; ``overwrite_output_dir`` clears a run's folder; ``push_to_hub`` uploads it), so it is never taken for
-foreign content or recorded as an output. It holds who took it (host, pid, command, since when) for the refusal
+foreign content or recorded as an output. It records its holder (host, pid, command, since when) for the refusal
 line; the command is its name (``veritune build finer``, ``grpo.py``), never its arguments, which may hold a key.
 
 The lock is a POSIX record lock (``fcntl.lockf``) held for as long as the command runs: the kernel releases it

@@ -370,7 +370,7 @@ class VerituneGRPOConfig(GRPOConfig):
     )
 
     # The compiled rollout decode (finetune/grpo_trainer.py, VerituneGRPOTrainer._compile_decode). Off by default:
-    # no device measurement has shown it faster yet (docs/PERFORMANCE.md, "rollout").
+    # no GPU benchmark shows it faster (docs/PERFORMANCE.md, "rollout").
     compiled_decode: bool = field(
         default=False,
         metadata={

@@ -15,7 +15,7 @@ deviation plus a small constant (``scale_rewards: group``) and the per-sequence 
 ``loss_type: grpo``; with ``beta: 0`` no reference model is loaded, exactly as Eq. 6 reduces to.
 ``replay_path`` (not in the paper, off in its recipes) mixes conventional questions in POPE's layout into the
 data, ``replay_ratio`` per ORIC question: the tiny miniature needs them to keep its ordinary accuracy
-(docs/LAB_NOTEBOOK.md).
+(docs/LAB_NOTEBOOK_ARCHIVE.md#fourth-pass).
 ``multi_image_path`` mixes in multi-image questions in MIOH's format ("Fine-Grained Multi-Image Object Hallucination
 Benchmark", Sec. 3, Table 1 and Fig. 2), ``multi_image_ratio`` per ORIC question, through TRL's multi-image path (an
 ``images`` list per row); their reward is the option grader's (``option_accuracy``), each image is scaled to

@@ -117,7 +117,7 @@ def load_replay_records(path: str | Path, image_root: Path) -> list[dict[str, An
     answers on incongruous questions. A tiny model trained on ORIC's questions alone learns the reverse of
     its prior instead and loses ordinary accuracy; questions of the warm-start's kind, which the prior
     answers right, penalise that reverse rule (the ratios measured:
-    docs/LAB_NOTEBOOK.md).
+    docs/LAB_NOTEBOOK_ARCHIVE.md#fourth-pass).
     """
     try:
         questions = read_pope_questions(Path(path), image_root)

@@ -19,7 +19,7 @@ The FINER half (``miniature.seeing``), on the second core from the start: a 16-t
 vision tower sees per-instance attributes (cached under ``~/.cache/veritune/seeing-base/``), DPO on image-contrast
 pairs, and its eval hook on FINER's yes/no probe and POPE; its DPO's data worker runs the frozen reference model
 (``reference_logps_in_workers``) and takes the core the ORIC half leaves once that has trained. ``--finer tuples``
-runs instead the control the demo used to show: DPO on FINER-Tuning's tuples from the ORIC half's base (built in
+runs a control instead: DPO on FINER-Tuning's tuples from the ORIC half's base (built in
 step 4, trained beside GRPO), which cannot see the attributes those tuples ask about, so its FINER rows do not move.
 
 Then the before/after table: each eval hook's step-0 baseline against the trained model, on the same items, with
@@ -138,7 +138,7 @@ def run_demo(
     clock = time.monotonic()  # waiting for the data, if at all, is not counted twice
     timings["tiny CLIP, ORIC and FINER data (beside the warm-start)"] = data.seconds
 
-    # DPO and its report (one core, ~25 s) run beside GRPO (one core); GRPO's output stays on the terminal
+    # DPO and its report (one core, shorter than GRPO) run beside GRPO (one core); GRPO's output stays on the terminal
     dpo = None
     if seeing is None:
         announce_stage(

@@ -2,8 +2,8 @@
 
 The default FINER half (``miniature.stages.train_dpo``) trains DPO on FINER-Tuning's tuples from the demo's base,
 which sees each 64-pixel image as four vision tokens and cannot tell one object's border or pattern from
-another's, so DPO has nothing to cure there. This half runs the path docs/LAB_NOTEBOOK.md measures in "Sixteen
-vision tokens and a pretrained, frozen vision tower" (dev for the choices, val reported, three seeds), stage by stage:
+another's, so DPO has nothing to cure there. This half runs the path each of whose settings was chosen on the dev
+split of three seeds (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base, docs/LAB_NOTEBOOK.md#dpo-round-16), stage by stage:
 
 1. two drawn worlds (``veritune build synthetic-world --instance-attributes drawn``): a fresh one of 12,000 train
    images for the warm-start (each image seen about 16 times in 6,000 steps of 32), and one of the demo's sizes
@@ -18,7 +18,7 @@ vision tokens and a pretrained, frozen vision tower" (dev for the choices, val r
    build finer-bench --protocol yn``; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1), built beside stages 2-3
    (they need only the demo-size world), as the warm-start's table is beside the tower's pretraining;
 5. DPO (``finetune/dpo.py``, ``recipes/miniature/tiny_finer_contrast.yaml`` at 6,400 steps and learning rate 2.5e-4:
-   the steps DPO round 15 chose for the demo's time, at the rate DPO round 16 chose on the dev split of every seed),
+   the steps the demo's time allows, at the rate chosen on the dev split of every seed),
    whose eval hook scores the probe and POPE on the val split before the first step and after the last.
 
 ``veritune demo`` runs this half by default, beside the ORIC half; its DPO runs the frozen reference model in its data
@@ -54,8 +54,8 @@ from miniature.stages import (
 
 SFT_RECIPE = "recipes/miniature/tiny_sft_attributes.yaml"
 DPO_RECIPE = "recipes/miniature/tiny_finer_contrast.yaml"
-# The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, as in the runs that
-# chose this path (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen vision tower")
+# The fresh world of seed S is drawn with seed 100 + S, apart from the demo-size world of seed S, so the warm-start
+# never sees the images of the DPO pairs or of the probe (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base)
 FRESH_SEED_OFFSET = 100
 RUN = "finer-seeing"  # the DPO run's name in the before/after table
 # The before/after rows of this half: the issue's DPO bound reads the L3-L7 pairs (both twins right), the
@@ -96,8 +96,8 @@ def base_code_digest() -> str:
 
 @dataclass(frozen=True)
 class SeeingSizes:
-    """The measured path's sizes: V8's 6,000 warm-start steps, F20's 6,400 DPO steps at lr 2.5e-4 (docs/LAB_NOTEBOOK.md,
-    "DPO round 16"); tests pass smaller ones."""
+    """The demo's sizes: 6,000 warm-start steps, 6,400 DPO steps at lr 2.5e-4 (docs/LAB_NOTEBOOK.md#dpo-round-16);
+    tests pass smaller ones."""
 
     fresh_images: int = 12000
     world_images: tuple[int, int, int] = (TRAIN_IMAGES, VAL_IMAGES, DEV_IMAGES)  # train, val, dev: the demo's
@@ -132,7 +132,7 @@ def run_seeing_finer(
 ) -> Path:
     """Every stage of this half under ``out`` (the demo's directory); returns the DPO run, whose eval hook holds
     the step-0 and final scores. With ``report``, then the run's HTML report. With ``use_cache``, the base (its
-    worlds, its pretrained tower and its warm-start: about 10 minutes) comes from the shared cache when the same
+    worlds, its pretrained tower and its warm-start: most of this half's time) comes from the shared cache when the same
     commands, code and libraries made it before (``CACHE/seeing-base/KEY``), like the ORIC half's warm-start."""
     from core.cache import publish_dir
     from core.run_layout import TRAINER_STATE_FILE
@@ -202,8 +202,8 @@ def run_seeing_finer(
             command_stage("seeing-model", model, ["seeing-fresh", "seeing-world"], paths["model"], weights)
         finally:
             table()
-        # one thread throughout: with its data worker beside it, a second thread made a warm-start step no cheaper
-        # on the 2-core AMD EPYC measured on 2026-11-28 (0.120 s against 0.113 s, 300 steps)
+        # one thread throughout: with its data worker beside it, a second thread makes a warm-start step no cheaper
+        # on a 2-core CPU (docs/LAB_NOTEBOOK.md#both-halves)
         launch("finetune/sft.py", SFT_RECIPE, warmstart)
         if use_cache and not publish_dir(paths["base"], cached):
             note(f"another process cached this base first: {cached}")

@@ -7,14 +7,14 @@ GRPO stage once per candidate ``replay_ratio`` and seed, evaluating on dev only.
 looking: keep the ratios whose mean dev POPE-random-style accuracy drops by at most ``--max-pope-drop``
 points, and of those take the one with the largest mean dev ORIC-Bench macro-F1 gain (if none keeps POPE,
 the one that loses least). The table and the choice go to ``OUT/selection.json`` and ``OUT/selection.txt``;
-the recipe's ``replay_ratio`` is then set by hand, and docs/LAB_NOTEBOOK.md records the run.
+the recipe's ``replay_ratio`` is then set by hand, and the lab notebook records the run.
 
     veritune demo-select --seeds 0 1 2 --ratios 0 0.25 0.5 1
 
 ``--set KEY=VALUE`` (repeatable) overrides further GRPO recipe keys in every run of the sweep, so another
 setting is compared on dev the same way: e.g. ``--ratios 0.5 --set dynamic_sampling=true --out
-outputs/selection-ds`` against ``--ratios 0.5``: how the demo's recipe adopted DAPO's dynamic sampling
-(docs/LAB_NOTEBOOK.md, "Dynamic sampling: the rule, written before any number was seen").
+outputs/selection-ds`` against ``--ratios 0.5``, the comparison behind the demo recipe's DAPO dynamic sampling
+(docs/LAB_NOTEBOOK_ARCHIVE.md#dynamic-sampling-rule).
 """
 
 from __future__ import annotations

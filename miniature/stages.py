@@ -393,8 +393,8 @@ def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
 def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
     from miniature.tiny.models import IDENTITY_FILE, build_tiny_model
 
-    # the "demo" size: wider than the tests' model, which never learned to use the image (docs/LAB_NOTEBOOK.md,
-    # "Diagnosis")
+    # the "demo" size: wider than the tests' model, which does not learn to use the image
+    # (docs/LAB_NOTEBOOK_ARCHIVE.md#diagnosis)
     run_stage(
         _out(paths),
         "tiny-qwen3vl",

@@ -15,8 +15,7 @@ fine object evidence that the rest need.
 
 With ``attribute_pairs_per_image`` the data also ask about the objects' attributes in FINER's yes/no probe wording
 (:func:`attribute_pair_examples`, from the split's scene graphs): what a model needs to see to tell FINER's
-fine-grained negatives from the positives (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen
-vision tower").
+fine-grained negatives from the positives (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base).
 
 :func:`write_warmstart_table` writes the examples as the prompt-completion table ``finetune/sft.py`` reads (JSON
 lines of ``prompt``, ``completion``, ``images``; each image named relative to ``--image-root``, which the run is

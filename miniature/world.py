@@ -481,7 +481,7 @@ def build_synthetic_world(
     but are the minority. ``backgrounds="shared"`` draws every scene on one grey, so the scene is known only
     from its objects; ``"scene"`` gives each scene its own colour, a global cue a tiny model learns instead
     of the objects, which is why the demo's world and the CLI's default are ``"shared"``
-    (docs/LAB_NOTEBOOK.md). About 5% of boxes are ``iscrowd``. Per split: ``instances.json`` (COCO),
+    (docs/LAB_NOTEBOOK_ARCHIVE.md#fourth-pass). About 5% of boxes are ``iscrowd``. Per split: ``instances.json`` (COCO),
     ``scene_graphs.json`` (the FINER layout, read by ``veritune build finer`` / ``finer-bench``),
     ``coco_pope_random.json`` (POPE's layout) and ``images/``.
 

@@ -8,7 +8,7 @@ completions of at most 8 tokens per optimizer step, plain prompts) on the tiny r
 and the tests' ORIC fixture (32 questions). A tiny random model earns ORIC's accuracy reward by chance only,
 so the reward is the tests' ``constant_on_yes_reward``: constant (zero spread) on the half of the questions
 whose answer is "yes", 0 or 1 by a hash of the completion elsewhere; the miniature's own zero-spread share
-is 41 to 71% (docs/LAB_NOTEBOOK.md), so the figures here are of the same order, not the
+is 41 to 71% (docs/LAB_NOTEBOOK_ARCHIVE.md#dynamic-sampling), so the figures here are of the same order, not the
 miniature's.
 
 Per side it prints, over the steps after the first of each run (warm-up): seconds per optimizer step

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Rollout-batch device check: the GRPO step of random Qwen3-VL-2B (full) and -8B (LoRA) at generation batches of
 # 256 / 64 / 8 completions, veritune beside plain TRL, and veritune's compiled decode (recipe key compiled_decode)
-# at B = 256. One call on one H100, about 8.5 minutes at most. Follow-ups on a still-warm machine:
-# `bash perf/device_check_rollout.sh micro` (micro-batches 2 / 32 against the main call's 8, about 3 minutes)
-# and `bash perf/device_check_rollout.sh probe` (text-only decode engines: generate, generate_batch, a compiled
-# static cache; about 4 minutes).
+# at B = 256. One call on one H100, within one device call's limit (the marks below). Follow-ups on a still-warm
+# machine: `bash perf/device_check_rollout.sh micro` (micro-batches 2 / 32 against the main call's 8) and
+# `bash perf/device_check_rollout.sh probe` (text-only decode engines: generate, generate_batch, a compiled static
+# cache), each shorter than the main call.
 #
 # Here, once (wheels for the pins; the image has torch 2.11.0, accelerate 1.15.0, no flash-attn, no vLLM):
 #   echo /.whl/ >> .git/info/exclude

@@ -3,8 +3,8 @@
 # when pyproject.toml has not changed since the last install (a stamp in .venv holds its hash), nothing is
 # installed at all. FORCE_SETUP=1 reinstalls anyway.
 #
-# The install runs through uv (pinned in the test extra), which installs the same pinned set several times faster
-# than pip (about 20 s against 75 s on a 2-core machine from a local wheel cache; the same versions and files). uv
+# The install runs through uv (pinned in the test extra), which installs the same pinned set, the same versions and
+# files, several times faster than pip (docs/LAB_NOTEBOOK.md#setup-through-uv). uv
 # does not read pip's configuration, so pip's index, no-index, find-links, constraint and certificate settings are
 # handed to it, with pip's rule of taking the best version across all indexes. Where uv cannot be installed or
 # fails, pip installs instead (VERITUNE_SETUP_PIP=1 asks for pip outright).

@@ -1,7 +1,7 @@
 """The embedded default's outcome, measured: `veritune demo` end to end on fixed seed 0, from nothing cached, both
 halves in one run.
 
-- The ORIC half (docs/LAB_NOTEBOOK.md, its sections from "TRL's LM head scores only the labelled positions" on): the
+- The ORIC half (docs/LAB_NOTEBOOK_ARCHIVE.md#eighth-pass and the entries after it): the
   conventionally warm-started base answers POPE-random-style questions far better than ORIC-Bench's incongruous
   ones, and GRPO on ORIC's questions raises its ORIC-Bench macro-F1 (the paired bootstrap interval above zero),
   moves its yes-proportion toward 50 and keeps its POPE accuracy.

@@ -224,8 +224,8 @@ def test_missing_inputs_are_named(tmp_path: Path, capsys: pytest.CaptureFixture)
 
 
 def test_the_contrast_recipe_is_the_measured_dpo() -> None:
-    # recipes/miniature/tiny_finer_contrast.yaml: F14 of docs/LAB_NOTEBOOK.md (full parameters, tower frozen,
-    # sigmoid + SFT)
+    # recipes/miniature/tiny_finer_contrast.yaml: the DPO chosen on dev (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base:
+    # full parameters, tower frozen, sigmoid + SFT)
     from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
     from finetune.recipe import parse_recipe
 

@@ -250,8 +250,8 @@ def test_tiny_model_pretrain_vision_errors_are_one_line(
 
 
 def test_the_attribute_recipe_is_the_base_that_sees() -> None:
-    # recipes/miniature/tiny_sft_attributes.yaml: V8 of docs/LAB_NOTEBOOK.md (V6 for 6,000 steps) through the
-    # committed options
+    # recipes/miniature/tiny_sft_attributes.yaml: the base chosen on dev (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base)
+    # through the committed options
     from trl import SFTConfig
 
     from finetune.recipe import parse_recipe

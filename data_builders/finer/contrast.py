@@ -93,8 +93,7 @@ class ContrastSettings:
     levels: tuple[int, ...] = LEVELS
     anchors_per_image: int = 4
     candidates: int = DEFAULT_CANDIDATES
-    # a random false image: the nearest miss cost the probe's positives (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens
-    # and a pretrained, frozen vision tower")
+    # a random false image: the nearest miss costs the probe's positives (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base)
     false_image: str = "random"
     max_tuples: int = 160_000
     validation_ratio: float = 0.005

@@ -100,7 +100,7 @@ on top of next to under behind in front of holding wearing sitting standing a an
 
 
 # Named model sizes. "test" (the default) keeps the test fixtures fast; "demo" is the miniature experiment's
-# model (docs/LAB_NOTEBOOK.md, "Diagnosis"): a wider vision tower and LM, and weights drawn with std 0.1 instead of
+# model (docs/LAB_NOTEBOOK_ARCHIVE.md#diagnosis): a wider vision tower and LM, and weights drawn with std 0.1 instead of
 # transformers' 0.02. At 0.02 a model this narrow sits on a loss plateau for ~1,000 steps before its answers
 # depend on the image; at 0.1 the warm-start learns the scene prior in a few hundred steps.
 SIZES: dict[str, dict[str, float]] = {
@@ -141,8 +141,7 @@ def build_tiny_model(
         patch_size: the vision tower's patch side in pixels, in its config and in both processors; None keeps
             the family's (:data:`PATCH_SIZES`: 16 for Qwen3-VL, 14 for Qwen2.5-VL). The language model gets
             ``(image_size / (patch_size * 2))²`` vision tokens per image (merge 2): 4 at 64 px and patch 16,
-            16 at patch 8, which the attribute experiments need (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a
-            pretrained, frozen vision tower").
+            16 at patch 8, which the attribute experiments need (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base).
 
     Example:
         >>> from transformers import AutoModelForImageTextToText  # doctest: +SKIP

@@ -2,11 +2,11 @@
 
 Real VLMs' vision towers are pretrained (contrastively, CLIP/SigLIP) before the language model ever sees them;
 a tiny model's random tower is not, and in the miniature FINER experiment it does not tie a drawn attribute to
-one object (docs/LAB_NOTEBOOK.md, "Sixteen vision tokens and a pretrained, frozen vision tower"). This is the short
-objective measured there: for each scene-graph object of a train image, linear heads on the merged vision token
-the language model gets at the centre of the object's box (the largest box of its class, as the scene graph
-holds each class once) predict its class and the value of each attribute slot. Only the vision tower (its
-merger included: :func:`finetune.models.vision_modules`) and the heads train; the language model is untouched.
+one object (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base). This is the short objective that lets it: for each
+scene-graph object of a train image, linear heads on the merged vision token the language model gets at the
+centre of the object's box (the largest box of its class, as the scene graph holds each class once) predict its
+class and the value of each attribute slot. Only the vision tower (its merger included:
+:func:`finetune.models.vision_modules`) and the heads train; the language model is untouched.
 
 Each slot's value vocabulary comes from the data: the words of an attribute phrase that vary between the phrases
 (attributes and negatives) of one class in that slot (``with a light red color`` / ``with a dark red color`` →
