@@ -95,15 +95,9 @@ class ScriptArguments:
         default=False,
         metadata={"help": "Drop rows whose image is missing or unreadable instead of stopping before training."},
     )
-    cpu_compact_lm_head: bool = field(
-        default=True,
-        metadata={"help": "On the CPU, TRL's fused LM head scores only the labelled positions, as where Triton runs."},
-    )
-    cpu_foreach_adamw: bool = field(
-        default=True,
-        metadata={
-            "help": "On the CPU, `optim: adamw_torch` uses torch's multi-tensor (foreach) kernels: the same weights."
-        },
+    plugins: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Dotted paths of functions f(trainer) applied before training (docs/TRAINING.md, Plugins)."},
     )
     accelerate_config: str | None = field(
         default=None,
@@ -528,16 +522,12 @@ class DPOScriptArguments(ScriptArguments):
 
 @dataclass
 class VerituneDPOConfig(DPOConfig):
-    """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs), in the
-    training step or, on a CPU, in the data loader's workers (``reference_logps_in_workers``)."""
+    """TRL's ``DPOConfig`` plus a global batch; reference log-probs are computed online (precomputing them is
+    unsupported for VLMs)."""
 
     global_batch_size: int | None = field(
         default=None,
         metadata={"help": "Preference tuples per optimizer step over all processes; sets gradient_accumulation_steps."},
-    )
-    reference_logps_in_workers: bool = field(
-        default=False,
-        metadata={"help": "CPU, full-parameter DPO: the data loader's workers run the frozen reference model."},
     )
 
     def __post_init__(self) -> None:

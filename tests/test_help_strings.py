@@ -63,7 +63,7 @@ def test_the_walk_finds_the_recipe_dataclasses_and_the_commands() -> None:
     names = {cls.__name__ for cls in recipe_dataclasses()}
     assert {"ScriptArguments", "VerituneGRPOConfig", "VerituneDPOConfig", "SFTScriptArguments"} <= names
     keys = {name for _, name, _ in veritune_fields()}
-    assert {"rollout_batch_prompts", "global_batch_size", "vision_feature_cache"} <= keys
+    assert {"rollout_batch_prompts", "global_batch_size", "plugins", "vision_feature_cache"} <= keys
     options = dict(cli_options(build_parser()))
     assert "veritune eval run --benchmarks" in options and "veritune build oric --context-judge" in options
 
