@@ -328,7 +328,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--eval-gpus",
         type=int,
-        help="GPUs of the eval job, one node (default: 1 with --gpus-per-node, else 0)",
+        help="GPUs of the eval job, one node (default: 1 when --gpus-per-node is set, else 0)",
     )
     parser.add_argument("--run-root", default="outputs", help="where a run goes when the recipe names no output_dir")
     parser.add_argument(
