@@ -32,7 +32,7 @@ def set_cpu_compact_lm_head(enabled: bool) -> None:
     ``trl.trainer.utils.add_fused_lm_head`` projects only the positions whose label is not -100 on devices with
     Triton; elsewhere it projects every position and zeroes the unlabelled ones, so that a compiler (Neuron, XLA)
     sees one tile shape per sequence length. Eager CPU compiles nothing, and in a vision-language batch most
-    positions are image and prompt tokens: the tiny warm-start spent a third of its step projecting them. The
+    positions are image and prompt tokens, projected only to be zeroed (docs/PERFORMANCE.md, "cpu_training"). The
     log-probabilities are the same up to float rounding. A TRL without the check leaves its own behaviour.
     """
     import trl.trainer.utils as trl_utils
