@@ -124,8 +124,7 @@ def add_llm_arguments(
     group.add_argument(
         "--llm-api-key-env",
         metavar="NAME",
-        help="environment variable whose API key is sent to --llm-base-url (default: none sent; "
-        "OPENAI_API_KEY for https://api.openai.com)",
+        help="variable holding the API key sent to --llm-base-url (default: none; OPENAI_API_KEY for OpenAI)",
     )
     group.add_argument(
         "--llm-cache",

@@ -1,13 +1,14 @@
 """Every TRL private name veritune relies on, in one place (docs/ARCHITECTURE.md, "TRL's private internals").
 
-TRL's ``GRPOTrainer`` offers no public hook for what veritune adds (text rollout tables, DAPO's dynamic
-sampling, a compiled decode), so veritune overrides some of its private methods, reads some of its private
-attributes and patches one private function. This module names each of them: the production code goes
-through the functions below and never spells a TRL private name itself, and ``tests/test_trl_contract.py``
-checks each name, signature and the order of ``_generate``'s tuple against the installed TRL, so an upgrade
-fails there, naming what moved, before a run fails halfway. It lives in the bottom layer because both
-``finetune/`` (the trainers) and ``eval_hooks/`` (the colocated vLLM engine) need it; it imports TRL only
-inside its functions, so importing it costs nothing.
+TRL's ``GRPOTrainer`` offers no public hook for what veritune adds (text rollout tables, DAPO's dynamic sampling, a
+compiled decode), so veritune overrides some of its private methods and reads some of its private attributes; the
+CPU-speed plugins of the recipes' ``plugins:`` (docs/TRAINING.md, "Plugins") also patch one private function and
+set one private flag. This module names each of them: the production code goes through the functions and names
+below and never spells a TRL private name itself, and ``tests/test_trl_contract.py`` checks each name, signature
+and the order of ``_generate``'s tuple against the installed TRL, so an upgrade fails there, naming what moved,
+before a run fails halfway. It lives in the bottom layer because both ``finetune/`` (the trainers) and
+``eval_hooks/`` (the colocated vLLM engine) need it; it imports TRL only inside its functions, so importing it
+costs nothing.
 
 On a TRL upgrade: install the new TRL, run ``pytest tests/test_trl_contract.py``, update what it names here
 (and the overrides in ``finetune/grpo_trainer.py``), then :data:`REQUIRED_TRL` and pyproject's pin together.
@@ -15,7 +16,7 @@ On a TRL upgrade: install the new TRL, run ``pytest tests/test_trl_contract.py``
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableSequence
+from collections.abc import MutableSequence
 from typing import Any, NamedTuple
 
 from core.errors import UserError
@@ -48,10 +49,6 @@ GRPO_ATTRIBUTES: tuple[str, ...] = (
 # ``trl.generation.vllm_generation.VLLMGeneration``'s flag that the colocated engine's weights are asleep (level 2
 # dropped them): set, its next ``generate`` calls ``sync_weights`` first, which wakes them and pushes the weights.
 VLLM_SLEEP_FLAG = "_llm_weights_sleeping"
-
-# ``trl.trainer.utils``'s name for "this device scores only the labelled positions" in its fused LM head
-# (``add_fused_lm_head``), imported there from ``trl.kernels.chunked_logprob``.
-COMPACT_LM_HEAD_CHECK = "_use_triton"
 
 
 class UnsupportedTRL(UserError):
@@ -177,41 +174,11 @@ def ban_rollout_tokens(trainer: Any, tokens: dict[str, int]) -> None:
     trainer.generation_kwargs["suppress_tokens"] = suppressed  # TRL also writes these onto the model's config
 
 
-# ---- TRL's fused LM head
+# ---- Names the CPU-speed plugins use (docs/TRAINING.md, "Plugins")
 
-
-def set_cpu_compact_lm_head(enabled: bool) -> None:
-    """With ``enabled``, TRL's fused LM head scores only the labelled positions on the CPU too; without, TRL's
-    own rule (only on Triton devices) is restored. Idempotent.
-
-    ``trl.trainer.utils.add_fused_lm_head`` projects only the positions whose label is not -100 on devices with
-    Triton; elsewhere it projects every position and zeroes the unlabelled ones, so that a compiler (Neuron, XLA)
-    sees one tile shape per sequence length. Eager CPU compiles nothing, and in a vision-language batch most
-    positions are image and prompt tokens: the tiny warm-start spent a third of its step projecting them. The
-    log-probabilities are the same up to float rounding. A TRL without the check leaves its own behaviour.
-    """
-    import trl.trainer.utils as trl_utils
-
-    current: Callable[[Any], bool] | None = getattr(trl_utils, COMPACT_LM_HEAD_CHECK, None)
-    if current is None:
-        return
-    original = getattr(current, "veritune_original", None)
-    if not enabled:
-        if original is not None:
-            setattr(trl_utils, COMPACT_LM_HEAD_CHECK, original)
-        return
-    if original is not None:
-        return
-    trl_check = current
-
-    def compact_on(device: Any) -> bool:
-        return trl_check(device) or device.type == "cpu"
-
-    compact_on.veritune_original = trl_check  # type: ignore[attr-defined]
-    setattr(trl_utils, COMPACT_LM_HEAD_CHECK, compact_on)
-
-
-# ---- DPOTrainer's reference log-probs, computed by the data loader's workers
+# ``trl.trainer.utils``'s name for "this device scores only the labelled positions" in its fused LM head
+# (``add_fused_lm_head``), imported there from ``trl.kernels.chunked_logprob``.
+COMPACT_LM_HEAD_CHECK = "_use_triton"
 
 # ``DPOTrainer``'s attribute that makes ``_compute_loss`` read the reference log-probs from the batch (the keys
 # below) instead of running the reference model; TRL sets it only from ``precompute_ref_log_probs``, which it
@@ -220,62 +187,3 @@ DPO_PRECOMPUTED_FLAG = "precompute_ref_logps"
 DPO_REFERENCE_KEYS = ("ref_chosen_logps", "ref_rejected_logps")
 # the batch keys ``_compute_loss`` keeps out of the model's arguments (its ``_non_model_keys``)
 DPO_NON_MODEL_KEYS = frozenset({"completion_mask", *DPO_REFERENCE_KEYS})
-
-
-class ReferenceLogpsCollator:
-    """A DPO data collator that also runs the frozen reference model on each batch it collates and adds the
-    reference's summed completion log-probs (``ref_chosen_logps``, ``ref_rejected_logps``) to it.
-
-    In a data loader worker this moves the reference forward out of the training step: the worker computes the
-    next batches' reference while the main process trains on this one. The reference call is the one
-    ``DPOTrainer._compute_loss`` makes (the same arguments, labels and fused LM head, no gradient), on the same
-    collated tensors, so the log-probs are the same numbers (each operation runs on one thread in the worker; the
-    miniature's trained weights come out the same bytes, ``perf/bench_cpu_training.py``).
-    """
-
-    def __init__(self, collator: Callable[[list[dict[str, Any]]], dict[str, Any]], reference: Any) -> None:
-        self.collator, self.reference = collator, reference
-
-    def __call__(self, examples: list[dict[str, Any]]) -> dict[str, Any]:
-        import torch
-
-        batch = self.collator(examples)
-        kwargs = {key: value for key, value in batch.items() if key not in DPO_NON_MODEL_KEYS}
-        completion_mask = batch["completion_mask"]
-        labels = batch["input_ids"].masked_fill(completion_mask == 0, -100)
-        with torch.no_grad():
-            outputs = self.reference(**kwargs, use_cache=False, labels=labels, fused_lm_head=True)
-        logps = outputs.log_probs[:, -(completion_mask.size(1) - 1) :].sum(dim=1)
-        batch[DPO_REFERENCE_KEYS[0]], batch[DPO_REFERENCE_KEYS[1]] = logps.chunk(2, dim=0)
-        return batch
-
-
-def reference_logps_in_collator(trainer: Any) -> None:
-    """Make ``trainer`` (a full-parameter ``DPOTrainer`` with its frozen ``ref_model``) take the reference
-    log-probs from its batches, computed by :class:`ReferenceLogpsCollator` (in the data loader's workers when
-    it has any), instead of running the reference in its training step. Call before ``train``.
-
-    Raises:
-        UserError: the run has no separate reference model (LoRA), its reference is not on the CPU, or it uses
-            TRL's length-desensitised log-probs (``ld_alpha``), which this collator does not compute.
-    """
-    if trainer.ref_model is None:
-        raise UserError(
-            "reference_logps_in_workers: needs a full-parameter run (a frozen reference copy); with LoRA the "
-            "reference is the policy itself, adapter off"
-        )
-    if trainer.ld_alpha is not None:
-        raise UserError("reference_logps_in_workers: does not compute ld_alpha's log-probs; leave ld_alpha unset")
-    reference = trainer.accelerator.unwrap_model(trainer.ref_model)
-    if next(reference.parameters()).device.type != "cpu":
-        raise UserError(
-            "reference_logps_in_workers: CPU runs only (a data loader worker cannot run a model on an accelerator)"
-        )
-    reference.eval()
-    trainer.data_collator = ReferenceLogpsCollator(trainer.data_collator, reference)
-    setattr(trainer, DPO_PRECOMPUTED_FLAG, True)
-    import logging
-
-    workers = trainer.args.dataloader_num_workers
-    where = f"its {workers} data loader worker(s)" if workers else "the collator (dataloader_num_workers: 0)"
-    logging.getLogger("veritune.dpo").info("reference_logps_in_workers: the frozen reference runs in %s", where)

@@ -32,8 +32,7 @@ def add_also_save_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--also-save",
         choices=HF_FORMATS,
-        help="also write a Hugging Face datasets copy, images embedded, with a dataset card, to <out stem>-hf/: "
-        "parquet (a Hub dataset repository's layout) or disk (save_to_disk)",
+        help="also write a datasets copy with a dataset card to <out stem>-hf/: parquet or disk (save_to_disk)",
     )
 
 

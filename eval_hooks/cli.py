@@ -31,10 +31,7 @@ from eval_hooks.results import (
 )
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
 
-STRICT_HELP = (
-    "score the raw responses exactly as the official script does, with no veritune normalisation before it "
-    "(AMBER discriminative: only the exact responses Yes / No count); no judge"
-)
+STRICT_HELP = "score the raw responses exactly as the official script does: no normalisation, no judge"
 
 
 def _percent(value: Any) -> str:
@@ -149,11 +146,11 @@ def _add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = f"benchmarks: {', '.join(BENCHMARKS)}"
     parser.add_argument(
         "--benchmarks",
         required=True,
-        help=f"comma-separated: {','.join(BENCHMARKS)}, or a dotted path to a Benchmark; NAME:N evaluates N "
-        "questions of that benchmark (as --limit, for it alone)",
+        help="comma-separated benchmarks (listed below) or dotted paths; NAME:N asks N questions of one",
     )
     parser.add_argument(
         "--data-root", type=Path, help="directory holding every benchmark's files (layout: docs/EVALUATION.md)"
@@ -174,9 +171,7 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit",
         type=int,
-        help="at most N questions per benchmark: a seeded sample stratified over the benchmark's subsets, "
-        "paraphrases and pairs kept whole (recorded as `selection` in metrics.json; eval score reads it from "
-        "the run's metrics.json or results.json, so it needs no --limit)",
+        help="at most N questions per benchmark: a seeded stratified sample (docs/EVALUATION.md, Limits)",
     )
     parser.add_argument(
         "--limit-seed",
@@ -186,15 +181,12 @@ def _add_location_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--limit-mode",
         choices=LIMIT_MODES,
-        help=f"stratified: the seeded sample; first: the first N questions in file order (quick debugging); "
-        f"default {DEFAULT_LIMIT_MODE} (eval score: the run's)",
+        help=f"stratified (the seeded sample) or first (the first N questions); default: {DEFAULT_LIMIT_MODE}",
     )
     parser.add_argument(
         "--allow-partial",
         action="store_true",
-        help="score the answered items only when the predictions miss some, or some images are missing (by "
-        "default: refused, exit 2); the result is labelled partial in metrics.json, results.json, the table, "
-        "W&B and the report",
+        help="score the answered items when predictions or images are missing, labelled partial",
     )
 
 
@@ -202,10 +194,7 @@ def _add_allow_unresolved(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-unresolved",
         action="store_true",
-        help=f"score a benchmark even when more than {UNRESOLVED_LIMIT:g}%% of its answers are unresolved (no grader "
-        "can read them: cut off by --max-new-tokens, not in the answer format, or an unreadable judge; by "
-        "default: refused, exit 2); the result is labelled mostly unresolved (eval watch and the training hook "
-        "always score and label it)",
+        help=f"score even when over {UNRESOLVED_LIMIT:g}%% of the answers are unresolved, labelled mostly unresolved",
     )
 
 
@@ -224,9 +213,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument(
         "--blind",
         action="store_true",
-        help="blind control: every image a benchmark shows is replaced by a blank of the same size in one "
-        "constant colour (--blind-fill), so what the model scores comes from the words alone; recorded in "
-        "metrics.json and printed",
+        help="blind control: each image replaced by a blank of one colour (--blind-fill): the words alone score",
     )
     run.add_argument(
         "--blind-fill",
@@ -238,8 +225,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--report-to",
         choices=["none", "wandb"],
         default="none",
-        help="wandb: log the metrics and sample tables to a W&B run (the training run's, when --model is a "
-        "checkpoint of a run that logged to W&B; else a new run in $WANDB_PROJECT)",
+        help="wandb: log metrics and sample tables to W&B (the training run's, for one of its checkpoints)",
     )
     run.set_defaults(handler=_run)
 
@@ -260,16 +246,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--predictions",
         type=Path,
         required=True,
-        help="a JSONL of {id, prediction} (one benchmark), or an `eval run --out` directory holding "
-        "<benchmark>/predictions.jsonl",
+        help="a JSONL of {id, prediction}, or an `eval run --out` directory",
     )
     score.add_argument(
         "--out",
         type=Path,
-        help=(
-            "metrics go to OUT/<benchmark>/metrics.json "
-            "(default: <predictions>.metrics.json beside each predictions file)"
-        ),
+        help="metrics go to OUT/<benchmark>/metrics.json (default: beside each predictions file)",
     )
     score.add_argument("--strict-official", action="store_true", help=STRICT_HELP)
     _add_allow_unresolved(score)

@@ -28,27 +28,16 @@ class VerituneModelConfig(ModelConfig):
 
     lora_language_model_only: bool = field(
         default=True,
-        metadata={
-            "help": "Restrict `lora_target_modules` to the language model. A plain suffix match such as `q_proj` "
-            "also hits vision-tower modules in several VLM families; this keeps adapters on the LLM only."
-        },
+        metadata={"help": "Put LoRA adapters on the language model only, never on the vision tower."},
     )
     freeze_vision_tower: bool = field(
         default=False,
-        metadata={
-            "help": "Keep the vision encoder and its merger/projector fixed (requires_grad False; ms-swift's "
-            "`freeze_vit`): only the language model trains. With use_peft every base weight is frozen anyway, and "
-            "lora_language_model_only must stay true so that no adapter lands on the vision tower."
-        },
+        metadata={"help": "Freeze the vision encoder and its projector (ms-swift's `freeze_vit`): only the LM trains."},
     )
 
     vision_feature_cache: bool = field(
         default=False,
-        metadata={
-            "help": "With freeze_vision_tower: compute the tower's features once per distinct image and reuse them "
-            "(finetune/vision_cache.py; the same features up to float rounding). Held in memory: meant for small "
-            "models and datasets such as the CPU miniature. Qwen-VL towers (`model.visual`) only."
-        },
+        metadata={"help": "With freeze_vision_tower: compute the tower's features once per image, kept in memory."},
     )
 
     def __post_init__(self) -> None:
@@ -70,14 +59,11 @@ class ScriptArguments:
 
     recipe: str | None = field(
         default=None,
-        metadata={"help": "The recipe file this run was parsed from (set by the parser; attached to W&B)."},
+        metadata={"help": "The recipe file this run was parsed from (set by the parser)."},
     )
     dataset_path: str | None = field(
         default=None,
-        metadata={
-            "help": "Training data: a JSON list, JSON lines, a parquet file or folder, or a save_to_disk folder "
-            "(finetune/data_sources.py)."
-        },
+        metadata={"help": "Training data: JSON, JSON lines, parquet or a save_to_disk folder (docs/DATA_FORMATS.md)."},
     )
     # TRL's ScriptArguments spelling (as open-r1's recipes write it): a Hub dataset instead of dataset_path.
     dataset_name: str | None = field(
@@ -95,7 +81,7 @@ class ScriptArguments:
     )
     max_pixels: int = field(
         default=1280 * 28 * 28,
-        metadata={"help": "Images with more pixels are resized down (aspect ratio kept) before the processor."},
+        metadata={"help": "Images with more pixels are scaled down, aspect ratio kept."},
     )
     max_pixels_per_image: int | None = field(
         default=None,
@@ -103,31 +89,15 @@ class ScriptArguments:
     )
     max_train_samples: int | None = field(
         default=None,
-        metadata={
-            "help": "Train on at most N examples, drawn uniformly at random with `seed` and kept in their order "
-            "(core.sampling.sample_indices; FINER App. C subsamples 40K/120K/160K tuples per model)."
-        },
+        metadata={"help": "Train on at most N examples: a seeded uniform sample, kept in file order."},
     )
     skip_bad_examples: bool = field(
         default=False,
         metadata={"help": "Drop rows whose image is missing or unreadable instead of stopping before training."},
     )
-    cpu_compact_lm_head: bool = field(
-        default=True,
-        metadata={
-            "help": "On the CPU, TRL's fused LM head scores only the labelled positions, as TRL does where Triton "
-            "runs (the same log-probabilities up to float rounding; a third of the tiny warm-start's step saved); "
-            "false leaves TRL's head as it ships, scoring every position (core/trl_adapter.py)."
-        },
-    )
-    cpu_foreach_adamw: bool = field(
-        default=True,
-        metadata={
-            "help": "On the CPU, `optim: adamw_torch` updates all parameters in torch's multi-tensor (foreach) "
-            "kernels, its default on GPUs, instead of its per-tensor loop, its default on the CPU: the same "
-            "weights bit for bit, in fewer calls (finetune/training.py: use_foreach_adamw_on_cpu); false keeps "
-            "torch's CPU default."
-        },
+    plugins: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Dotted paths of functions f(trainer) applied before training (docs/TRAINING.md, Plugins)."},
     )
     accelerate_config: str | None = field(
         default=None,
@@ -135,12 +105,7 @@ class ScriptArguments:
     )
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={
-            "help": "Start over: remove the run output_dir holds (everything in it), whatever its settings, then "
-            "train from step 0. Without it a run with the same settings resumes from its newest complete checkpoint "
-            "(or, finished, is reported and not trained again) and one with other settings is refused "
-            "(finetune/run_dir.py, finetune/resume.py)."
-        },
+        metadata={"help": "Remove the run in output_dir and train from step 0 (default: resume it; docs/SCALING.md)."},
     )
     wandb_project: str | None = field(default=None, metadata={"help": "W&B project (else WANDB_PROJECT)."})
     wandb_group: str | None = field(default=None, metadata={"help": "W&B run group."})
@@ -169,9 +134,7 @@ class ScriptArguments:
     eval_limit: int | None = field(
         default=None,
         metadata={
-            "help": "Evaluate at most N questions per benchmark (quick hooks; `name:N` in eval_benchmarks sets one "
-            "benchmark's): a seeded sample stratified over the benchmark's subsets, paraphrases and pairs kept "
-            "whole, the same items at every checkpoint."
+            "help": "Evaluate at most N questions per benchmark: a seeded stratified sample (docs/EVALUATION.md)."
         },
     )
     eval_limit_seed: int = field(
@@ -184,18 +147,11 @@ class ScriptArguments:
     eval_batch_size: int = field(default=8, metadata={"help": "Batch size of the eval hooks' generation."})
     eval_allow_partial: bool = field(
         default=False,
-        metadata={
-            "help": "Score a benchmark whose images are partly missing on the items that have them, labelled "
-            "partial (metrics.json, W&B, the report); by default the run stops before its first step."
-        },
+        metadata={"help": "Score a benchmark whose images are partly missing, labelled partial, instead of stopping."},
     )
     eval_backend: str = field(
         default="auto",
-        metadata={
-            "help": "What the eval hooks generate with: `transformers` (the live training model), `vllm` (the "
-            "trainer's colocated vLLM engine, weights synced from the training model first; needs use_vllm: true "
-            "and vllm_mode: colocate) or `auto` (vllm when the trainer has a colocated engine, else transformers)."
-        },
+        metadata={"help": "What the eval hooks generate with: auto, transformers or vllm (docs/EVALUATION.md)."},
     )
 
     def __post_init__(self) -> None:
@@ -224,10 +180,7 @@ class GRPOScriptArguments(ScriptArguments):
 
     prompt_template: str = field(
         default="oric_r1",
-        metadata={
-            "help": "How each question is wrapped: a key of `finetune.oric_data.PROMPT_TEMPLATES` "
-            "(`oric_r1` is the R1-style prompt of ORIC Fig. 11) or a literal template containing `{question}`."
-        },
+        metadata={"help": "A key of finetune.oric_data.PROMPT_TEMPLATES, or a template containing `{question}`."},
     )
     max_prompt_length: int | None = field(
         default=1024,
@@ -236,9 +189,7 @@ class GRPOScriptArguments(ScriptArguments):
     replay_path: str | None = field(
         default=None,
         metadata={
-            "help": "Conventional yes/no questions in POPE's layout (images under `image_root`) mixed into the "
-            "GRPO data; off in the paper recipes, on in the tiny miniature, whose model loses its ordinary accuracy "
-            "under GRPO on ORIC's questions alone."
+            "help": "Conventional yes/no questions in POPE's layout mixed into the GRPO data (docs/TRAINING.md)."
         },
     )
     replay_ratio: float = field(
@@ -312,27 +263,14 @@ class VerituneGRPOConfig(GRPOConfig):
 
     global_batch_prompts: int | None = field(
         default=None,
-        metadata={
-            "help": "Prompts per optimizer step over all processes, each sampled num_generations times (ORIC "
-            "Table 9: 1 prompt x 4 accumulation x 4 GPUs = 16). When set, gradient_accumulation_steps is "
-            "global_batch_prompts x num_generations / (per_device_train_batch_size x processes), and a launch "
-            "whose process count cannot reach that batch exactly is refused."
-        },
+        metadata={"help": "Prompts per optimizer step over all processes; sets gradient_accumulation_steps."},
     )
     # Rollout batch: generate once for several optimizer steps (TRL's steps_per_generation), in the same unit as
     # global_batch_prompts so that the steps per round do not change with the GPU count.
     rollout_batch_prompts: int | None = field(
         default=None,
         metadata={
-            "help": "Prompts generated per rollout round over all processes (each sampled num_generations "
-            "times), a multiple of global_batch_prompts: one `generate` call per process serves "
-            "rollout_batch_prompts / global_batch_prompts optimizer steps of global_batch_prompts prompts each "
-            "(steps_per_generation = gradient_accumulation_steps x that ratio). Counted in prompts over all "
-            "processes like global_batch_prompts, so the steps per round, and with them how off-policy the last "
-            "steps of a round are, do not change with the GPU count; each process decodes rollout_batch_prompts x "
-            "num_generations / processes completions per call. Costs one extra forward pass per round (the "
-            "old log-probs of the PPO ratio), and step k of a round trains on completions k steps old, which "
-            "the clip (epsilon) bounds. Unset: one round per optimizer step (on-policy)."
+            "help": "Prompts generated per rollout round over all processes, a multiple of global_batch_prompts."
         },
     )
 
@@ -341,52 +279,31 @@ class VerituneGRPOConfig(GRPOConfig):
     dynamic_sampling: bool = field(
         default=False,
         metadata={
-            "help": "Drop groups whose rewards have (almost) no spread and replace them with groups of newly drawn "
-            "prompts, so each optimizer step trains on informative groups (DAPO Sec. 3.2). The step's batch keeps "
-            "its size in prompts and completions."
+            "help": "Replace groups without reward spread by newly drawn ones (DAPO, arXiv 2503.14476, Sec. 3.2)."
         },
     )
     dynamic_sampling_min_std: float = field(
         default=0.0,
-        metadata={
-            "help": "With dynamic_sampling: a group whose reward standard deviation (of the weighted reward sum, "
-            "as TRL computes it) is at most this is dropped; 0 drops only groups of identical rewards."
-        },
+        metadata={"help": "With dynamic_sampling: drop a group whose reward std is at most this."},
     )
     dynamic_sampling_max_rounds: int = field(
         default=3,
-        metadata={
-            "help": "With dynamic_sampling: at most this many extra sampling rounds per generation batch; then the "
-            "step fills its batch with the dropped groups of largest spread (the step line's `filled`)."
-        },
+        metadata={"help": "With dynamic_sampling: at most this many extra sampling rounds per generation."},
     )
     no_spread_warning_steps: int = field(
         default=5,
-        metadata={
-            "help": "Warn once when this many consecutive steps had no reward spread at all (every group's "
-            "completions earned the same reward: zero advantage, no gradient; TRL's frac_reward_zero_std = 1). "
-            "0: never warn."
-        },
+        metadata={"help": "Warn once after this many consecutive steps without any reward spread (0: never)."},
     )
 
     # The compiled rollout decode (finetune/grpo_trainer.py, VerituneGRPOTrainer._compile_decode). Off by default:
     # no GPU benchmark shows it faster (docs/PERFORMANCE.md, "rollout").
     compiled_decode: bool = field(
         default=False,
-        metadata={
-            "help": "Generate the rollout with a static KV cache and a torch.compile'd decode step (transformers' "
-            "`generate` with cache_implementation static and a CompileConfig; TRL 1.16 passes disable_compile). "
-            "Compiles on any device, the CPU included; the first rollout pays the compilation. Not with use_vllm "
-            "or use_transformers_continuous_batching."
-        },
+        metadata={"help": "Decode rollouts with a static KV cache and a torch.compile'd step (not with vLLM)."},
     )
     decode_prompt_bucket: int = field(
         default=64,
-        metadata={
-            "help": "With compiled_decode: prompts are left-padded to a multiple of this many tokens (TRL's "
-            "pad_to_multiple_of, which also pads the training batch; padding is masked), so the static cache "
-            "keeps its shape from step to step and the decode step is not recompiled. 0 keeps pad_to_multiple_of."
-        },
+        metadata={"help": "With compiled_decode: left-pad prompts to a multiple of this many tokens (0: TRL's)."},
     )
 
     def __post_init__(self) -> None:
@@ -582,10 +499,7 @@ class DPOScriptArguments(ScriptArguments):
 
     data_format: str = field(
         default="auto",
-        metadata={
-            "help": "Preference data format: auto, veritune (`veritune build finer`), finer (FINER-Tuning "
-            "release JSONL) or rlaif-v."
-        },
+        metadata={"help": "Preference data format: auto, veritune, finer (the FINER-Tuning release) or rlaif-v."},
     )
     eval_dataset_path: str | None = field(
         default=None,
@@ -596,9 +510,7 @@ class DPOScriptArguments(ScriptArguments):
     validation_ratio: float = field(
         default=0.005,
         metadata={
-            "help": "When evaluation is on and `dataset_path` is a single file with no validation split, hold "
-            "out this fraction of it (seeded) for the eval loss (FINER Table 10: 0.005). A `veritune build "
-            "finer` directory already carries its 0.5% validation split."
+            "help": "Share of a single-file dataset held out, seeded, for the eval loss (FINER Table 10: 0.005)."
         },
     )
 
@@ -610,24 +522,12 @@ class DPOScriptArguments(ScriptArguments):
 
 @dataclass
 class VerituneDPOConfig(DPOConfig):
-    """TRL's ``DPOConfig``; reference log-probs are computed online (precomputing them is unsupported for VLMs), in the
-    training step or, on a CPU, in the data loader's workers (``reference_logps_in_workers``)."""
+    """TRL's ``DPOConfig`` plus a global batch; reference log-probs are computed online (precomputing them is
+    unsupported for VLMs)."""
 
     global_batch_size: int | None = field(
         default=None,
-        metadata={
-            "help": "Preference tuples per optimizer step over all processes (FINER Table 10: 64). When set, "
-            "gradient_accumulation_steps is derived from it, per_device_train_batch_size and the number of "
-            "processes, so the recipe keeps its global batch on any GPU count that divides it."
-        },
-    )
-    reference_logps_in_workers: bool = field(
-        default=False,
-        metadata={
-            "help": "CPU, full-parameter runs: the data loader's workers run the frozen reference model on each "
-            "batch they collate, so the training step runs only the policy (the same log-probs, fewer seconds "
-            "with dataloader_num_workers >= 1 and a free core; core/trl_adapter.py: ReferenceLogpsCollator)."
-        },
+        metadata={"help": "Preference tuples per optimizer step over all processes; sets gradient_accumulation_steps."},
     )
 
     def __post_init__(self) -> None:

@@ -11,9 +11,7 @@ longer than ``max_length`` tokens (TRL's collator would cut them). Images are de
 ``max_pixels``.
 
 The reference model of Eq. 5 is never precomputed (TRL cannot for VLMs): with LoRA it is the policy with
-its adapter disabled, evaluated online; full-parameter training loads a frozen copy, which a CPU run may hand to
-its data loader's workers (``reference_logps_in_workers``: they compute the next batches' reference log-probs
-while the main process trains on this one; the same numbers). Where this departs
+its adapter disabled, evaluated online; full-parameter training loads a frozen copy. Where this departs
 from the paper: FINER trained with LLaMA-Factory; the objective (sigmoid loss, beta 0.1), the
 hyperparameters of Table 10 and LLaMA-Factory's defaults for what the table leaves out (LoRA alpha 2 x
 rank, dropout 0, 768 x 768 pixels, 2,048 tokens) are kept, only the trainer is TRL's ``DPOTrainer``; LLaVA-1.6
@@ -29,7 +27,6 @@ from typing import Any
 from trl import DPOTrainer
 
 from core.io import atomic_write_json
-from core.trl_adapter import reference_logps_in_collator
 from finetune.configs import DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig
 from finetune.dpo_data import DATA_REPORT_FILE, get_preference_datasets
 from finetune.models import freeze_vision_tower, get_processor
@@ -82,8 +79,6 @@ def main(script_args: DPOScriptArguments, training_args: VerituneDPOConfig, mode
         reference = trainer.accelerator.unwrap_model(trainer.ref_model)
         freeze_vision_tower(reference)
         cache_vision_features(reference)
-    if training_args.reference_logps_in_workers:
-        reference_logps_in_collator(trainer)
     train_with_hooks(trainer, processor, script_args, training_args, model_args, data_summary=summary)
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,10 @@ from core.errors import UserError
 from core.hub import require_model_source
 from core.io import require_input_path
 from core.lock import hold_lock
+from core.registry import import_dotted
 from core.run_layout import WANDB_RUN_FILE
 from core.secrets import withhold_secrets
-from core.trl_adapter import check_trl_version, set_cpu_compact_lm_head
+from core.trl_adapter import check_trl_version
 from core.wandb_login import require_wandb_login
 from finetune.configs import ScriptArguments, VerituneModelConfig, require_generation_runtime
 from finetune.console import log_run_header, setup_logging, use_compact_progress
@@ -157,8 +159,8 @@ def start_run(
 ) -> bool:
     """Take a Hub token off the settings into ``HF_TOKEN`` (:func:`core.secrets.withhold_secrets`); check the
     installed TRL (:func:`core.trl_adapter.check_trl_version`) and that every path the recipe
-    names exists (:func:`check_run_paths`); set up logging and TRL's LM head (``cpu_compact_lm_head``:
-    :func:`core.trl_adapter.set_cpu_compact_lm_head`); on the main process, hold ``output_dir``'s lock for the
+    names exists (:func:`check_run_paths`) and every plugin it lists imports (:func:`get_plugins`); set up
+    logging; on the main process, hold ``output_dir``'s lock for the
     run's lifetime (:func:`core.lock.hold_lock`); check that ``output_dir`` holds no other run
     (:func:`finetune.run_dir.claim_run_dir`, given the script and model arguments); True, after saying so, when
     it already holds this run finished (the entry scripts then stop before loading a model).
@@ -169,7 +171,8 @@ def start_run(
     Raises:
         UserError: a TRL other than the one veritune's TRL adapter is written for, ``use_vllm: true`` where
             vLLM is not installed or no GPU is visible (:func:`finetune.configs.require_generation_runtime`), a
-            missing data file, folder or local model (:func:`check_run_paths`), ``output_dir`` in use by another
+            missing data file, folder or local model (:func:`check_run_paths`), a plugin that does not import
+            (:func:`get_plugins`), ``output_dir`` in use by another
             run, ``output_dir`` holding a run with other settings, ``report_to: wandb`` without W&B credentials
             (:func:`core.wandb_login.require_wandb_login`), or a ``resume_from_checkpoint`` that names no
             checkpoint, all before any model loads.
@@ -178,10 +181,8 @@ def start_run(
     check_trl_version()
     require_generation_runtime(training_args)
     check_run_paths(script_args, model_args)
+    get_plugins(script_args)
     setup_logging(training_args)
-    # On by default: every shipped recipe and the CPU demo train with it (their numbers depend on it up to float
-    # rounding); on a GPU it changes nothing. Set by every run, so one process's runs follow their own recipes.
-    set_cpu_compact_lm_head(getattr(script_args, "cpu_compact_lm_head", True))
     if training_args.process_index == 0:  # the main process writes the run: it holds output_dir, before anything
         output_dir = training_args.output_dir
         hold_lock(output_dir, f"output_dir {output_dir}", "wait for that run to finish, or choose another output_dir")
@@ -279,40 +280,40 @@ def train_with_hooks(
     *,
     data_summary: str,
 ) -> None:
-    """An entry script's last steps: bind the eval hook, log the run header, attach the model card, then
-    train and save (:func:`train_and_save`)."""
+    """An entry script's last steps: bind the eval hook, apply the recipe's plugins (:func:`apply_plugins`), log the
+    run header, attach the model card, then train and save (:func:`train_and_save`)."""
     bind_callbacks(trainer)  # the eval hook logs through the trainer's callback handler
     skip_logged_wandb_steps(trainer)
-    if getattr(script_args, "cpu_foreach_adamw", True):
-        use_foreach_adamw_on_cpu(trainer)
+    apply_plugins(trainer, script_args)
     log_run_header(trainer, script_args, model_args, data_summary=data_summary)
     attach_model_card(trainer, script_args, model_args)
     train_and_save(trainer, processor, training_args)
 
 
-def use_foreach_adamw_on_cpu(trainer: Any) -> bool:
-    """Have the trainer build torch's AdamW with ``foreach=True`` when it trains on the CPU with ``optim:
-    adamw_torch`` and builds its own optimizer (no DeepSpeed, none passed in); True when it will.
+def get_plugins(script_args: ScriptArguments | None) -> list[Callable[[Any], Any]]:
+    """The functions the recipe's ``plugins`` name by dotted path (docs/TRAINING.md, "Plugins"), imported.
 
-    torch picks its multi-tensor (foreach) AdamW by default only on accelerators; on the CPU it loops over the
-    parameters in Python, a dozen small kernel calls per tensor. The foreach kernels apply the same elementwise
-    operations in the same order, so the weights come out the same bit for bit (``tests/test_cpu_optimizer.py``),
-    while an optimizer step of the demo's FINER base (25 tensors, 0.49 M trainable parameters) takes about a third of
-    the time (docs/PERFORMANCE.md, "cpu_optimizer"). ``Trainer.optimizer_cls_and_kwargs`` is the Trainer's own
-    argument for the optimizer's class and keyword arguments.
+    Raises:
+        UserError: ``"plugins: <path>: ..."``, one line, for a path that does not import or is not callable.
     """
-    args = trainer.args
-    if (
-        args.optim != "adamw_torch"
-        or args.device.type != "cpu"
-        or getattr(trainer, "is_deepspeed_enabled", False)
-        or trainer.optimizer is not None
-        or trainer.optimizer_cls_and_kwargs is not None
-    ):
-        return False
-    optimizer_cls, kwargs = trainer.get_optimizer_cls_and_kwargs(args, trainer.model)
-    trainer.optimizer_cls_and_kwargs = (optimizer_cls, {**kwargs, "foreach": True})
-    return True
+    plugins = []
+    for name in getattr(script_args, "plugins", None) or []:
+        try:
+            plugin = import_dotted(name)
+        except (ImportError, AttributeError) as err:
+            raise UserError(f"plugins: {name}: cannot be imported ({err})") from None
+        if not callable(plugin):
+            raise UserError(f"plugins: {name}: not a function of the trainer")
+        plugins.append(plugin)
+    return plugins
+
+
+def apply_plugins(trainer: Any, script_args: ScriptArguments) -> None:
+    """Call each plugin of the recipe (:func:`get_plugins`) with the built trainer, in the recipe's order, before
+    it trains."""
+    for name, plugin in zip(script_args.plugins, get_plugins(script_args), strict=True):
+        plugin(trainer)
+        logger.info("plugin %s applied", name)
 
 
 def train_and_save(trainer: Any, processor: Any, training_args: TrainingArguments) -> None:

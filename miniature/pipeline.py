@@ -18,9 +18,9 @@ The ORIC half, on the first core:
 The FINER half (``miniature.seeing``), on the second core from the start: a 16-token base whose pretrained, frozen
 vision tower sees per-instance attributes (cached under ``~/.cache/veritune/seeing-base/``), DPO on image-contrast
 pairs, and its eval hook on FINER's yes/no probe and POPE; its DPO's data worker runs the frozen reference model
-(``reference_logps_in_workers``) and takes the core the ORIC half leaves once that has trained. ``--finer tuples``
-runs a control instead: DPO on FINER-Tuning's tuples from the ORIC half's base (built in
-step 4, trained beside GRPO), which cannot see the attributes those tuples ask about, so its FINER rows do not move.
+(``miniature.cpu_speed.reference_in_workers``) and takes the core the ORIC half leaves once that has trained.
+``--finer tuples`` runs a control instead: DPO on FINER-Tuning's tuples from the ORIC half's base (built in step 4,
+trained beside GRPO), which cannot see the attributes those tuples ask about, so its FINER rows do not move.
 
 Then the before/after table: each eval hook's step-0 baseline against the trained model, on the same items, with
 95% paired bootstrap intervals (``OUT/results.json``, ``OUT/results.txt``).

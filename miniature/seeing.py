@@ -22,8 +22,8 @@ split of three seeds (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base, docs/LAB_NOTEBOO
    whose eval hook scores the probe and POPE on the val split before the first step and after the last.
 
 ``veritune demo`` runs this half by default, beside the ORIC half; its DPO runs the frozen reference model in its data
-loader's worker (``reference_logps_in_workers``), on the core the ORIC half leaves. Its base (stages 1-3) is cached
-like the ORIC warm-start (``CACHE/seeing-base/KEY``). The stages are keyed like the demo's
+loader's worker (the ``miniature.cpu_speed.reference_in_workers`` plugin), on the core the ORIC half leaves. Its
+base (stages 1-3) is cached like the ORIC warm-start (``CACHE/seeing-base/KEY``). The stages are keyed like the demo's
 (``miniature.stages.run_stage``), so an interrupted run resumes and a rerun reuses what is unchanged.
 """
 

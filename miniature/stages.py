@@ -459,8 +459,9 @@ def warm_start(paths: dict[str, Path], out: Path, seed: int, use_cache: bool, ov
     key = warmstart_key(
         *recipe_files(REPO_ROOT / SFT_RECIPE),  # names its accelerate config
         REPO_ROOT / "finetune" / "sft.py",
-        REPO_ROOT / "finetune" / "training.py",  # whether TRL's LM head scores only labelled positions (start_run)
-        REPO_ROOT / "core" / "trl_adapter.py",  # how it does (set_cpu_compact_lm_head)
+        REPO_ROOT / "finetune" / "training.py",  # how the recipe's plugins are applied (apply_plugins)
+        REPO_ROOT / "miniature" / "cpu_speed.py",  # what they do (the LM head's labelled positions, foreach AdamW)
+        REPO_ROOT / "core" / "trl_adapter.py",  # the TRL names they touch
         table,
         generator,
         paths["model"] / "model.safetensors",

@@ -1,7 +1,7 @@
 """The FINER base's warm-start and its DPO (the demo's FINER chain, patch-8 demo-size tiny Qwen3-VL, tower frozen and
-cached) with torch's AdamW in its per-tensor loop (``--cpu_foreach_adamw false``, torch's CPU default) against its
-multi-tensor kernels (``true``, the default: ``finetune/training.py: use_foreach_adamw_on_cpu``), one torch thread,
-run alternately; the trained weights of both sides compared byte for byte.
+cached) with torch's AdamW in its per-tensor loop (without the ``miniature.cpu_speed.foreach_adamw`` plugin, torch's
+CPU default) against its multi-tensor kernels (with it, as the recipes list it), one torch thread, run alternately;
+the trained weights of both sides compared byte for byte.
 
     python perf/bench_cpu_optimizer.py [--repeats 3] [--steps 300] [--images 400]
 
@@ -23,6 +23,11 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 from bench_cpu_training import run, sft_step_time, warmstart_table  # noqa: E402
 
 SIDES = ("false", "true")
+# the recipes' plugins with and without foreach_adamw (recipes/miniature/*.yaml list both)
+PLUGINS = {
+    "false": ["miniature.cpu_speed.compact_lm_head"],
+    "true": ["miniature.cpu_speed.compact_lm_head", "miniature.cpu_speed.foreach_adamw"],
+}
 
 
 def main() -> None:
@@ -61,8 +66,8 @@ def main() -> None:
                 for foreach in SIDES:  # alternately, so the machine's load hits both sides alike
                     out = root / f"{Path(script).stem}-{foreach}-{repeat}"
                     command = [sys.executable, script, recipe, *common, "--dataset_path", str(data)]
-                    run([*command, "--cpu_foreach_adamw", foreach, "--output_dir", str(out)])
-                    times.setdefault(f"{stage}, cpu_foreach_adamw={foreach}", []).append(sft_step_time(out))
+                    run([*command, "--plugins", *PLUGINS[foreach], "--output_dir", str(out)])
+                    times.setdefault(f"{stage}, foreach_adamw={foreach}", []).append(sft_step_time(out))
                     weights.append((out / "model.safetensors").read_bytes())
                 same.setdefault(stage, []).append(weights[0] == weights[1])
                 print(f"repeat {repeat + 1}/{args.repeats}: {stage} done", file=sys.stderr, flush=True)
@@ -72,7 +77,7 @@ def main() -> None:
         print(f"| {name} | {min(values):.4f} | {statistics.median(values):.4f} | {len(values)} |")
     print()
     for stage in stages:
-        loop, foreach = (statistics.median(times[f"{stage}, cpu_foreach_adamw={side}"]) for side in SIDES)
+        loop, foreach = (statistics.median(times[f"{stage}, foreach_adamw={side}"]) for side in SIDES)
         print(
             f"{stage}: per-tensor loop / foreach (median) {loop / foreach:.3f}; "
             f"the same weights in {sum(same[stage])} of {len(same[stage])} repeats"

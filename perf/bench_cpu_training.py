@@ -2,11 +2,11 @@
 warm-start with and without a data worker, and the SFT forward + backward with the M-RoPE position ids
 computed in the forward against given by the collator (``finetune/sft.py: PositionIdsCollator``), and with
 TRL's fused LM head scoring every position against only the labelled ones
-(``cpu_compact_lm_head``, ``core/trl_adapter.py: set_cpu_compact_lm_head``), on the demo-size tiny
+(``miniature/cpu_speed.py: set_cpu_compact_lm_head``, the ``compact_lm_head`` plugin), on the demo-size tiny
 Qwen3-VL, one torch thread, run alternately; and the FINER base's warm-start (16 vision tokens, tower frozen,
 attribute pairs) with the tower run at every step against ``vision_feature_cache`` (``finetune/vision_cache.py``),
 and its DPO with the frozen reference run in the training step (on one torch thread, on two) against in the data
-loader's worker (``reference_logps_in_workers``, ``core/trl_adapter.py: ReferenceLogpsCollator``), whose trained
+loader's worker (the ``reference_in_workers`` plugin, ``miniature/cpu_speed.py: ReferenceLogpsCollator``), whose trained
 weights are compared byte for byte.
 
     python perf/bench_cpu_training.py [--repeats 3] [--grpo-steps 4] [--sft-steps 40] [--fb-batches 12]
@@ -75,8 +75,8 @@ def forward_backward_times(
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
     from trl.trainer.utils import add_fused_lm_head
 
-    from core.trl_adapter import set_cpu_compact_lm_head
     from finetune.sft import SFTScriptArguments, examples_dataset, table_examples, with_position_ids
+    from miniature.cpu_speed import set_cpu_compact_lm_head
 
     torch.set_num_threads(1)
     examples = table_examples(SFTScriptArguments(dataset_path=str(table), image_root=str(world["train_images"])))
@@ -126,7 +126,7 @@ CACHED = "SFT step (batch 32), patch-8 tower frozen (recipes/miniature/tiny_sft_
 
 REFERENCE_DPO = "DPO step (batch 4), tower frozen and cached (recipes/miniature/tiny_finer_contrast.yaml), reference "
 ONLINE = ["--dataloader_num_workers", "0", "--dataloader_persistent_workers", "false"]
-ONLINE += ["--reference_logps_in_workers", "false"]
+ONLINE += ["--plugins", "miniature.cpu_speed.compact_lm_head", "miniature.cpu_speed.foreach_adamw"]
 REFERENCE_SIDES = (
     ("in the step, one torch thread", 1, ONLINE),
     ("in the step, two torch threads", 2, ONLINE),
@@ -216,7 +216,7 @@ def main() -> None:
                 run(dpo)
                 times.setdefault(f"{CACHED_DPO}{cache}", []).append(sft_step_time(out))
         # the same DPO (tower cached) with the frozen reference in the training step, on one torch thread and on
-        # two, and in the data loader's worker beside a one-thread step (reference_logps_in_workers, the demo's
+        # two, and in the data loader's worker beside a one-thread step (reference_in_workers, the demo's
         # recipe): the trained weights are compared byte for byte on every repeat
         for repeat in range(args.repeats):
             weights = []

@@ -59,7 +59,7 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "cpu_optimizer",
         ["perf/bench_cpu_optimizer.py"],
         "the FINER chain's warm-start and DPO with torch's AdamW as a per-tensor loop (its CPU default) or in its "
-        "multi-tensor kernels (cpu_foreach_adamw); the trained weights compared byte for byte",
+        "multi-tensor kernels (the foreach_adamw plugin); the trained weights compared byte for byte",
     ),
     (
         "dynamic_sampling",

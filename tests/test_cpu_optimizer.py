@@ -1,6 +1,5 @@
-"""``cpu_foreach_adamw``: on the CPU the trainers build torch's AdamW with its multi-tensor (foreach) kernels, and
-the weights come out the same, bit for bit, as with torch's per-tensor loop (finetune/training.py:
-use_foreach_adamw_on_cpu)."""
+"""The ``miniature.cpu_speed.foreach_adamw`` plugin: on the CPU the trainers build torch's AdamW with its
+multi-tensor (foreach) kernels, and the weights come out the same, bit for bit, as with torch's per-tensor loop."""
 
 from __future__ import annotations
 
@@ -11,8 +10,7 @@ import torch
 from torch import nn
 from transformers import Trainer, TrainingArguments
 
-from finetune.configs import ScriptArguments
-from finetune.training import use_foreach_adamw_on_cpu
+from miniature.cpu_speed import foreach_adamw
 
 
 class Regressor(nn.Module):
@@ -54,9 +52,8 @@ def trainer(tmp_path: Path, **overrides: object) -> Trainer:
 
 
 def test_foreach_adamw_trains_the_same_weights_bit_for_bit(tmp_path: Path) -> None:
-    assert ScriptArguments().cpu_foreach_adamw is True
     loop, foreach = trainer(tmp_path / "loop"), trainer(tmp_path / "foreach")
-    assert use_foreach_adamw_on_cpu(foreach) is True
+    assert foreach_adamw(foreach) is True
     loop.train()
     foreach.train()
     assert [group["foreach"] for group in foreach.optimizer.param_groups] == [True, True]
@@ -71,10 +68,10 @@ def test_foreach_adamw_trains_the_same_weights_bit_for_bit(tmp_path: Path) -> No
 @pytest.mark.parametrize("overrides", [{"optim": "adamw_torch_fused"}, {"optim": "sgd"}])
 def test_other_optimizers_are_left_as_asked(tmp_path: Path, overrides: dict[str, str]) -> None:
     run = trainer(tmp_path, **overrides)
-    assert use_foreach_adamw_on_cpu(run) is False and run.optimizer_cls_and_kwargs is None
+    assert foreach_adamw(run) is False and run.optimizer_cls_and_kwargs is None
 
 
 def test_an_optimizer_given_to_the_trainer_is_kept(tmp_path: Path) -> None:
     run = trainer(tmp_path)
     run.optimizer_cls_and_kwargs = (torch.optim.AdamW, {"lr": 1e-3})
-    assert use_foreach_adamw_on_cpu(run) is False and run.optimizer_cls_and_kwargs == (torch.optim.AdamW, {"lr": 1e-3})
+    assert foreach_adamw(run) is False and run.optimizer_cls_and_kwargs == (torch.optim.AdamW, {"lr": 1e-3})

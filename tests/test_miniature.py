@@ -185,16 +185,17 @@ def test_position_ids_collator_gives_the_forward_the_ids_it_would_compute(
 def test_fused_lm_head_scores_only_labelled_positions_on_cpu(
     world: dict[str, Path], tiny_qwen3vl: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With ``cpu_compact_lm_head`` (``set_cpu_compact_lm_head(True)``) TRL's fused LM head projects, on the CPU,
-    only the positions that carry a label (the answer tokens), not every image and prompt token: the same loss,
-    log-probabilities, entropies and LM-head gradient up to float rounding; ``False`` restores TRL's own head."""
+    """With the ``miniature.cpu_speed.compact_lm_head`` plugin (``set_cpu_compact_lm_head(True)``) TRL's fused LM
+    head projects, on the CPU, only the positions that carry a label (the answer tokens), not every image and prompt
+    token: the same loss, log-probabilities, entropies and LM-head gradient up to float rounding; ``False`` restores
+    TRL's own head."""
     import torch
     import trl.trainer.utils as trl_utils
     from transformers import AutoModelForImageTextToText, AutoProcessor
     from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
-    from core.trl_adapter import set_cpu_compact_lm_head
     from finetune.sft import examples_dataset
+    from miniature.cpu_speed import set_cpu_compact_lm_head
 
     monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after the test
     rows_scored: list[int] = []

@@ -185,7 +185,7 @@ def test_compact_lm_head_check_is_what_trls_fused_head_asks() -> None:
 
     name = trl_adapter.COMPACT_LM_HEAD_CHECK
     check = getattr(trl_utils, name, None)
-    assert check is not None, f"trl.trainer.utils has no {name} (cpu_compact_lm_head patches it): {UPGRADE}"
+    assert check is not None, f"trl.trainer.utils has no {name} (the compact_lm_head plugin patches it): {UPGRADE}"
     assert tuple(inspect.signature(check).parameters) == ("device",), f"{name}'s signature changed: {UPGRADE}"
     assert f"{name}(hidden_states.device)" in inspect.getsource(trl_utils.add_fused_lm_head), (
         f"add_fused_lm_head no longer asks {name} whether to score only the labelled positions: {UPGRADE}"
@@ -193,8 +193,8 @@ def test_compact_lm_head_check_is_what_trls_fused_head_asks() -> None:
 
 
 def test_dpo_reads_the_reference_from_the_batch_as_the_collator_writes_it() -> None:
-    """``reference_logps_in_collator`` sets the flag and fills the keys ``DPOTrainer._compute_loss`` reads, and
-    ``ReferenceLogpsCollator`` calls the reference as ``_compute_loss`` does."""
+    """``miniature.cpu_speed.reference_in_workers`` sets the flag and fills the keys ``DPOTrainer._compute_loss``
+    reads, and its ``ReferenceLogpsCollator`` calls the reference as ``_compute_loss`` does."""
     from trl import DPOTrainer
 
     flag = trl_adapter.DPO_PRECOMPUTED_FLAG
@@ -244,20 +244,20 @@ def test_start_run_checks_the_trl_version_first(monkeypatch: pytest.MonkeyPatch,
         start_run(TrainingArguments(output_dir=str(tmp_path), report_to="none"))
 
 
-@pytest.mark.parametrize("asked", [True, False])
-def test_start_run_applies_the_lm_head_patch_only_where_the_recipe_asks(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: object, asked: bool
-) -> None:
-    """``cpu_compact_lm_head`` decides, run by run: true (the default) patches TRL's check, false restores TRL's."""
+def test_the_lm_head_plugin_patches_for_one_run_and_restores_trls_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``miniature.cpu_speed.compact_lm_head`` patches TRL's check for the run it is applied to; the run's end restores
+    TRL's own rule, so a later run of the process follows its own recipe."""
+    from types import SimpleNamespace
+
     import torch
     import trl.trainer.utils as trl_utils
-    from transformers import TrainingArguments
 
-    from finetune.configs import ScriptArguments
-    from finetune.training import start_run
+    from miniature.cpu_speed import compact_lm_head
 
     monkeypatch.setattr(trl_utils, "_use_triton", trl_utils._use_triton)  # undone after the test
-    trl_adapter.set_cpu_compact_lm_head(not asked)  # the state an earlier run of this process left
-    assert ScriptArguments().cpu_compact_lm_head is True
-    start_run(TrainingArguments(output_dir=str(tmp_path), report_to="none"), ScriptArguments(cpu_compact_lm_head=asked))
-    assert trl_utils._use_triton(torch.device("cpu")) is asked
+    callbacks: list[object] = []
+    compact_lm_head(SimpleNamespace(add_callback=callbacks.append))
+    assert trl_utils._use_triton(torch.device("cpu")) is True
+    (restore,) = callbacks
+    restore.on_train_end(None, None, None)
+    assert trl_utils._use_triton(torch.device("cpu")) is False

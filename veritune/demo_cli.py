@@ -28,10 +28,7 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         "--finer",
         choices=FINER_HALVES,
         default="seeing",
-        help="FINER's half: seeing (the default), a 16-token base whose pretrained, frozen tower sees per-instance "
-        "attributes, then DPO on image-contrast pairs (miniature.seeing; beside the whole ORIC half); tuples, DPO "
-        "on FINER-Tuning's tuples from the ORIC half's base, which cannot see those attributes: a control whose "
-        "FINER rows do not move (docs/RESULTS.md)",
+        help="FINER's half: seeing (a base that sees attributes, DPO on contrast pairs) or tuples (a control)",
     )
     parser.set_defaults(handler=_demo)
 

@@ -328,14 +328,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--eval-gpus",
         type=int,
-        help="GPUs of the eval job (one node). default: 1 when --gpus-per-node is set (`veritune eval run` is one "
-        "process on one GPU), else 0 (a CPU node)",
+        help="GPUs of the eval job, one node (default: 1 when --gpus-per-node is set, else 0)",
     )
     parser.add_argument("--run-root", default="outputs", help="where a run goes when the recipe names no output_dir")
     parser.add_argument(
         "--run-dir",
-        help="explicit run directory (default: the recipe's output_dir, or an --override '--output_dir DIR'; "
-        "without either RUN_ROOT/<recipe>-<time>)",
+        help="run directory (default: the recipe's output_dir, else RUN_ROOT/<recipe>-<time>)",
     )
     parser.add_argument(
         "--sbatch-arg", action="append", default=[], help="extra sbatch flag for every job (repeatable)"

@@ -40,9 +40,7 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--warm-start",
         action="store_true",
-        help="the demo's warm-started base (qwen3vl, demo size): synthetic world, its prompt-completion table "
-        "(`veritune build warmstart-data`), then finetune/sft.py with recipes/miniature/tiny_sft_warmstart.yaml, "
-        "reused from $VERITUNE_CACHE (default ~/.cache/veritune) when the demo or an earlier call made it",
+        help="the demo's warm-started base (recipes/miniature/tiny_sft_warmstart.yaml), cached in $VERITUNE_CACHE",
     )
     parser.add_argument(
         "--warm-start-steps", type=int, help="with --warm-start: SFT steps instead of the recipe's (a smoke test)"
@@ -51,16 +49,13 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
         "--patch-size",
         type=int,
         default=None,
-        help="vision patch side in pixels (default: the family's, 16 for qwen3vl: 4 tokens per 64-px image; "
-        "8 gives 16; not with --warm-start, whose base is the demo's)",
+        help="vision patch side in pixels (default: the family's; qwen3vl's 16 gives 4 tokens per 64-px image)",
     )
     parser.add_argument(
         "--pretrain-vision",
         type=Path,
         metavar="SPLIT_DIR",
-        help="then pretrain the vision tower on a synthetic-world split (instances.json, scene_graphs.json, "
-        "images/): linear heads on the vision token at each object's box centre predict its class and each "
-        "attribute's value, the language model untouched (miniature/tiny/tower.py)",
+        help="then pretrain the vision tower on this synthetic-world split's objects (miniature/tiny/tower.py)",
     )
     parser.add_argument(
         "--pretrain-vision-steps", type=int, help="with --pretrain-vision: steps of 64 images (default 1000)"

@@ -50,10 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--instance-attributes",
         choices=["none", "drawn"],
         default="none",
-        help="none: each instance has a light or dark shade (the world as before this flag); drawn: also a black "
-        "or white border and a striped or plain pattern, with scene graphs of shade, border and pattern whose one "
-        "negative is the other value, for `build finer-bench --protocol yn` (the letter protocol's multi-attr and "
-        "multi-rel questions need the default graphs' four negatives)",
+        help="none: a light or dark shade per instance; drawn: also a border and a pattern (docs/DATA_FORMATS.md)",
     )
     world.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     world.set_defaults(handler=_synthetic_world)
@@ -100,14 +97,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         nargs="+",
         choices=["plain", "r1"],
         default=["plain", "r1"],
-        help="plain (Yes. / No.) and/or r1 (ORIC Fig. 11's <REASONING>/<SOLUTION> tags), each question once per style",
+        help="plain (Yes. / No.) and/or r1 (ORIC Fig. 11's tags), each question once per style",
     )
     data.add_argument(
         "--attribute-pairs-per-image",
         type=int,
         default=0,
-        help="per image and attribute slot, this many scene-graph objects each give a FINER yes/no probe pair: its "
-        "true attribute answered Yes., its first negative No. (0: none)",
+        help="FINER yes/no probe pairs per image and attribute slot (0: none)",
     )
     data.add_argument(
         "--attribute-pair-slots",
@@ -118,8 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument(
         "--scene-graphs",
         type=Path,
-        help="with --attribute-pairs-per-image: the split's scene graphs (image paths relative to --image-root); "
-        "default: scene_graphs.json beside --annotations",
+        help="with --attribute-pairs-per-image: the split's scene graphs (default: beside --annotations)",
     )
     data.add_argument("--seed", type=int, default=0, help="random seed (same seed and flags, same rows in same order)")
     data.add_argument("--force", action="store_true", help="replace an --out that holds a different build")

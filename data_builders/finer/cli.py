@@ -101,9 +101,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--protocol",
         choices=PROTOCOLS,
         default="mcq",
-        help="mcq: the FINER MCQ benchmark (eval benchmark `finer`); yn: the yes/no granularity probe of FINER's "
-        "Fig. 1, seven levels of negative queries each beside its positive twin (eval benchmark `finer_yn`; "
-        "--max-*/--settings do not apply)",
+        help="mcq: the FINER MCQ benchmark (`finer`); yn: Fig. 1's yes/no granularity probe (`finer_yn`)",
     )
     bench.add_argument(
         "--anchors-per-image",
@@ -139,8 +137,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--false-image",
         choices=FALSE_IMAGES,
         default="random",
-        help="from level 2 on: the image with the object on which most of the description holds (nearest), or any "
-        "image with the object on which it is false (random)",
+        help="from level 2 on: the image where most of the description holds (nearest), or any (random)",
     )
     contrast.add_argument(
         "--max-tuples", type=int, default=DEFAULT_MAX_TUPLES, help="seeded uniform subsample (whole pairs)"

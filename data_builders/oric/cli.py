@@ -36,8 +36,7 @@ def _add_common(parser: argparse.ArgumentParser, kind: str) -> None:
     parser.add_argument(
         "--context-judge",
         default="cooccurrence",
-        help=f"who decides whether an ROI object is predictable from its context (ORIC Fig. 6): {', '.join(JUDGES)} "
-        "(an LLM through the --llm-* flags), or a dotted path to a judge factory",
+        help=f"the ROI context judge (ORIC Fig. 6): {', '.join(JUDGES)} (an LLM), or a judge factory's dotted path",
     )
     parser.add_argument(
         "--context-judge-threshold", type=float, default=0.25, help="cooccurrence: P(target|context) for 'yes'"

@@ -283,7 +283,7 @@ def pretrain_vision_tower(
         for parameter in trained:
             parameter.requires_grad_(True)
         # torch's multi-tensor kernels (its default on GPUs; on the CPU it loops over the tensors): the same
-        # weights bit for bit, fewer calls (finetune/training.py: use_foreach_adamw_on_cpu)
+        # weights bit for bit, fewer calls (miniature/cpu_speed.py: foreach_adamw)
         optimizer = torch.optim.AdamW([*trained, *objective.heads.parameters()], lr=learning_rate, foreach=True)
         before = objective.accuracy(held_out, batch_size) if held_out is not None else None
         if before is not None:
