@@ -36,9 +36,7 @@ from core.sampling import sample_indices
 from eval_hooks.paths import recorded_image_root
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from finetune.token_lengths import prompt_lengths, rows_within
-from rewards.oric import ORIC_FIELDS, check_oric_record
-
-REQUIRED_FIELDS = ORIC_FIELDS
+from rewards.oric import check_oric_record
 
 PROMPT_TEMPLATES: dict[str, str] = {
     # ORIC Fig. 11: the official training file carries this prompt verbatim, so a model trained here sees
