@@ -448,9 +448,9 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                     column.extend(texts)
         super().log(logs, start_time)
         if self.state.log_history:  # TRL adds its metrics (frac_reward_zero_std) to the logs in its own log()
-            self._note_reward_spread(self.state.log_history[-1])
+            self._watch_reward_spread(self.state.log_history[-1])
 
-    def _note_reward_spread(self, logs: dict[str, float]) -> None:
+    def _watch_reward_spread(self, logs: dict[str, float]) -> None:
         """Warn once when ``no_spread_warning_steps`` consecutive steps had no reward spread at all."""
         share = logs.get("frac_reward_zero_std")
         if share is None:

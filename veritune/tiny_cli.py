@@ -90,14 +90,14 @@ def _tiny_model(args: argparse.Namespace) -> int:
         return _warm_started(args)
     if args.pretrain_vision is not None:
         return _pretrained_vision(args)
-    with _tiny_model_beside_out(args) as built:
+    with _tiny_model_in_temporary_folder(args) as built:
         _replace_dir(built, args.out)
     print(f"tiny {args.family} checkpoint written to {args.out}")
     return 0
 
 
 @contextlib.contextmanager
-def _tiny_model_beside_out(args: argparse.Namespace) -> Iterator[Path]:
+def _tiny_model_in_temporary_folder(args: argparse.Namespace) -> Iterator[Path]:
     """The tiny model ``args`` describe, built in a temporary folder beside ``--out`` that is removed afterwards
     (whatever of it was not moved to ``--out``)."""
     from miniature.tiny.models import build_tiny_model
@@ -136,7 +136,7 @@ def _pretrained_vision(args: argparse.Namespace) -> int:
     for split in (args.pretrain_vision, args.pretrain_vision_eval):
         if split is not None:
             check_split(split)
-    with _tiny_model_beside_out(args) as work:
+    with _tiny_model_in_temporary_folder(args) as work:
         stats = pretrain_vision_tower(
             work, args.pretrain_vision, args.out, steps=steps, eval_split=args.pretrain_vision_eval, seed=args.seed
         )
