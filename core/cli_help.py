@@ -92,18 +92,6 @@ def show_defaults(parser: argparse.ArgumentParser) -> None:
 
 # ---- the one LLM flag family, shared by `build oric`, `build finer`, `build finer-bench` and the eval judge
 
-LLM_FLAGS = (
-    "base_url",
-    "model",
-    "api_key_env",
-    "cache",
-    "concurrency",
-    "max_retries",
-    "timeout",
-    "temperature",
-    "max_tokens",
-)
-
 
 def add_llm_arguments(
     parser: argparse.ArgumentParser,

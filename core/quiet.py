@@ -19,7 +19,7 @@ import importlib.machinery
 import io
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -27,14 +27,18 @@ WANDB_OFFLINE_BANNER = "[INFO] Running in WANDB offline mode"
 BANNER_MODULE = "transformers.integrations.integration_utils"
 
 
-class _BannerFilter(importlib.abc.MetaPathFinder):
-    """Finds :data:`BANNER_MODULE` as Python would, and runs its module code with stdout captured: what it
-    printed goes on to stdout afterwards, less the banner."""
+class _OnImport(importlib.abc.MetaPathFinder):
+    """Finds the module ``name`` as Python would, and runs its module code as ``run_module(exec_module, module)``
+    does (``exec_module``: the loader's own), so a module's import can be wrapped without changing its code."""
+
+    def __init__(self, name: str, run_module: Callable[[Callable[[ModuleType], Any], ModuleType], Any]) -> None:
+        self.name = name
+        self.run_module = run_module
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != BANNER_MODULE:
+        if fullname != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
@@ -42,24 +46,35 @@ class _BannerFilter(importlib.abc.MetaPathFinder):
         run = spec.loader.exec_module
 
         def exec_module(module: ModuleType) -> Any:
-            printed = io.StringIO()
-            try:
-                with contextlib.redirect_stdout(printed):
-                    return run(module)
-            finally:
-                sys.stdout.write(printed.getvalue().replace(WANDB_OFFLINE_BANNER + "\n", "", 1))
+            return self.run_module(run, module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+def _watch_import(name: str, run_module: Callable[[Callable[[ModuleType], Any], ModuleType], Any]) -> None:
+    """Run module ``name``'s code through ``run_module`` when it is first imported (once per process)."""
+    if not any(isinstance(finder, _OnImport) and finder.name == name for finder in sys.meta_path):
+        sys.meta_path.insert(0, _OnImport(name, run_module))
+
+
+def _run_without_banner(run: Callable[[ModuleType], Any], module: ModuleType) -> Any:
+    """Run :data:`BANNER_MODULE`'s code with stdout captured: what it printed goes on to stdout afterwards, less
+    the banner."""
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            return run(module)
+    finally:
+        sys.stdout.write(printed.getvalue().replace(WANDB_OFFLINE_BANNER + "\n", "", 1))
 
 
 def hide_wandb_offline_banner() -> None:
     """Drop transformers' ``[INFO] Running in WANDB offline mode`` line from this process's stdout (W&B's own
     offline notice at a run's start and end stays). Costs nothing until transformers' W&B integration is
     imported; no effect when it already is."""
-    if BANNER_MODULE in sys.modules or any(isinstance(finder, _BannerFilter) for finder in sys.meta_path):
-        return
-    sys.meta_path.insert(0, _BannerFilter())
+    if BANNER_MODULE not in sys.modules:
+        _watch_import(BANNER_MODULE, _run_without_banner)
 
 
 def use_cpu_accelerator_without_gpu() -> None:
@@ -84,26 +99,11 @@ def _model_file_bars_off(transformers_logging: ModuleType) -> None:
         hub_utils.enable_progress_bars()
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Finds :data:`TRANSFORMERS_LOGGING` as Python would, and turns its bars off once its module code has run."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != TRANSFORMERS_LOGGING:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        run = spec.loader.exec_module
-
-        def exec_module(module: ModuleType) -> Any:
-            result = run(module)
-            _model_file_bars_off(module)
-            return result
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
+def _run_then_bars_off(run: Callable[[ModuleType], Any], module: ModuleType) -> Any:
+    """Run :data:`TRANSFORMERS_LOGGING`'s code, then turn its bars off."""
+    result = run(module)
+    _model_file_bars_off(module)
+    return result
 
 
 def hide_model_file_bars() -> None:
@@ -112,8 +112,8 @@ def hide_model_file_bars() -> None:
     transformers is imported."""
     if TRANSFORMERS_LOGGING in sys.modules:
         _model_file_bars_off(sys.modules[TRANSFORMERS_LOGGING])
-    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    else:
+        _watch_import(TRANSFORMERS_LOGGING, _run_then_bars_off)
 
 
 def quiet_wandb() -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from core.errors import UserError
 from core.io import dataset_manifest
-from eval_hooks.registry import BENCHMARKS, PRESETS, get_benchmark
+from eval_hooks.registry import BENCHMARKS, get_benchmark, preset_members
 
 
 def check_benchmark_name(name: str, source: str) -> None:
@@ -51,8 +51,9 @@ def parse_benchmark_names(
                 name = f"{base}:{int(limit)}"
             else:
                 base = name
-            if base in PRESETS:  # a preset ("general") stands for its benchmarks, each with the same limit
-                names.extend(f"{member}:{limit}" if allow_limits and sep else member for member in PRESETS[base])
+            members = preset_members(base, limit if allow_limits and sep else "")
+            if members is not None:  # a preset ("general") stands for its benchmarks, each with the same limit
+                names.extend(members)
                 continue
             check_benchmark_name(base, source)
             names.append(name)

@@ -77,11 +77,10 @@ def registered_benchmark(name: str, source: str | Path) -> Benchmark:
 PRESETS: dict[str, tuple[str, ...]] = {"general": ("mmstar", "textvqa", "chartqa", "mmvp", "naturalbench", "vstar")}
 
 
-def expand_presets(entries: list[str]) -> list[str]:
-    """Each preset name (optionally ``name:N``) replaced by its benchmarks (each with the same ``:N``)."""
-    expanded = []
-    for entry in entries:
-        name, sep, count = str(entry).strip().partition(":")
-        members = PRESETS.get(name)
-        expanded.extend([f"{member}{sep}{count}" for member in members] if members else [str(entry)])
-    return list(dict.fromkeys(expanded))
+def preset_members(name: str, limit: str = "") -> list[str] | None:
+    """The benchmarks preset ``name`` stands for, each with ``:limit`` when one is given (``general:100`` limits
+    every member); None when ``name`` is no preset."""
+    members = PRESETS.get(name)
+    if members is None:
+        return None
+    return [f"{member}:{limit}" if limit else member for member in members]

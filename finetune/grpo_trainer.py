@@ -36,7 +36,7 @@ from core import trl_adapter
 from core.errors import UserError
 from core.trl_adapter import Generated, pack_generated, unpack_generated
 
-ds_logger = logging.getLogger("veritune.grpo")
+logger = logging.getLogger("veritune.grpo")
 
 IMAGE_PLACEHOLDER = "<image>"
 
@@ -74,7 +74,7 @@ def conversation_text(messages: Any) -> str:
 
 # ---- Dynamic sampling (DAPO, Yu et al. 2025, arXiv 2503.14476, Sec. 3.2): train only on informative groups
 
-DS_ROW_COLUMN = "veritune_row"  # each training row's index in the dataset: how extra prompts are drawn and excluded
+ROW_INDEX_COLUMN = "veritune_row"  # each training row's index in the dataset: how extra prompts are drawn and excluded
 
 
 class _Probed(Exception):  # noqa: N818 - a control-flow signal, not an error
@@ -135,10 +135,10 @@ class DynamicSamplingMixin:
     trains on groups it generated itself.
     """
 
-    def _ds_setup(self) -> None:
+    def _dynamic_setup(self) -> None:
         args = self.args
-        self._ds_replay: tuple[tuple[Any, ...], torch.Tensor, dict[str, list[Any]]] | None = None
-        self._ds_probing = False
+        self._dynamic_replay: tuple[tuple[Any, ...], torch.Tensor, dict[str, list[Any]]] | None = None
+        self._dynamic_probing = False
         if not args.dynamic_sampling:
             return
         unsupported = {
@@ -153,16 +153,16 @@ class DynamicSamplingMixin:
     # -- TRL's hooks, replayed or interrupted during dynamic sampling (their TRL signatures: trl_adapter.GRPO_OVERRIDES)
 
     def _generate(self, prompts: list[Any]) -> tuple[Any, ...]:
-        if self._ds_replay is not None:
-            return self._ds_replay[0]
+        if self._dynamic_replay is not None:
+            return self._dynamic_replay[0]
         generated = super()._generate(prompts)
-        if self._ds_probing:
+        if self._dynamic_probing:
             raise _Probed(prompts, generated)
         return generated
 
     def _calculate_rewards(self, inputs: Any, prompts: Any, completions: Any, completion_ids_list: Any) -> torch.Tensor:
-        if self._ds_replay is not None:
-            _, rewards, extra_logs = self._ds_replay
+        if self._dynamic_replay is not None:
+            _, rewards, extra_logs = self._dynamic_replay
             trl_adapter.put_extra_logs(self, extra_logs)
             return rewards
         return super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
@@ -170,18 +170,18 @@ class DynamicSamplingMixin:
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         if not self.args.dynamic_sampling or not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        rows, generated, rewards, extra_logs = self._ds_sample(inputs)
-        self._ds_replay = (generated, rewards, extra_logs)
+        rows, generated, rewards, extra_logs = self._dynamic_sample(inputs)
+        self._dynamic_replay = (generated, rewards, extra_logs)
         try:
             return super()._generate_and_score_completions(rows)
         finally:
-            self._ds_replay = None
+            self._dynamic_replay = None
 
     # -- the sampling rounds
 
-    def _ds_probe(self, rows: list[dict[str, Any]]) -> _Round:
+    def _dynamic_probe(self, rows: list[dict[str, Any]]) -> _Round:
         """Generate and score ``rows`` (this process's share of a round) through TRL, without training on them."""
-        self._ds_probing = True
+        self._dynamic_probing = True
         try:
             super()._generate_and_score_completions(rows)
         except _Probed as probed:
@@ -189,7 +189,7 @@ class DynamicSamplingMixin:
         else:  # pragma: no cover - TRL always generates
             raise RuntimeError("dynamic sampling: TRL did not generate")
         finally:
-            self._ds_probing = False
+            self._dynamic_probing = False
         named = unpack_generated(generated)
         rewards = self._calculate_rewards(rows, prompts, named.completions, named.completion_ids)
         extra_logs = trl_adapter.take_extra_logs(self)
@@ -199,34 +199,34 @@ class DynamicSamplingMixin:
         spread = spread.view(self.accelerator.num_processes, -1).cpu()
         return _Round(rows, generated, rewards, spread, extra_logs)
 
-    def _ds_informative(self, spread: torch.Tensor) -> torch.Tensor:
+    def _dynamic_informative(self, spread: torch.Tensor) -> torch.Tensor:
         threshold = self.args.dynamic_sampling_min_std
         return (spread > threshold) & ~torch.isclose(spread, torch.zeros_like(spread))
 
-    def _ds_extra_stream(self, used: set[int]) -> Iterator[int]:
+    def _dynamic_extra_stream(self, used: set[int]) -> Iterator[int]:
         """Dataset rows not yet in this step, in an order fixed by ``seed`` and the global step."""
         generator = torch.Generator().manual_seed(int(self.args.seed) * 1_000_003 + int(self.state.global_step))
         for index in torch.randperm(len(self.train_dataset), generator=generator).tolist():
             if index not in used:
                 yield index
 
-    def _ds_sample(
+    def _dynamic_sample(
         self, inputs: list[dict[str, Any]]
     ) -> tuple[list[dict[str, Any]], tuple[Any, ...], torch.Tensor, dict[str, list[Any]]]:
         group_size = self.num_generations
         processes, rank = self.accelerator.num_processes, self.accelerator.process_index
         wanted = len(inputs) // group_size  # groups per process
         device = self.accelerator.device
-        own = torch.tensor([int(inputs[g * group_size][DS_ROW_COLUMN]) for g in range(wanted)], device=device)
+        own = torch.tensor([int(inputs[g * group_size][ROW_INDEX_COLUMN]) for g in range(wanted)], device=device)
         used = set(self.accelerator.gather(own).tolist())
-        stream = self._ds_extra_stream(used)
+        stream = self._dynamic_extra_stream(used)
 
-        rounds = [self._ds_probe(inputs)]
+        rounds = [self._dynamic_probe(inputs)]
         # Per process: the (round, group) pairs that are informative, in the order drawn.
         kept: list[list[tuple[int, int]]] = [[] for _ in range(processes)]
         exhausted = False
         while True:
-            informative = self._ds_informative(rounds[-1].spread)
+            informative = self._dynamic_informative(rounds[-1].spread)
             for process in range(processes):
                 kept[process] += [(len(rounds) - 1, g) for g in informative[process].nonzero().flatten().tolist()]
             deficit = max(wanted - len(groups) for groups in kept)
@@ -243,7 +243,7 @@ class DynamicSamplingMixin:
                 break
             mine = drawn[rank * size : (rank + 1) * size]
             rows = [dict(row) for index in mine for row in itertools.repeat(self.train_dataset[index], group_size)]
-            rounds.append(self._ds_probe(rows))
+            rounds.append(self._dynamic_probe(rows))
 
         # This process's batch: its first `wanted` informative groups, filled with its dropped groups of largest
         # spread (earliest drawn first) when the rounds ran out. Every process computes every process's choice
@@ -269,7 +269,7 @@ class DynamicSamplingMixin:
             local[r] += _group_rows(g, group_size)
         for r, chosen_rows in enumerate(local):
             rows_out += _take(rounds[r].rows, chosen_rows)
-        generated = self._ds_join(rounds, local)
+        generated = self._dynamic_join(rounds, local)
         reward_blocks = []
         for process in range(processes):
             for r, found in enumerate(rounds):
@@ -292,28 +292,28 @@ class DynamicSamplingMixin:
 
         # Per-step metrics (TRL averages them over the logging steps and sends them where its logs go).
         drawn_groups = sum(found.spread.numel() for found in rounds)
-        informative_groups = sum(int(self._ds_informative(found.spread).sum()) for found in rounds)
+        informative_groups = sum(int(self._dynamic_informative(found.spread).sum()) for found in rounds)
         filled = sum(max(0, wanted - len(groups)) for groups in kept)
         metrics = trl_adapter.train_metrics(self)
         metrics["dynamic_sampling/kept_share"].append(informative_groups / drawn_groups)
         metrics["dynamic_sampling/rounds"].append(float(len(rounds)))
         metrics["dynamic_sampling/prompts_drawn"].append(float(drawn_groups))
         metrics["dynamic_sampling/filled_groups"].append(float(filled))
-        self._ds_note_step(filled, exhausted)
+        self._dynamic_count_filled(filled, exhausted)
         return rows_out, generated, rewards, extra_logs
 
-    def _ds_note_step(self, filled: int, exhausted: bool) -> None:
+    def _dynamic_count_filled(self, filled: int, exhausted: bool) -> None:
         """Count a step's filled groups for the end-of-run summary (the step line shows ``filled``)."""
-        summary = self.__dict__.setdefault("_ds_summary", {"steps": 0, "filled_steps": 0, "filled_groups": 0})
+        summary = self.__dict__.setdefault("_dynamic_summary", {"steps": 0, "filled_steps": 0, "filled_groups": 0})
         summary["steps"] += 1
         if filled:
             summary["filled_steps"] += 1
             summary["filled_groups"] += filled
             summary["exhausted_steps"] = summary.get("exhausted_steps", 0) + int(exhausted)
 
-    def ds_summary(self) -> str | None:
+    def dynamic_sampling_summary(self) -> str | None:
         """One line on what dynamic sampling did over the run (None when it was off or ran no step)."""
-        summary = getattr(self, "_ds_summary", None)
+        summary = getattr(self, "_dynamic_summary", None)
         if not self.args.dynamic_sampling or not summary or not summary["steps"]:
             return None
         line = f"dynamic sampling: {summary['steps']} generation batch(es)"
@@ -334,7 +334,7 @@ class DynamicSamplingMixin:
         )
 
     @staticmethod
-    def _ds_join(rounds: list[_Round], local: list[list[int]]) -> tuple[Any, ...]:
+    def _dynamic_join(rounds: list[_Round], local: list[list[int]]) -> tuple[Any, ...]:
         """TRL's ``_generate`` output for the chosen rows of each round, in order (one tuple, as if one call)."""
         generated = [unpack_generated(found.generated) for found in rounds]
         joined: dict[str, Any] = {}
@@ -412,10 +412,10 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if getattr(config, "dynamic_sampling", False) and dataset is not None:
             if not isinstance(dataset, Dataset):
                 raise UserError("dynamic_sampling: needs a map-style dataset (extra prompts are drawn by index)")
-            kwargs["train_dataset"] = dataset.add_column(DS_ROW_COLUMN, list(range(len(dataset))))
+            kwargs["train_dataset"] = dataset.add_column(ROW_INDEX_COLUMN, list(range(len(dataset))))
         super().__init__(*args, **kwargs)
         trl_adapter.ban_rollout_tokens(self, vision_special_tokens(self.processing_class))
-        self._ds_setup()
+        self._dynamic_setup()
         keep_one_input_grad_hook(self.model)
         if getattr(self.args, "compiled_decode", False):
             self._compile_decode()
@@ -448,9 +448,9 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
                     column.extend(texts)
         super().log(logs, start_time)
         if self.state.log_history:  # TRL adds its metrics (frac_reward_zero_std) to the logs in its own log()
-            self._note_reward_spread(self.state.log_history[-1])
+            self._watch_reward_spread(self.state.log_history[-1])
 
-    def _note_reward_spread(self, logs: dict[str, float]) -> None:
+    def _watch_reward_spread(self, logs: dict[str, float]) -> None:
         """Warn once when ``no_spread_warning_steps`` consecutive steps had no reward spread at all."""
         share = logs.get("frac_reward_zero_std")
         if share is None:
@@ -465,7 +465,7 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
         if limit and self._no_spread_steps >= limit and not getattr(self, "_no_spread_warned", False):
             self._no_spread_warned = True
             if self.accelerator.is_main_process:
-                ds_logger.warning(
+                logger.warning(
                     "no learning signal: in the last %d steps every group's %d completions earned the same reward "
                     "(reward %s, frac_reward_zero_std 1): zero advantage, no gradient. Check that the model's "
                     "answers can earn the rewards (reward_funcs, prompt_template; a random-initialised model earns "
@@ -479,7 +479,7 @@ class VerituneGRPOTrainer(DynamicSamplingMixin, GRPOTrainer):
 
     def train(self, *args: Any, **kwargs: Any) -> Any:
         result = super().train(*args, **kwargs)
-        summary = self.ds_summary()
+        summary = self.dynamic_sampling_summary()
         if summary and self.accelerator.is_main_process:
-            ds_logger.info(summary)
+            logger.info(summary)
         return result

@@ -18,6 +18,7 @@ counted, never cut.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +36,7 @@ from core.sampling import sample_indices
 from eval_hooks.paths import recorded_image_root
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from finetune.token_lengths import prompt_lengths, rows_within
-from rewards.oric import ORIC_FIELDS, check_oric_record
-
-REQUIRED_FIELDS = ORIC_FIELDS
+from rewards.oric import check_oric_record
 
 PROMPT_TEMPLATES: dict[str, str] = {
     # ORIC Fig. 11: the official training file carries this prompt verbatim, so a model trained here sees
@@ -271,6 +270,33 @@ def multi_image_prompt(question: str, template: str) -> list[dict[str, Any]]:
     return build_prompt(question, resolve_template(template))
 
 
+def _rows_whose_images_open(
+    records: list[dict[str, Any]],
+    row_of: Callable[[int, dict[str, Any]], dict[str, Any] | str],
+    skip_bad_examples: bool,
+    source: str | Path,
+    noun: str,
+    fix: str,
+    progress: bool = False,
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """The rows ``row_of(index, record)`` builds, and the bad images it names instead (a string) for the others;
+    a bad image stops, in one line naming ``source`` and the first three, unless ``skip_bad_examples``."""
+    bad: list[str] = []
+    rows = []
+    for index, record in enumerate(tqdm(records, desc="checking images", unit="img", disable=not progress)):
+        row = row_of(index, record)
+        if isinstance(row, str):
+            bad.append(row)
+        else:
+            rows.append(row)
+    if bad and not skip_bad_examples:
+        raise UserError(
+            f"{source}: {len(bad)} {noun}(s) with missing or unreadable images, first: {'; '.join(bad[:3])} "
+            f"(fix {fix} or set skip_bad_examples: true)"
+        )
+    return rows, bad
+
+
 def multi_image_rows(
     records: list[dict[str, Any]],
     template: str,
@@ -281,30 +307,25 @@ def multi_image_rows(
 ) -> list[dict[str, Any]]:
     """The training rows of the multi-image questions whose images all open; a bad image stops, unless
     ``skip_bad_examples`` (then the row is dropped and listed with the others)."""
-    bad: list[str] = []
-    rows = []
-    for record in records:
+
+    def row_of(_: int, record: dict[str, Any]) -> dict[str, Any] | str:
         problems = [(image, _image_problem(Path(image))) for image in record["image_paths"]]
         problems = [(image, problem) for image, problem in problems if problem]
         if problems:
-            bad.append(f"multi-image question {record['id']}: {problems[0][0]} {problems[0][1]}")
-            continue
-        rows.append(
-            {
-                "prompt": multi_image_prompt(record["question"], template),
-                "solution": record["solution"],
-                "id": str(record["id"]),
-                "target_object": "",
-                "image_paths": record["image_paths"],
-                "options": json.dumps(record["options"]),
-                "pixel_budget": image_budget(len(record["image_paths"]), max_pixels, max_pixels_per_image),
-            }
-        )
-    if bad and not skip_bad_examples:
-        raise UserError(
-            f"multi_image_path: {len(bad)} question(s) with missing or unreadable images, first: "
-            f"{'; '.join(bad[:3])} (fix multi_image_root or set skip_bad_examples: true)"
-        )
+            return f"multi-image question {record['id']}: {problems[0][0]} {problems[0][1]}"
+        return {
+            "prompt": multi_image_prompt(record["question"], template),
+            "solution": record["solution"],
+            "id": str(record["id"]),
+            "target_object": "",
+            "image_paths": record["image_paths"],
+            "options": json.dumps(record["options"]),
+            "pixel_budget": image_budget(len(record["image_paths"]), max_pixels, max_pixels_per_image),
+        }
+
+    rows, bad = _rows_whose_images_open(
+        records, row_of, skip_bad_examples, "multi_image_path", "question", "multi_image_root"
+    )
     report.dropped_bad_image += bad
     return rows
 
@@ -320,30 +341,24 @@ def rows_with_images(
 ) -> list[dict[str, Any]]:
     """The training rows of the records whose image opens (a path under ``root``, or an embedded image written
     to ``extract_dir``); a bad image stops, unless ``skip_bad_examples``."""
-    bad: list[str] = []
-    rows = []
-    for row, record in enumerate(tqdm(records, desc="checking images", unit="img", disable=len(records) < 200)):
+
+    def row_of(row: int, record: dict[str, Any]) -> dict[str, Any] | str:
         found, looked_for = resolve_image(record["image"], root, extract_dir or root)
         image_path = Path(found or looked_for)
         problem = _image_problem(image_path)
         if problem:
-            bad.append(f"row {row} (id {record['id']}): {image_path} {problem}")
-            continue
-        rows.append(
-            {
-                "prompt": build_prompt(record["question"], template_text),
-                "solution": record["solution"],
-                "id": str(record["id"]),
-                "target_object": str(record["target_object"]),
-                "image_path": str(image_path),
-            }
-        )
-    if bad and not skip_bad_examples:
-        shown = "; ".join(bad[:3])
-        raise UserError(
-            f"{path}: {len(bad)} example(s) with missing or unreadable images, first: {shown} "
-            "(fix the image_root or set skip_bad_examples: true)"
-        )
+            return f"row {row} (id {record['id']}): {image_path} {problem}"
+        return {
+            "prompt": build_prompt(record["question"], template_text),
+            "solution": record["solution"],
+            "id": str(record["id"]),
+            "target_object": str(record["target_object"]),
+            "image_path": str(image_path),
+        }
+
+    rows, bad = _rows_whose_images_open(
+        records, row_of, skip_bad_examples, path, "example", "the image_root", progress=len(records) >= 200
+    )
     report.dropped_bad_image = bad
     return rows
 

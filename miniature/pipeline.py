@@ -15,7 +15,7 @@ The ORIC half, on the first core:
    with conventional questions of the train split replayed beside ORIC's), whose eval hook scores ORIC-Bench and
    the POPE-random-style questions of the val split before the first step and after the last.
 
-The FINER half (``miniature.seeing``), on the second core from the start: a 16-token base whose pretrained, frozen
+The FINER half (``miniature.finer_half``), on the second core from the start: a 16-token base whose pretrained, frozen
 vision tower sees per-instance attributes (cached under ``~/.cache/veritune/seeing-base/``), DPO on image-contrast
 pairs, and its eval hook on FINER's yes/no probe and POPE; its DPO's data worker runs the frozen reference model
 (``miniature.cpu_speed.reference_in_workers``) and takes the core the ORIC half leaves once that has trained.
@@ -34,7 +34,7 @@ run together, and on how many threads, changes no number on the machines measure
 
 The stages are the functions of ``miniature.stages`` (``build_world``, ``build_tiny_models``, ``build_data``,
 ``warm_start``, ``build_oric``, ``train_grpo``, ``build_finer``, ``train_dpo``, each taking ``demo_paths(out)``) and
-of ``miniature.seeing``, so ``veritune demo-select`` (``miniature.selection``) runs the same stages on the dev
+of ``miniature.finer_half``, so ``veritune demo-select`` (``miniature.selection``) runs the same stages on the dev
 split; the command line of both lives in ``veritune.demo_cli``.
 """
 
@@ -74,7 +74,7 @@ def run_demo(
 ) -> dict[str, Path]:
     """Run the whole demo under ``out`` and return where things went (``seed`` seeds the worlds, models and
     training). ``finer``: ``"seeing"``, the FINER half on a base that sees per-instance attributes
-    (``miniature.seeing``, beside the whole ORIC half); or ``"tuples"``, the control: DPO on FINER-Tuning's tuples
+    (``miniature.finer_half``, beside the whole ORIC half); or ``"tuples"``, the control: DPO on FINER-Tuning's tuples
     from the ORIC half's base (beside GRPO). ``use_cache``: take the warm-started bases from the shared cache when
     the same inputs made them before."""
     if finer not in FINER_HALVES:
@@ -91,45 +91,45 @@ def run_demo(
     timings: dict[str, float] = {}
     clock = time.monotonic()
 
-    def lap(name: str) -> None:
+    def record_stage_time(name: str) -> None:
         nonlocal clock
         timings[name] = round(time.monotonic() - clock, 1)
         clock = time.monotonic()
 
-    seeing = None
+    finer_half_run = None
     if finer == "seeing":  # the long pole: on the second core from the start, beside everything below
-        from miniature.seeing import run_seeing_finer
+        from miniature.finer_half import run_finer_half
 
-        seeing = Background(  # its report is written at the end, beside the table
+        finer_half_run = Background(  # its report is written at the end, beside the table
             "FINER on a base that sees (16 vision tokens, a pretrained frozen tower; DPO on image-contrast pairs)",
             out / "logs" / "finer-seeing.log",
-            lambda: run_seeing_finer(out, seed, report=False, use_cache=use_cache),
+            lambda: run_finer_half(out, seed, report=False, use_cache=use_cache),
         )
     announce_stage(
         "1/7 synthetic world with scene priors (COCO annotations, scene graphs, POPE-random-style questions)"
     )
     build_world(paths, seed)
-    lap("world")
+    record_stage_time("world")
 
     announce_stage("2/7 tiny models: random-initialised Qwen3-VL (here), tiny CLIP trained on the train split (step 4)")
     build_tiny_qwen(paths, seed)
-    lap("tiny Qwen3-VL")
+    record_stage_time("tiny Qwen3-VL")
 
     # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
     # built beside it on the other core, their output in a log
     data = Background(
-        "tiny CLIP, ORIC and FINER data" if seeing is None else "tiny CLIP and ORIC data",
+        "tiny CLIP, ORIC and FINER data" if finer_half_run is None else "tiny CLIP and ORIC data",
         out / "logs" / "data.log",
-        lambda: build_data(paths, out, seed, finer=seeing is None),
+        lambda: build_data(paths, out, seed, finer=finer_half_run is None),
     )
     announce_stage(
         "3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)"
     )
     warm_start(paths, out, seed, use_cache)
-    lap("warm-start")
+    record_stage_time("warm-start")
 
     finer_data = "; FINER-Tuning tuples (train scene graphs) and FINER-bench (val scene graphs)"
-    finer_data = finer_data if seeing is None else ""
+    finer_data = finer_data if finer_half_run is None else ""
     announce_stage(
         "4/7 ORIC training data (train images) and ORIC-Bench (val images): co-occurrence judge, CLIP-guided "
         f"negatives{finer_data}"
@@ -140,38 +140,38 @@ def run_demo(
 
     # DPO and its report (one core, shorter than GRPO) run beside GRPO (one core); GRPO's output stays on the terminal
     dpo = None
-    if seeing is None:
+    if finer_half_run is None:
         announce_stage(
             "5/7 DPO from the base model on the FINER-Tuning tuples (eval hook: step-0 baseline, then each save)"
         )
         dpo = Background("DPO", out / "logs" / "dpo.log", lambda: train_dpo(paths, seed, report=True))
     announce_stage("6/7 GRPO Visual-RFT from the base model (eval hook: step-0 baseline, then each save)")
     train_grpo(paths, steps, seed)
-    lap("GRPO")
-    if seeing is None:
+    record_stage_time("GRPO")
+    if finer_half_run is None:
         runs, table, probe = {"grpo": paths["run"], "dpo": paths["dpo"]}, TABLE, paths["finer_yn"]
     else:
-        from miniature.seeing import RUN, seeing_paths
-        from miniature.seeing import TABLE as SEEING_TABLE
+        from miniature.finer_half import RUN, finer_half_paths
+        from miniature.finer_half import TABLE as FINER_TABLE
 
-        probe = seeing_paths(out)["probe"]
-        runs = {"grpo": paths["run"], RUN: seeing_paths(out)["dpo"]}
-        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + SEEING_TABLE
+        probe = finer_half_paths(out)["probe"]
+        runs = {"grpo": paths["run"], RUN: finer_half_paths(out)["dpo"]}
+        table = [entry for entry in TABLE if not entry[0].startswith("finer")] + FINER_TABLE
     # The ORIC half's report and before/after rows now, while the FINER half trains: at the end, only the FINER
     # half's are left (the same draws, so the same rows: results_table draws per run and benchmark)
     reports = [start_command(report_command(paths["run"]))]
     oric_entries = [entry for entry in table if table_source(entry) == "grpo"]
     found = dict(zip(oric_entries, results_table(runs, oric_entries)))
-    lap("GRPO's before/after rows (its report beside them)")
+    record_stage_time("GRPO's before/after rows (its report beside them)")
     if dpo is not None:
         dpo.join()
         clock = time.monotonic()  # the wait for DPO, if any, is not counted
         timings["DPO and its report (beside GRPO)"] = dpo.seconds
     else:
         announce_stage("5/7 FINER on a base that sees: waiting for the stages run beside the ORIC half")
-        seeing.join(progress_every=60)
-        lap("waiting for FINER on a base that sees")
-        timings["FINER on a base that sees (beside the ORIC half)"] = seeing.seconds
+        finer_half_run.join(progress_every=60)
+        record_stage_time("waiting for FINER on a base that sees")
+        timings["FINER on a base that sees (beside the ORIC half)"] = finer_half_run.seconds
         # this DPO run's report (train_dpo, in the tuples control, writes its own beside GRPO)
         reports.append(start_command(report_command(runs[RUN])))
 
@@ -179,6 +179,6 @@ def run_demo(
     rest = [entry for entry in table if entry not in found]
     found.update(zip(rest, results_table(runs, rest)))
     wait_commands(reports)
-    lap("FINER's rows and the reports")
+    record_stage_time("FINER's rows and the reports")
     summarise(paths, [found[entry] for entry in table], timings, out, runs, probe)
     return paths

@@ -5,7 +5,7 @@ as subprocesses.
 
 The stages are ``build_world``, ``build_tiny_models``, ``build_data``, ``warm_start``, ``build_oric``,
 ``train_grpo``, ``build_finer``, ``train_dpo``; ``veritune demo-select`` (``miniature.selection``) runs the same
-stages on the dev split, and ``miniature.seeing`` (``--finer seeing``) builds on :func:`run_stage`,
+stages on the dev split, and ``miniature.finer_half`` (``--finer seeing``) builds on :func:`run_stage`,
 :func:`launch` and :func:`run_veritune`. The command line of all three lives in ``veritune.demo_cli``.
 """
 
@@ -42,7 +42,7 @@ STAGES_DIR = "stages"  # OUT/stages/<stage>.json: the key each stage's output wa
 # the FINER hook's limit (120 q+/q- pairs, a seeded sample stratified over FINER's settings) and DPO steps
 FINER_QUESTIONS, DPO_STEPS = 240, 16
 # FINER's half of the demo: DPO on image-contrast pairs from a base that sees per-instance attributes
-# (miniature.seeing; the default), or DPO on FINER-Tuning's tuples from the ORIC half's base, which cannot see
+# (miniature.finer_half; the default), or DPO on FINER-Tuning's tuples from the ORIC half's base, which cannot see
 # them: a control that shows DPO has nothing to cure where the base does not perceive the attribute
 FINER_HALVES = ("seeing", "tuples")
 TRAIN_IMAGES, VAL_IMAGES = 1000, 240  # the world's splits; POPE-random-style questions: every one of the val split
@@ -144,7 +144,7 @@ class Background:
         print("\n".join([f"{self.name}, run in the background ({self.log}):", *summary]), flush=True)
 
 
-def beside(work: Callable[[], None]) -> Callable[[], None]:
+def start_in_thread(work: Callable[[], None]) -> Callable[[], None]:
     """Start ``work`` in a thread beside the caller, its commands' output in the caller's stage log; returns the
     function that waits for it and re-raises its error. For stages that a chain needs later and that need none of
     what the chain builds meanwhile (the FINER half's pairs and probe beside its base)."""
@@ -387,7 +387,7 @@ def world_key(seed: int) -> str:
 def build_tiny_models(paths: dict[str, Path], seed: int) -> None:
     """The random-initialised demo-size Qwen3-VL and the tiny CLIP trained on the train split."""
     build_tiny_qwen(paths, seed)
-    note(_build_tiny_clip(paths, seed))
+    print_stage_line(_build_tiny_clip(paths, seed))
 
 
 def build_tiny_qwen(paths: dict[str, Path], seed: int) -> None:
@@ -427,13 +427,13 @@ def _build_tiny_clip(paths: dict[str, Path], seed: int) -> str:
 def build_data(paths: dict[str, Path], out: Path, seed: int, finer: bool = True) -> None:
     """What needs neither the base model nor a trained one: the tiny CLIP, ORIC's data, FINER's data (unless
     ``finer`` is False)."""
-    note(_build_tiny_clip(paths, seed))
+    print_stage_line(_build_tiny_clip(paths, seed))
     build_oric(paths, out, seed)
     if finer:
         build_finer(paths, seed)
 
 
-def note(message: str) -> None:
+def print_stage_line(message: str) -> None:
     """A line for the terminal, or for the stage log of a background stage."""
     log = getattr(_OUTPUT, "log", None)
     if log is None:

@@ -40,6 +40,12 @@ BENCHMARKS: list[tuple[str, list[str], str]] = [
         "finetune/grpo.py and finetune/dpo.py vs plain TRL, same tiny configurations (7.1)",
     ),
     ("oric_builder", ["perf/bench_oric_builder.py"], "ORIC builder on COCO-scale annotations, CLIP, judge (7.2)"),
+    (
+        "io",
+        ["perf/bench_io.py"],
+        "core/io.py's record encoder and gc.freeze in the ORIC builder's model-free stages, against json.dumps and "
+        "the collector paused for the load only or untouched",
+    ),
     ("finer_builder", ["perf/bench_finer_builder.py"], "FINER scene-graph path throughput (7.2)"),
     ("eval_runner", ["perf/bench_eval_runner.py"], "batched vs one-at-a-time evaluation (7.3)"),
     ("answer_extraction", ["perf/bench_answer_extraction.py"], "answer extraction cost (7.3)"),

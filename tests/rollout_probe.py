@@ -65,7 +65,7 @@ class ProbeTrainer(VerituneGRPOTrainer):
             self._probe_chunks += 1
             parts.append(SimpleNamespace(generated=super()._generate(prompts[start : start + CHUNK_ROWS])))
         rows = [list(range(len(part.generated[0]))) for part in parts]
-        return DynamicSamplingMixin._ds_join(parts, rows)  # type: ignore[arg-type]
+        return DynamicSamplingMixin._dynamic_join(parts, rows)  # type: ignore[arg-type]
 
     def _prepare_inputs(self, generation_batch: Any) -> dict[str, Any]:
         inputs = super()._prepare_inputs(generation_batch)

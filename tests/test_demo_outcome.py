@@ -5,7 +5,7 @@ halves in one run.
   conventionally warm-started base answers POPE-random-style questions far better than ORIC-Bench's incongruous
   ones, and GRPO on ORIC's questions raises its ORIC-Bench macro-F1 (the paired bootstrap interval above zero),
   moves its yes-proportion toward 50 and keeps its POPE accuracy.
-- The FINER half (miniature.seeing; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1): on a base that sees
+- The FINER half (miniature.finer_half; the FINER paper, arXiv 2603.17662, Sec. 1, Fig. 1): on a base that sees
   per-instance attributes, DPO on image-contrast pairs raises the yes/no probe's L3-L7 pairs (both twins right),
   keeps the positives (no trade of "yes" for "no") and keeps the base's POPE (the objects).
 

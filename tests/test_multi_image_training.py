@@ -6,6 +6,7 @@ Qwen3-VL."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -124,26 +125,23 @@ def test_an_n_image_prompt_over_max_prompt_length_is_dropped_and_counted(
     small, full = lengths(1024), lengths(4096)
     limit = max(small.values())
     assert min(n for key, n in full.items() if key.startswith("multi/")) > limit
-    dataset, report = get_oric_dataset(
-        *oric_fixture,
-        processor=processor,
-        max_pixels=4096,
-        max_prompt_length=limit,
-        max_pixels_per_image=4096,
-        **multi,
-    )
+
+    def within_limit(per_image: int) -> tuple[Any, Any]:
+        return get_oric_dataset(
+            *oric_fixture,
+            processor=processor,
+            max_pixels=4096,
+            max_prompt_length=limit,
+            max_pixels_per_image=per_image,
+            **multi,
+        )
+
+    dataset, report = within_limit(4096)
     assert report.dropped_too_long == 4 and len(dataset) == 8 and not any(r["options"] for r in dataset)
     assert "8/12 examples kept (4 of them multi-image questions)" in report.summary()
     assert "4 dropped as longer than max_prompt_length" in report.summary()
     # the per-image budget makes the same questions fit, whole: all their image tokens are in the prompt
-    dataset, report = get_oric_dataset(
-        *oric_fixture,
-        processor=processor,
-        max_pixels=4096,
-        max_prompt_length=limit,
-        max_pixels_per_image=1024,
-        **multi,
-    )
+    dataset, report = within_limit(1024)
     assert report.dropped_too_long == 0 and len(dataset) == 12
     kept = {r["id"]: prompt_length(processor, r["prompt"], r["images"]) for r in dataset}
     assert kept == small
@@ -163,16 +161,39 @@ def test_multi_image_questions_fewer_than_the_ratio_asks_are_refused(
 # ---- through the entry scripts
 
 
+def train_one_step(
+    script: str, recipe: str, model: Path, out: Path, *flags: Any
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """One training step of the entry ``script`` on ``recipe``, ``model`` and ``flags`` into ``out`` (W&B off, the
+    step saved): its result, which must succeed, and the step's logged row."""
+    result = run_entry(
+        script,
+        recipe,
+        "--model_name_or_path",
+        model,
+        *flags,
+        "--max_steps",
+        "1",
+        "--save_steps",
+        "1",
+        "--output_dir",
+        out,
+        WANDB_MODE="disabled",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    (step,) = [row for row in log_history(out) if "loss" in row]
+    return result, step
+
+
 def test_grpo_trains_a_step_on_oric_mixed_with_multi_image_questions(
     tmp_path: Path, oric_fixture: tuple[Path, Path], tiny_qwen3vl: Path
 ) -> None:
     mioh = write_mioh_fixture(tmp_path / "mioh.json", oric_fixture[1], count=4, per_question=2)
-    out = tmp_path / "run"
-    result = run_entry(
+    result, step = train_one_step(
         "grpo.py",
         GRPO_RECIPE,
-        "--model_name_or_path",
         tiny_qwen3vl,
+        tmp_path / "run",
         "--dataset_path",
         oric_fixture[0],
         "--image_root",
@@ -193,17 +214,8 @@ def test_grpo_trains_a_step_on_oric_mixed_with_multi_image_questions(
         "1.0",
         "1.0",
         "1.0",
-        "--max_steps",
-        "1",
-        "--save_steps",
-        "1",
-        "--output_dir",
-        out,
-        WANDB_MODE="disabled",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
     assert "12/12 examples kept (4 of them multi-image questions)" in result.stderr
-    (step,) = [row for row in log_history(out) if "loss" in row]
     assert {"rewards/accuracy_reward/mean", "rewards/option_accuracy_reward/mean"} <= step.keys()
 
 
@@ -225,26 +237,16 @@ def test_dpo_trains_a_step_on_multi_image_pairs(tmp_path: Path, tiny_qwen3vl: Pa
     data = tmp_path / "pairs.jsonl"
     data.write_text("".join(json.dumps(multi_image_pair(i)) + "\n" for i in range(8)))
     assert [im.size for im in load_images([str(images / "0.jpg")] * 2, 4096, 768)] == [(32, 24)] * 2
-    out = tmp_path / "run"
-    result = run_entry(
+    _, step = train_one_step(
         "dpo.py",
         DPO_RECIPE,
-        "--model_name_or_path",
         tiny_qwen3vl,
+        tmp_path / "run",
         "--dataset_path",
         data,
         "--image_root",
         images,
         "--max_pixels_per_image",
         "768",
-        "--max_steps",
-        "1",
-        "--save_steps",
-        "1",
-        "--output_dir",
-        out,
-        WANDB_MODE="disabled",
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    (step,) = [row for row in log_history(out) if "loss" in row]
     assert "rewards/margins" in step

@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 from core.cli_help import command_help
@@ -71,7 +73,6 @@ def register_tiny_model(subparsers: argparse._SubParsersAction) -> None:
 
 def _tiny_model(args: argparse.Namespace) -> int:
     use_cpu_accelerator_without_gpu()  # before transformers loads DeepSpeed, which warns when it finds no GPU
-    from miniature.tiny.models import build_tiny_model
     from miniature.tiny.tower import IDENTITY_FILE
 
     if args.warm_start_steps is not None and not args.warm_start:
@@ -89,6 +90,18 @@ def _tiny_model(args: argparse.Namespace) -> int:
         return _warm_started(args)
     if args.pretrain_vision is not None:
         return _pretrained_vision(args)
+    with _tiny_model_in_temporary_folder(args) as built:
+        _replace_dir(built, args.out)
+    print(f"tiny {args.family} checkpoint written to {args.out}")
+    return 0
+
+
+@contextlib.contextmanager
+def _tiny_model_in_temporary_folder(args: argparse.Namespace) -> Iterator[Path]:
+    """The tiny model ``args`` describe, built in a temporary folder beside ``--out`` that is removed afterwards
+    (whatever of it was not moved to ``--out``)."""
+    from miniature.tiny.models import build_tiny_model
+
     built = args.out.with_name(f".{args.out.name}.build-{os.getpid()}")
     try:
         build_tiny_model(
@@ -99,11 +112,9 @@ def _tiny_model(args: argparse.Namespace) -> int:
             size=args.size,
             patch_size=args.patch_size,
         )
-        _replace_dir(built, args.out)
+        yield built
     finally:
         shutil.rmtree(built, ignore_errors=True)
-    print(f"tiny {args.family} checkpoint written to {args.out}")
-    return 0
 
 
 def _replace_dir(built: Path, out: Path) -> None:
@@ -117,7 +128,6 @@ def _replace_dir(built: Path, out: Path) -> None:
 
 def _pretrained_vision(args: argparse.Namespace) -> int:
     """The tiny model built in a temporary folder, its vision tower pretrained, then moved to ``--out``."""
-    from miniature.tiny.models import build_tiny_model
     from miniature.tiny.tower import check_split, pretrain_vision_tower
 
     steps = 1000 if args.pretrain_vision_steps is None else args.pretrain_vision_steps
@@ -126,26 +136,10 @@ def _pretrained_vision(args: argparse.Namespace) -> int:
     for split in (args.pretrain_vision, args.pretrain_vision_eval):
         if split is not None:
             check_split(split)
-    work = args.out.with_name(f".{args.out.name}.build-{os.getpid()}")
-    try:
-        build_tiny_model(
-            args.family,
-            work,
-            seed=args.seed,
-            format_warmup_steps=args.format_warmup_steps,
-            size=args.size,
-            patch_size=args.patch_size,
-        )
+    with _tiny_model_in_temporary_folder(args) as work:
         stats = pretrain_vision_tower(
-            work,
-            args.pretrain_vision,
-            args.out,
-            steps=steps,
-            eval_split=args.pretrain_vision_eval,
-            seed=args.seed,
+            work, args.pretrain_vision, args.out, steps=steps, eval_split=args.pretrain_vision_eval, seed=args.seed
         )
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
     print(
         f"tiny {args.family} checkpoint written to {args.out}, its vision tower pretrained for {stats['steps']} "
         f"steps on {args.pretrain_vision} in {stats['seconds']} s (veritune_tiny.json)"

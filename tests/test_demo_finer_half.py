@@ -1,4 +1,4 @@
-"""`veritune demo --finer seeing`: FINER's half on a base that sees per-instance attributes (miniature.seeing),
+"""`veritune demo --finer seeing`: FINER's half on a base that sees per-instance attributes (miniature.finer_half),
 at toy sizes: every stage through the public commands, the eval hook's step-0 and final scores of the probe and
 POPE, the table's rows, and reruns that reuse what is unchanged. The measured sizes' numbers are in
 docs/RESULTS.md; this checks the wiring, not the outcome."""
@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from core.errors import UserError
-from miniature import seeing as demo_seeing
-from miniature import stages
-from miniature.seeing import RUN, TABLE, SeeingSizes, run_seeing_finer, seeing_paths
+from miniature import finer_half, stages
+from miniature.finer_half import RUN, TABLE, FinerHalfSizes, finer_half_paths, run_finer_half
 from miniature.stages import STAGE_STATUS, results_table
 
-TOY = SeeingSizes(
+TOY = FinerHalfSizes(
     fresh_images=60, world_images=(60, 40, 20), tower_steps=5, warmstart_steps=4, dpo_steps=2, eval_limit=40
 )
 STAGES = [
@@ -37,13 +36,13 @@ def seeing(tmp_path_factory: pytest.TempPathFactory) -> Path:
     STAGE_STATUS.clear()
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(stages, "CACHE", out.parent / f"{out.name}-cache")  # the shared cache, this module's own
-        run_seeing_finer(out, 0, TOY)
+        run_finer_half(out, 0, TOY)
     assert STAGE_STATUS == dict.fromkeys(STAGES, "run")
     return out
 
 
 def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
-    paths = seeing_paths(seeing)
+    paths = finer_half_paths(seeing)
     tiny = json.loads((paths["model"] / "veritune_tiny.json").read_text())
     assert tiny["patch_size"] == 8 and tiny["vision_pretraining"]["steps"] == TOY.tower_steps
     data = json.loads((paths["data"].with_name("train.manifest.json")).read_text())
@@ -75,7 +74,7 @@ def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
 def test_the_table_reads_the_hooks_step_0_and_last_scores(seeing: Path) -> None:
     from eval_hooks.bootstrap import format_table
 
-    rows = results_table({RUN: seeing_paths(seeing)["dpo"]}, TABLE)
+    rows = results_table({RUN: finer_half_paths(seeing)["dpo"]}, TABLE)
     labels = [f"{benchmark} {metric} ({RUN})" for benchmark, metric, _ in TABLE]
     assert [row["label"] for row in rows] == labels
     assert all(row["step"] == TOY.dpo_steps and row["trained_by"] == RUN for row in rows)
@@ -87,10 +86,10 @@ def test_the_table_reads_the_hooks_step_0_and_last_scores(seeing: Path) -> None:
 def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
     seeing: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dpo_state = seeing_paths(seeing)["dpo"] / "trainer_state.json"
+    dpo_state = finer_half_paths(seeing)["dpo"] / "trainer_state.json"
     before = dpo_state.stat().st_mtime_ns
     STAGE_STATUS.clear()
-    run_seeing_finer(seeing, 0, TOY, report=False)
+    run_finer_half(seeing, 0, TOY, report=False)
     # the base is there: what it was built from (the fresh world, the tower) is not even looked at
     assert STAGE_STATUS == dict.fromkeys(
         [name for name in STAGES if name not in ("seeing-fresh", "seeing-model", "seeing-data")], "reused"
@@ -98,7 +97,7 @@ def test_a_rerun_reuses_every_stage_and_a_new_dpo_size_reruns_only_dpo(
     assert dpo_state.stat().st_mtime_ns == before
     # a DPO step count of its own: only DPO runs again
     STAGE_STATUS.clear()
-    run_seeing_finer(seeing, 0, SeeingSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False)
+    run_finer_half(seeing, 0, FinerHalfSizes(**{**TOY.__dict__, "dpo_steps": 3}), report=False)
     assert STAGE_STATUS == {
         **dict.fromkeys(["seeing-world", "seeing-base", "seeing-pairs", "seeing-probe"], "reused"),
         "seeing-dpo": "run",
@@ -110,17 +109,17 @@ def test_another_demo_directory_takes_the_base_from_the_shared_cache(
     seeing: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(stages, "CACHE", seeing.parent / f"{seeing.name}-cache")
-    launched, launch = [], demo_seeing.launch
+    launched, launch = [], finer_half.launch
     monkeypatch.setattr(
-        demo_seeing, "launch", lambda script, *a, **k: (launched.append(script), launch(script, *a, **k))
+        finer_half, "launch", lambda script, *a, **k: (launched.append(script), launch(script, *a, **k))
     )
     STAGE_STATUS.clear()
-    run_seeing_finer(tmp_path / "demo", 0, TOY, report=False)
+    run_finer_half(tmp_path / "demo", 0, TOY, report=False)
     assert STAGE_STATUS["seeing-base"] == "shared cache" and "seeing-fresh" not in STAGE_STATUS
     assert launched == ["finetune/dpo.py"]  # no tower pretraining, no warm-start
-    built, cached = seeing_paths(tmp_path / "demo")["base"], seeing_paths(seeing)["base"]
+    built, cached = finer_half_paths(tmp_path / "demo")["base"], finer_half_paths(seeing)["base"]
     assert (built / "model.safetensors").read_bytes() == (cached / "model.safetensors").read_bytes()
-    assert not seeing_paths(tmp_path / "demo")["fresh"].exists()
+    assert not finer_half_paths(tmp_path / "demo")["fresh"].exists()
     # the stages after the base have the keys they have where it was built: the same inputs, the same keys
     for name in ("seeing-base", "seeing-pairs", "seeing-probe"):
         assert stages.recorded_key(tmp_path / "demo", name) == stages.recorded_key(seeing, name)
@@ -132,17 +131,17 @@ def test_a_moved_copy_reuses_every_stage_and_gives_the_same_table(seeing: Path, 
     import os
     import shutil
 
-    run_seeing_finer(seeing, 0, TOY, report=False)  # the toy sizes (a test above trained DPO for another count)
-    table = results_table({RUN: seeing_paths(seeing)["dpo"]}, TABLE)
+    run_finer_half(seeing, 0, TOY, report=False)  # the toy sizes (a test above trained DPO for another count)
+    table = results_table({RUN: finer_half_paths(seeing)["dpo"]}, TABLE)
     moved = tmp_path / "moved"
     shutil.copytree(seeing, moved)
     away = seeing.with_name(seeing.name + "-away")
     os.rename(seeing, away)  # the hook's records name paths under the original folder: none of them exists now
     try:
         STAGE_STATUS.clear()
-        run_seeing_finer(moved, 0, TOY, report=False)
+        run_finer_half(moved, 0, TOY, report=False)
         assert set(STAGE_STATUS.values()) == {"reused"}, STAGE_STATUS
-        assert results_table({RUN: seeing_paths(moved)["dpo"]}, TABLE) == table
+        assert results_table({RUN: finer_half_paths(moved)["dpo"]}, TABLE) == table
     finally:
         os.rename(away, seeing)
 

@@ -38,10 +38,9 @@ from miniature.stages import (
     STAGE_STATUS,
     TRAIN_IMAGES,
     VAL_IMAGES,
-    beside,
     copy_dir,
     launch,
-    note,
+    print_stage_line,
     recipe_digest,
     recorded_key,
     report_command,
@@ -49,6 +48,7 @@ from miniature.stages import (
     run_stage,
     run_veritune,
     stage_key,
+    start_in_thread,
     warmstart_key,
 )
 
@@ -95,7 +95,7 @@ def base_code_digest() -> str:
 
 
 @dataclass(frozen=True)
-class SeeingSizes:
+class FinerHalfSizes:
     """The demo's sizes: 6,000 warm-start steps, 6,400 DPO steps at lr 2.5e-4 (docs/LAB_NOTEBOOK.md#dpo-round-16);
     tests pass smaller ones."""
 
@@ -108,7 +108,7 @@ class SeeingSizes:
     eval_limit: int | None = None  # every probe pair and POPE question of the val split
 
 
-def seeing_paths(out: Path) -> dict[str, Path]:
+def finer_half_paths(out: Path) -> dict[str, Path]:
     """Where this half writes under the demo's ``out``."""
     root = out / RUN
     return {
@@ -123,10 +123,10 @@ def seeing_paths(out: Path) -> dict[str, Path]:
     }
 
 
-def run_seeing_finer(
+def run_finer_half(
     out: Path,
     seed: int = 0,
-    sizes: SeeingSizes = SeeingSizes(),
+    sizes: FinerHalfSizes = FinerHalfSizes(),
     report: bool = True,
     use_cache: bool = True,
 ) -> Path:
@@ -138,7 +138,7 @@ def run_seeing_finer(
     from core.run_layout import TRAINER_STATE_FILE
     from miniature import stages
 
-    paths = seeing_paths(out)
+    paths = finer_half_paths(out)
     fresh, world = paths["fresh"], paths["world"]
 
     def command_stage(name: str, command: list[str], upstream: list[str], output: Path, done: Path) -> None:
@@ -188,13 +188,13 @@ def run_seeing_finer(
 
     def build_base() -> None:
         if use_cache and (cached / "model.safetensors").is_file():
-            note(f"reusing the cached base that sees {cached}")
+            print_stage_line(f"reusing the cached base that sees {cached}")
             STAGE_STATUS["seeing-base"] = "shared cache"
             copy_dir(cached, paths["base"])
             return
         command_stage("seeing-fresh", fresh_world, [], fresh, fresh / "dev" / "coco_pope_random.json")
         # the warm-start's table needs only the fresh world: built beside the tower's pretraining
-        table = beside(
+        table = start_in_thread(
             lambda: command_stage("seeing-data", data, ["seeing-fresh"], paths["data"].parent, paths["data"])
         )
         weights = paths["model"] / "model.safetensors"
@@ -206,7 +206,7 @@ def run_seeing_finer(
         # on a 2-core CPU (docs/LAB_NOTEBOOK.md#both-halves)
         launch("finetune/sft.py", SFT_RECIPE, warmstart)
         if use_cache and not publish_dir(paths["base"], cached):
-            note(f"another process cached this base first: {cached}")
+            print_stage_line(f"another process cached this base first: {cached}")
 
     pairs = ["build", "finer-contrast", "--false-image", "random", "--seed", str(seed)]
     pairs += ["--scene-graphs", str(world / "train" / "scene_graphs.json")]
@@ -220,7 +220,7 @@ def run_seeing_finer(
         command_stage("seeing-probe", probe, ["seeing-world"], paths["probe"].parent, paths["probe"])
 
     # DPO's pairs and probe need only the demo-size world: built beside the base, off the chain's critical path
-    pairs_and_probe = beside(build_pairs_and_probe)
+    pairs_and_probe = start_in_thread(build_pairs_and_probe)
     base_done = (paths["base"] / TRAINER_STATE_FILE).is_file  # the warm-start saves it after its weights
     try:
         run_stage(out, "seeing-base", base_key, [paths["base"]], base_done, build_base)
