@@ -370,7 +370,7 @@ class VerituneGRPOConfig(TrainingArgumentsChecks, GRPOConfig):
                 self.gradient_accumulation_steps = provisional
         try:
             super().__post_init__()
-        except ValueError as err:  # TRL's checks share one exception type: its text names the generation batch's
+        except ValueError as err:  # TRL raises a plain ValueError: only its text says it is the generation batch's
             if "divisible by num_generations" not in str(err):
                 raise
             raise UserError(
