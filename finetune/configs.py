@@ -12,13 +12,47 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trl import DPOConfig, GRPOConfig, ModelConfig
+from trl import DPOConfig, GRPOConfig, ModelConfig, SFTConfig
 
 from core.errors import UserError
 from eval_hooks.selection import DEFAULT_LIMIT_MODE, DEFAULT_LIMIT_SEED, LIMIT_MODES
 
 # What the eval hooks may generate with (ScriptArguments.eval_backend; eval_hooks/callback.py).
 EVAL_BACKENDS = ("auto", "transformers", "vllm")
+
+
+def require_at_least(config: object, key: str, lowest: float, *, exclusive: bool = False) -> None:
+    """A key's lower bound, checked in the ``__post_init__`` of the dataclass that owns the key: one line when
+    ``config.<key>`` is below ``lowest`` (``exclusive``: at or below it); None (unset) passes."""
+    value = getattr(config, key)
+    if (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
+        and (value <= lowest if exclusive else value < lowest)
+    ):
+        bound = f"greater than {lowest:g}" if exclusive else f"at least {lowest:g}"
+        raise UserError(f"{key}: must be {bound}, got {value}")
+
+
+class TrainingArgumentsChecks:
+    """The checks of TRL's own ``TrainingArguments`` keys that every entry script's config shares (GRPO, DPO,
+    SFT), made first in its ``__post_init__``, before TRL's (which divides by some of them)."""
+
+    def check_training_arguments(self) -> None:
+        """Learning rate, batch sizes, steps and epochs a run can start with; persistent data workers need one."""
+        for key in ("learning_rate", "weight_decay", "max_grad_norm", "num_train_epochs"):
+            require_at_least(self, key, 0)
+        if hasattr(self, "beta"):  # GRPO's and DPO's KL coefficient
+            require_at_least(self, "beta", 0)
+        for key in ("per_device_train_batch_size", "per_device_eval_batch_size", "gradient_accumulation_steps"):
+            require_at_least(self, key, 1)
+        for key in ("save_steps", "logging_steps"):
+            require_at_least(self, key, 0, exclusive=True)
+        if self.dataloader_persistent_workers and self.dataloader_num_workers == 0:
+            raise UserError(  # else torch's DataLoader raises it as a traceback once the model is loaded
+                "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more, got 0 "
+                "(with --dataloader_num_workers 0 also pass --dataloader_persistent_workers false)"
+            )
 
 
 @dataclass
@@ -172,6 +206,11 @@ class ScriptArguments:
             raise UserError(f"eval_limit_mode: expected one of {', '.join(LIMIT_MODES)}, got {self.eval_limit_mode!r}")
         if self.eval_backend not in EVAL_BACKENDS:
             raise UserError(f"eval_backend: expected one of {', '.join(EVAL_BACKENDS)}, got {self.eval_backend!r}")
+        require_at_least(self, "eval_batch_size", 1)
+        require_at_least(self, "eval_limit", 1)
+        from eval_hooks.plan import EvalPlan
+
+        EvalPlan.of(self)  # the eval_* keys together: benchmark lists, NAME:N limits, eval_data (eval_hooks/plan.py)
 
 
 @dataclass
@@ -252,7 +291,7 @@ def require_optional_packages(config: object) -> None:
 
 
 @dataclass
-class VerituneGRPOConfig(GRPOConfig):
+class VerituneGRPOConfig(TrainingArgumentsChecks, GRPOConfig):
     """TRL's ``GRPOConfig`` plus a global batch counted in prompts; its batch-size checks name the numbers to change.
 
     TRL counts ``per_device_train_batch_size`` in completions (G of them per prompt), while the ORIC trainer
@@ -307,14 +346,15 @@ class VerituneGRPOConfig(GRPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self.check_training_arguments()
+        require_at_least(self, "num_generations", 2)
+        require_at_least(self, "max_completion_length", 1)
+        require_at_least(self, "temperature", 0)
+        for key in ("dynamic_sampling_min_std", "dynamic_sampling_max_rounds", "no_spread_warning_steps"):
+            require_at_least(self, key, 0)
+        self._check_vllm()
         self._check_compiled_decode()
         require_optional_packages(self)
-        if self.dynamic_sampling_min_std < 0:
-            raise UserError(f"dynamic_sampling_min_std: must be at least 0, got {self.dynamic_sampling_min_std}")
-        if self.dynamic_sampling_max_rounds < 0:
-            raise UserError(f"dynamic_sampling_max_rounds: must be at least 0, got {self.dynamic_sampling_max_rounds}")
-        if self.no_spread_warning_steps < 0:
-            raise UserError(f"no_spread_warning_steps: must be at least 0, got {self.no_spread_warning_steps}")
         explicit_steps_per_generation = self.steps_per_generation
         written_accumulation = self.gradient_accumulation_steps
         self._check_rollout_batch()
@@ -324,14 +364,13 @@ class VerituneGRPOConfig(GRPOConfig):
                     "generation_batch_size: cannot be set together with global_batch_prompts (the generation batch "
                     "follows from it); set rollout_batch_prompts instead to reuse a generation over several steps"
                 )
-            # Provisional, from the launcher's WORLD_SIZE (TRL checks the generation batch before the
-            # process count is known here); recomputed below from the real process count.
+            # Must stay: TRL's __post_init__ checks the generation batch before self.world_size exists; redone below.
             provisional = self._global_batch_accumulation(int(os.environ.get("WORLD_SIZE", "1") or 1))
             if provisional is not None:
                 self.gradient_accumulation_steps = provisional
         try:
             super().__post_init__()
-        except ValueError as err:
+        except ValueError as err:  # TRL raises a plain ValueError: only its text says it is the generation batch's
             if "divisible by num_generations" not in str(err):
                 raise
             raise UserError(
@@ -432,10 +471,19 @@ class VerituneGRPOConfig(GRPOConfig):
             f"a round trains on completions {steps - 1} step(s) old"
         )
 
+    def _check_vllm(self) -> None:
+        """vLLM settings that TRL would only refuse after the model has loaded, or not at all."""
+        if self.use_vllm and self.vllm_mode not in ("colocate", "server"):
+            raise UserError(f"vllm_mode: expected colocate or server, got {self.vllm_mode!r}")
+        if self.use_vllm and self.ds3_gather_for_generation is False:
+            raise UserError(
+                "ds3_gather_for_generation: false cannot be used with use_vllm (TRL pushes gathered weights to "
+                "vLLM); set it to true, or use_vllm: false"
+            )
+
     def _check_compiled_decode(self) -> None:
         """Refuse ``compiled_decode`` beside another generation engine; apply its prompt bucket."""
-        if self.decode_prompt_bucket < 0:
-            raise UserError(f"decode_prompt_bucket: must be at least 0, got {self.decode_prompt_bucket}")
+        require_at_least(self, "decode_prompt_bucket", 0)
         if not self.compiled_decode:
             return
         for engine in ("use_vllm", "use_transformers_continuous_batching"):
@@ -521,7 +569,7 @@ class DPOScriptArguments(ScriptArguments):
 
 
 @dataclass
-class VerituneDPOConfig(DPOConfig):
+class VerituneDPOConfig(TrainingArgumentsChecks, DPOConfig):
     """TRL's ``DPOConfig`` plus a global batch; reference log-probs are computed online (precomputing them is
     unsupported for VLMs)."""
 
@@ -531,6 +579,7 @@ class VerituneDPOConfig(DPOConfig):
     )
 
     def __post_init__(self) -> None:
+        self.check_training_arguments()
         require_optional_packages(self)
         if self.precompute_ref_log_probs:
             raise UserError(
@@ -565,3 +614,13 @@ class VerituneDPOConfig(DPOConfig):
                 self.world_size,
             )
         return steps
+
+
+@dataclass
+class VerituneSFTConfig(TrainingArgumentsChecks, SFTConfig):
+    """TRL's ``SFTConfig`` (the warm-start, finetune/sft.py), with the TrainingArguments checks every entry
+    script's config makes."""
+
+    def __post_init__(self) -> None:
+        self.check_training_arguments()
+        super().__post_init__()

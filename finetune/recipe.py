@@ -4,17 +4,19 @@ A recipe is flat YAML, one key per dataclass field, which may start from shared 
 :mod:`core.recipe_file`). Command-line flags override recipe keys. A key or flag that no dataclass
 knows is a one-line error naming the file that set it and the closest valid key.
 
-Where a recipe is checked, all before any model loads (:func:`parse_recipe`): a value's type
-(:func:`check_value_types`); what one field alone allows, in the dataclass that owns it (``__post_init__`` of
-``finetune/configs.py``, and TRL's own); the ranges every recipe type shares (``_LOWER_BOUNDS``) and what
-spans several keys or dataclasses (the rewards, :func:`check_reward_funcs`; vLLM; eval benchmarks) in
-:func:`check_recipe_values`. The entry scripts check only that the data paths they need are given.
+Where a recipe is checked, all before any model loads (:func:`parse_recipe`; docs/ARCHITECTURE.md, "Where a
+recipe key is checked"): a value's type by the parser, as the same ``--key value`` flag is
+(:func:`parse_recipe_value`); a key's range, and what keys of one dataclass allow together, in the dataclass that
+owns them (``__post_init__`` of finetune/configs.py, and TRL's own); what joins keys of two dataclasses in
+:func:`check_across_dataclasses`. The paths a run reads are checked when it starts
+(:func:`finetune.training.check_run_paths`).
 """
 
 from __future__ import annotations
 
+import argparse
 import difflib
-import enum
+import functools
 import os
 import sys
 import types
@@ -61,138 +63,111 @@ def _unknown_key_message(source: str, key: str, keys: set[str]) -> str:
     return f"{source}: unknown key '{key}'{hint}"
 
 
-def load_recipe(path: str | os.PathLike[str], dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    """Read a recipe with its ``include:`` bases merged (:func:`core.recipe_file.load_recipe_file`) and
-    check every key against the dataclasses' fields and every value against its type, each error naming the
-    file that set the key; its relative paths are resolved against that file
+def load_recipe(
+    path: str | os.PathLike[str], dataclass_types: tuple[type, ...], parser: HfArgumentParser | None = None
+) -> dict[str, Any]:
+    """Read a recipe with its ``include:`` bases merged (:func:`core.recipe_file.load_recipe_file`), check every
+    key against the dataclasses' fields and read every value as the parser (``parser``, else
+    :func:`recipe_parser`'s) reads the same ``--key value`` flag (:func:`parse_recipe_value`), each error naming
+    the file that set the key; its relative paths are resolved against that file
     (:func:`core.recipe_file.resolve_recipe_paths`)."""
     recipe = load_recipe_file(path)
     keys = valid_keys(dataclass_types)
     for key, source in recipe.sources.items():
         if key not in keys:
             raise UserError(_unknown_key_message(str(source), str(key), keys))
-    for source in dict.fromkeys(recipe.sources.values()):
-        own = {key: value for key, value in recipe.values.items() if recipe.sources[key] == source}
-        check_value_types(own, dataclass_types, str(source))
+    parser = parser or recipe_parser(dataclass_types)
+    shapes = yaml_shapes(dataclass_types)
+    recipe.values = {
+        key: parse_recipe_value(parser, shapes, key, value, str(recipe.sources[key]))
+        for key, value in recipe.values.items()
+    }
     return resolve_recipe_paths(recipe)
 
 
-# ---------------------------------------------------------------------------------------------- value checks
+# ---------------------------------------------------------------------------------------------- value types
 #
-# Recipe values are checked here, before any model loads, so that a wrong value is one line naming the
-# key, the value and what is expected, never a traceback from inside TRL or a wall of argparse usage.
+# A recipe value is read by the parser, as the same `--key value` flag is (HfArgumentParser's `type=`, `choices`
+# and `nargs`), so that a key's type comes from its dataclass field and nothing here re-implements it. What YAML
+# can say and a flag cannot (null, a list, a mapping) is allowed where the field's declared type admits it.
 
 # List keys whose bare string means something of its own (PEFT: "all-linear" or a regex of module names).
 _STRING_FOR_A_LIST = {"lora_target_modules"}
-_BOOL_WORDS = {"true", "false", "yes", "no", "1", "0", "y", "n", "t", "f"}
 
 
-def _field_types(dataclass_types: tuple[type, ...]) -> dict[str, Any]:
-    hints: dict[str, Any] = {}
+def recipe_parser(dataclass_types: tuple[type, ...]) -> HfArgumentParser:
+    """The entry script's parser: no abbreviated flags (`--learning_rat` is an error, not a prefix match), and a
+    bad value raised as :class:`argparse.ArgumentError` for its caller to name (the recipe file or the command
+    line), never argparse's page of usage."""
+    parser = HfArgumentParser(dataclass_types, exit_on_error=False)
+    parser.allow_abbrev = False
+    parser.error = _raise_usage_error("command line")  # what argparse reports without an ArgumentError
+    return parser
+
+
+@functools.cache
+def yaml_shapes(dataclass_types: tuple[type, ...]) -> dict[str, set[type]]:
+    """Per key, which of null, a list, a mapping and a string the field's declared type admits: what a YAML
+    value may be beyond the one type argparse keeps per flag (``report_to: [wandb]``, ``model_init_kwargs: {}``)."""
+    shapes: dict[str, set[type]] = {}
     for cls in dataclass_types:
-        try:
-            resolved = typing.get_type_hints(cls)
-        except Exception:  # noqa: BLE001 - a type we cannot resolve is left to the parser
-            continue
-        hints.update({f.name: resolved[f.name] for f in fields(cls) if f.init and f.name in resolved})
-    return hints
+        hints = typing.get_type_hints(cls)  # as HfArgumentParser resolves them
+        for f in fields(cls):
+            tp = hints.get(f.name)
+            union = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+            shapes[f.name] = {typing.get_origin(arg) or arg for arg in union} & {type(None), list, dict, str}
+    return shapes
 
 
-def _describe(tp: Any) -> str:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(dict.fromkeys(_describe(arg) for arg in args))
-    if origin is list:
-        return f"a list of {_describe(args[0]).removeprefix('a ').removeprefix('an ')}s" if args else "a list"
-    if origin is typing.Literal:
-        return " or ".join(repr(arg) for arg in args)
-    names = {
-        type(None): "null",
-        bool: "true or false",
-        int: "an integer",
-        float: "a number",
-        str: "a string",
-        dict: "a mapping",
-    }
-    if tp in names:
-        return names[tp]
-    return "a string" if isinstance(tp, type) and issubclass(tp, enum.Enum) else getattr(tp, "__name__", str(tp))
-
-
-def _accepts(tp: Any, value: Any) -> bool:
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        return any(_accepts(arg, value) for arg in args)
-    if origin is list:
-        return isinstance(value, list) and all(_accepts(args[0], v) for v in value) if args else isinstance(value, list)
-    if origin is dict or tp is dict:
-        return isinstance(value, dict)
-    if origin is typing.Literal:
-        return value in args
-    if tp is type(None):
-        return value is None
-    if tp is bool:
-        return isinstance(value, bool) or (isinstance(value, (str, int)) and str(value).lower() in _BOOL_WORDS)
-    if tp is int:
-        return (isinstance(value, int) and not isinstance(value, bool)) or (
-            isinstance(value, str) and value.strip().lstrip("+-").isdigit()
-        )
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return True
-        try:
-            return isinstance(value, str) and float(value) == float(value)  # NaN is no learning rate
-        except ValueError:
-            return False
-    if tp is str or (isinstance(tp, type) and issubclass(tp, enum.Enum)):
-        return isinstance(value, (str, int, float)) and not isinstance(value, bool)
-    return True  # a type the parser knows better (a config object, Any): left to it
-
-
-def check_value_types(values: dict[str, Any], dataclass_types: tuple[type, ...], source: str) -> None:
-    """Each value's type against its field's (a list where an integer goes, a string where a list goes, a
-    word where a number goes).
+def parse_recipe_value(
+    parser: HfArgumentParser, shapes: dict[str, set[type]], key: str, value: Any, source: str
+) -> Any:
+    """``value`` of recipe key ``key`` as the parser reads ``--key=value`` (a list item by item, as its ``nargs``
+    flag takes them); null, a mapping or a list only where the field admits one (:func:`yaml_shapes`).
 
     Raises:
-        UserError: ``"<source>: <key>: expected <type>, got <value>"``.
+        UserError: ``"<source>: <key>: invalid int value: 'eight'"`` (the parser's words), ``"... expected one
+            value, got [1, 2]"``, ``"... expected a list, got 'accuracy' (write a list: [accuracy])"``.
     """
-    hints = _field_types(dataclass_types)
-    for key, value in values.items():
-        tp = hints.get(key)
-        if tp is None or _accepts(tp, value) or (key in _STRING_FOR_A_LIST and isinstance(value, str)):
-            continue
-        hint = ""
-        if isinstance(value, str) and _accepts(tp, [value]):
-            hint = f" (write a list: [{value}])"
-        raise UserError(f"{source}: {key}: expected {_describe(tp)}, got {value!r}{hint}")
+    action = next(action for action in parser._actions if f"--{key}" in action.option_strings)
+    takes_list = action.nargs in ("+", "*")
+    admits = shapes.get(key, set())
+    if value is None or isinstance(value, dict):
+        if type(value) in admits:
+            return value  # nothing a flag could spell: the dataclass takes it as it is
+        if value is None:
+            raise UserError(f"{source}: {key}: expected a value, got null (leave the key out for its default)")
+        raise UserError(f"{source}: {key}: expected {'a list' if takes_list else 'one value'}, got {value!r}")
+    if isinstance(value, list):
+        if not takes_list and list not in admits:
+            raise UserError(f"{source}: {key}: expected one value, got {value!r}")
+        return [_parse_argument(parser, action, key, item, source) for item in value]
+    if takes_list:
+        if isinstance(value, str) and (str in admits or key in _STRING_FOR_A_LIST):
+            return value  # a string of its own meaning
+        raise UserError(f"{source}: {key}: expected a list, got {value!r} (write a list: [{value}])")
+    return _parse_argument(parser, action, key, value, source)
 
 
-# (key, lowest allowed, whether the lowest is excluded): numbers a run cannot start with otherwise.
-_LOWER_BOUNDS: tuple[tuple[str, float, bool], ...] = (
-    ("learning_rate", 0.0, False),
-    ("weight_decay", 0.0, False),
-    ("max_grad_norm", 0.0, False),
-    ("beta", 0.0, False),
-    ("warmup_ratio", 0.0, False),
-    ("num_train_epochs", 0.0, False),
-    ("per_device_train_batch_size", 1, False),
-    ("per_device_eval_batch_size", 1, False),
-    ("gradient_accumulation_steps", 1, False),
-    ("num_generations", 2, False),
-    ("max_completion_length", 1, False),
-    ("save_steps", 0.0, True),
-    ("logging_steps", 0.0, True),
-    ("eval_batch_size", 1, False),
-    ("eval_limit", 1, False),
-    ("temperature", 0.0, False),
-)
+def _parse_argument(parser: HfArgumentParser, action: argparse.Action, key: str, value: Any, source: str) -> Any:
+    if isinstance(value, (list, dict)) or value is None:
+        raise UserError(f"{source}: {key}: expected a list of values, got an item {value!r}")
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    # Every key already in the namespace: the parser converts this one value, not every default of its dataclasses.
+    namespace = argparse.Namespace(**{other.dest: None for other in parser._actions})
+    try:  # `--key=value`: a value that starts with '-' stays a value
+        parser.parse_known_args([f"--{key}={text}"], namespace)
+    except argparse.ArgumentError as err:
+        raise UserError(f"{source}: {key}: {err.message}") from None
+    parsed = getattr(namespace, action.dest)
+    return parsed[0] if action.nargs in ("+", "*") else parsed
 
 
-def check_recipe_values(instances: tuple[Any, ...]) -> None:
-    """Ranges and cross-key checks of a parsed recipe, before any model loads: negative learning rates and
-    batch sizes, ``reward_weights`` of another length than ``reward_funcs``, unknown reward functions, and the
-    eval plan (:meth:`eval_hooks.plan.EvalPlan.of`: unknown eval benchmarks with the closest valid name, ``NAME:N``
-    limits, ``eval_data``), parsed here once for the run.
+def check_across_dataclasses(instances: tuple[Any, ...]) -> None:
+    """The checks that join keys of two dataclasses, the one place for each (a key's own range and the checks
+    within one dataclass are in its ``__post_init__``, finetune/configs.py): the rewards, ``reward_funcs`` of the
+    script arguments and ``reward_weights`` of the config (:func:`check_reward_funcs`), and ``eval_backend: vllm``,
+    which needs the config's colocated vLLM engine.
 
     Raises:
         UserError: one line naming the key, the value and what is expected.
@@ -200,40 +175,9 @@ def check_recipe_values(instances: tuple[Any, ...]) -> None:
     values: dict[str, Any] = {}
     for instance in instances:
         values.update({f.name: getattr(instance, f.name) for f in fields(instance) if f.init})
-    for key, lowest, exclusive in _LOWER_BOUNDS:
-        value = values.get(key)
-        if (
-            isinstance(value, (int, float))
-            and not isinstance(value, bool)
-            and (value <= lowest if exclusive else value < lowest)
-        ):
-            bound = f"greater than {lowest:g}" if exclusive else f"at least {lowest:g}"
-            raise UserError(f"{key}: must be {bound}, got {value}")
     if "reward_funcs" in values:
         check_reward_funcs(values["reward_funcs"], values.get("reward_weights"))
-    for instance in instances:
-        if hasattr(instance, "eval_benchmarks"):  # the eval plan: benchmark lists, limits, eval_data (one parser)
-            from eval_hooks.plan import EvalPlan
-
-            EvalPlan.of(instance)
-    if values.get("dataloader_persistent_workers") and values.get("dataloader_num_workers") == 0:
-        raise UserError(  # else torch's DataLoader raises it as a traceback once the model is loaded
-            "dataloader_persistent_workers: true needs dataloader_num_workers of 1 or more, got 0 "
-            "(with --dataloader_num_workers 0 also pass --dataloader_persistent_workers false)"
-        )
-    _check_vllm(values)
-
-
-def _check_vllm(values: dict[str, Any]) -> None:
-    """vLLM settings that TRL would only refuse after the model has loaded, or not at all."""
     use_vllm = bool(values.get("use_vllm"))
-    if use_vllm and values.get("vllm_mode") not in ("colocate", "server"):
-        raise UserError(f"vllm_mode: expected colocate or server, got {values.get('vllm_mode')!r}")
-    if use_vllm and values.get("ds3_gather_for_generation") is False:
-        raise UserError(
-            "ds3_gather_for_generation: false cannot be used with use_vllm (TRL pushes gathered weights to vLLM); "
-            "set it to true, or use_vllm: false"
-        )
     if values.get("eval_backend") == "vllm" and not (use_vllm and values.get("vllm_mode") == "colocate"):
         raise UserError(
             "eval_backend: vllm reuses the trainer's colocated vLLM engine, and this run has none "
@@ -350,20 +294,20 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...], *, here: bo
     Raises:
         UserError: missing or malformed recipe, unknown key or flag, or a value the dataclasses reject.
     """
-    parser = HfArgumentParser(dataclass_types)
-    parser.allow_abbrev = False  # `--learning_rat` must be an error, not a silent prefix match
-    parser.error = _raise_usage_error("command line")  # one line, not argparse's page of usage
+    parser = recipe_parser(dataclass_types)
     args = list(argv)
     recipe: dict[str, Any] = {}
     recipe_path = pop_recipe_path(args)
     if recipe_path is not None:
-        recipe = load_recipe(recipe_path, dataclass_types)
+        recipe = load_recipe(recipe_path, dataclass_types, parser)
     parser.set_defaults(**recipe)
-    if here:
-        namespace, _ = parser.parse_known_args(args=args)
-        check_machine(vars(namespace))
     try:
+        if here:
+            namespace, _ = parser.parse_known_args(args=args)
+            check_machine(vars(namespace))
         *instances, remaining = parser.parse_args_into_dataclasses(args=args, return_remaining_strings=True)
+    except argparse.ArgumentError as err:  # a flag's value: the parser's words
+        raise UserError(f"command line: {err}") from None
     except (ValueError, TypeError) as err:
         source = str(recipe_path) if recipe_path else "command line"
         raise UserError(f"{source}: {str(err).splitlines()[0]}") from None
@@ -376,7 +320,7 @@ def parse_recipe(argv: list[str], dataclass_types: tuple[type, ...], *, here: bo
         raise UserError(f"command line: unexpected argument '{remaining[0]}' (flags are --key value)")
     if recipe_path is not None:
         check_recipe_names_model(recipe_path, instances)
-    check_recipe_values(tuple(instances))
+    check_across_dataclasses(tuple(instances))
     return tuple(instances)
 
 

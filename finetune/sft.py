@@ -25,11 +25,11 @@ from typing import Any
 
 from datasets import Dataset, Features, List, Value
 from datasets import Image as ImageFeature
-from trl import SFTConfig, SFTTrainer
+from trl import SFTTrainer
 
 from core.errors import UserError
 from core.sampling import sample_indices
-from finetune.configs import ScriptArguments, VerituneModelConfig
+from finetune.configs import ScriptArguments, VerituneModelConfig, VerituneSFTConfig
 from finetune.data_sources import embedded_image_dir, iter_records, resolve_image, source_label
 from finetune.recipe import run_entry_script
 from finetune.training import get_callbacks, get_model_and_processor, start_run, train_with_hooks
@@ -158,7 +158,7 @@ def with_position_ids(collator: Any, model: Any) -> Any:
     return PositionIdsCollator(collator, compute)
 
 
-def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: VerituneModelConfig) -> None:
+def main(script_args: SFTScriptArguments, training_args: VerituneSFTConfig, model_args: VerituneModelConfig) -> None:
     refuse_annotation_file(script_args)  # before the run directory is claimed
     if start_run(training_args, script_args, model_args):  # a finished run is not trained again
         return
@@ -193,4 +193,4 @@ def main(script_args: SFTScriptArguments, training_args: SFTConfig, model_args: 
 
 
 if __name__ == "__main__":
-    run_entry_script(main, (SFTScriptArguments, SFTConfig, VerituneModelConfig))
+    run_entry_script(main, (SFTScriptArguments, VerituneSFTConfig, VerituneModelConfig))

@@ -368,19 +368,19 @@ def test_decoding_error_names_the_file_being_read(tmp_path: Path, capsys) -> Non
 # ---------------------------------------------------------------------------------------------- recipes
 
 GRPO_CASES = [
-    ("word-for-a-number", {"learning_rate": "fast"}, [], "learning_rate: expected a number, got 'fast'"),
+    ("word-for-a-number", {"learning_rate": "fast"}, [], "learning_rate: invalid float value: 'fast'"),
     (
         "word-for-an-int-flag",
         {},
         ["--max_steps", "abc"],
         "command line: argument --max_steps/--max-steps: invalid int value: 'abc'",
     ),
-    ("list-for-an-int", {"max_steps": [1, 2]}, [], "max_steps: expected an integer, got [1, 2]"),
+    ("list-for-an-int", {"max_steps": [1, 2]}, [], "max_steps: expected one value, got [1, 2]"),
     (
         "string-for-a-list",
         {"reward_funcs": "accuracy"},
         [],
-        "reward_funcs: expected a list of strings, got 'accuracy' (write a list: [accuracy])",
+        "reward_funcs: expected a list, got 'accuracy' (write a list: [accuracy])",
     ),
     (
         "reward-weights-length",
@@ -401,7 +401,12 @@ GRPO_CASES = [
         [],
         "reward_funcs: unknown reward 'acuracy' (did you mean 'accuracy'?)",
     ),
-    ("word-for-a-bool", {"bf16": "maybe"}, [], "bf16: expected true or false or null, got 'maybe'"),
+    (
+        "word-for-a-bool",
+        {"bf16": "maybe"},
+        [],
+        "bf16: Truthy value expected: got maybe but expected one of yes/no, true/false",
+    ),
     (
         "persistent-workers-without-workers",
         {"dataloader_persistent_workers": True},
@@ -442,7 +447,7 @@ def test_grpo_recipe_values_are_checked_before_any_model_loads(
 
 
 DPO_CASES = [
-    ("word-for-beta", {"beta": "high"}, "beta: expected a number, got 'high'"),
+    ("word-for-beta", {"beta": "high"}, "beta: invalid float value: 'high'"),
     ("negative-learning-rate", {"learning_rate": -1.0}, "learning_rate: must be at least 0, got -1.0"),
     ("zero-batch", {"per_device_train_batch_size": 0}, "per_device_train_batch_size: must be at least 1, got 0"),
 ]
@@ -470,7 +475,7 @@ def test_entry_script_bad_recipe_is_one_line(tmp_path: Path) -> None:
         timeout=300,
     )
     assert result.returncode == 2
-    assert_one_error_line(result.stderr, "max_steps: expected an integer, got [1, 2]")
+    assert_one_error_line(result.stderr, "max_steps: expected one value, got [1, 2]")
 
 
 def test_readme_launch_command_with_a_bad_recipe_has_no_launcher_traceback(tmp_path: Path) -> None:
@@ -491,19 +496,17 @@ def test_readme_launch_command_with_a_bad_recipe_has_no_launcher_traceback(tmp_p
         and "ChildFailedError" not in result.stderr
     )
     errors = {line for line in result.stderr.splitlines() if line.startswith("error:")}
-    assert errors == {f"error: {recipe}: learning_rate: expected a number, got 'fast'"}, result.stderr[-3000:]
+    assert errors == {f"error: {recipe}: learning_rate: invalid float value: 'fast'"}, result.stderr[-3000:]
 
 
 def test_sft_recipe_with_persistent_workers_and_no_worker_is_one_line(tmp_path: Path) -> None:
     """The warm-start recipe keeps one persistent data worker; overriding the workers to 0 alone is refused
     before any model loads, instead of torch's traceback at the first batch."""
-    from trl import SFTConfig
-
-    from finetune.configs import VerituneModelConfig
+    from finetune.configs import VerituneModelConfig, VerituneSFTConfig
     from finetune.recipe import parse_recipe
     from finetune.sft import SFTScriptArguments
 
-    types = (SFTScriptArguments, SFTConfig, VerituneModelConfig)
+    types = (SFTScriptArguments, VerituneSFTConfig, VerituneModelConfig)
     flags = ["--dataloader_num_workers", "0"]
     with pytest.raises(UserError) as info:
         parse_recipe([str(REPO_ROOT / "recipes" / "miniature" / "tiny_sft_warmstart.yaml"), *flags], types)
@@ -596,7 +599,7 @@ def run_entry_in_process(script: str, argv: list[str], monkeypatch: pytest.Monke
 
     module = importlib.import_module(f"finetune.{script}")
     names = {"grpo": "GRPOScriptArguments VerituneGRPOConfig", "dpo": "DPOScriptArguments VerituneDPOConfig"}
-    names["sft"] = "SFTScriptArguments SFTConfig"
+    names["sft"] = "SFTScriptArguments VerituneSFTConfig"
     types = tuple(getattr(module, name) for name in f"{names[script]} VerituneModelConfig".split())
     monkeypatch.setattr(sys, "argv", [f"finetune/{script}.py", f"recipes/{ENTRY_RECIPES[script]}.yaml", *argv])
     with pytest.raises(SystemExit) as exit_info:

@@ -36,7 +36,6 @@ def test_the_consumers_parse_nothing_themselves(path: str) -> None:
 
 
 def test_a_recipe_plan_is_parsed_once_and_shared_by_the_check_and_the_hook() -> None:
-    from finetune.recipe import check_recipe_values
     from finetune.training import eval_hook
 
     args = ScriptArguments(
@@ -46,8 +45,7 @@ def test_a_recipe_plan_is_parsed_once_and_shared_by_the_check_and_the_hook() -> 
         eval_limit=10,
         eval_data=["pope=data/pope"],
         eval_image_root="images",
-    )
-    check_recipe_values((args,))
+    )  # the check: ScriptArguments.__post_init__ parses the plan
     plan = EvalPlan.of(args)
     hook = eval_hook(args)
     assert hook is not None and hook.plan is plan

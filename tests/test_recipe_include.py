@@ -117,7 +117,7 @@ def test_an_unknown_key_in_a_base_names_the_base(tmp_path: Path, capsys: pytest.
 def test_a_wrong_value_in_a_base_names_the_base(tmp_path: Path) -> None:
     base = write(tmp_path / "b.yaml", "seed: 1\nnum_generations: eight\n")
     recipe = write(tmp_path / "r.yaml", "include: b.yaml\nlearning_rate: 1.0e-5\n")
-    with pytest.raises(UserError, match=rf"^{base}: num_generations: expected an integer or null, got 'eight'$"):
+    with pytest.raises(UserError, match=rf"^{base}: num_generations: invalid int value: 'eight'$"):
         load_recipe(recipe, GRPO_TYPES)
 
 

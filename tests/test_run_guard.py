@@ -281,7 +281,7 @@ def test_entry_script_without_wandb_credentials_stops_in_one_line(
     types = {
         "grpo": lambda: GRPO_TYPES,
         "dpo": lambda: (module.DPOScriptArguments, module.VerituneDPOConfig, module.VerituneModelConfig),
-        "sft": lambda: (module.SFTScriptArguments, module.SFTConfig, module.VerituneModelConfig),
+        "sft": lambda: (module.SFTScriptArguments, module.VerituneSFTConfig, module.VerituneModelConfig),
     }[script]()
     with pytest.raises(SystemExit) as exit_info:
         module.run_entry_script(module.main, types)

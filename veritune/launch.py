@@ -156,7 +156,7 @@ def _worker_message(error_dir: str) -> str | None:
 ENTRY_SCRIPTS = {  # veritune's entry scripts: the dataclasses each parses its recipe into
     "grpo.py": ("finetune.configs", ("GRPOScriptArguments", "VerituneGRPOConfig", "VerituneModelConfig")),
     "dpo.py": ("finetune.configs", ("DPOScriptArguments", "VerituneDPOConfig", "VerituneModelConfig")),
-    "sft.py": ("finetune.sft", ("SFTScriptArguments", "SFTConfig", "VerituneModelConfig")),
+    "sft.py": ("finetune.sft", ("SFTScriptArguments", "VerituneSFTConfig", "VerituneModelConfig")),
 }
 
 
