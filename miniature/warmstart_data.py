@@ -13,6 +13,12 @@ of such data, as in COCO: present objects are mostly in context and uniformly dr
 of context, so "is this class typical of the scene?" answers most questions right and is learned long before the
 fine object evidence that the rest need.
 
+With ``multi_image`` the data also hold the questions of a MIOH-format file ("Fine-Grained Multi-Image Object
+Hallucination Benchmark", Sec. 3; ``veritune build mioh-rft``, its images under the same image root), worded as the
+``mioh`` benchmark and GRPO's multi-image rows word them and answered with the right letter
+(:func:`multi_image_examples`): how the miniature's multi-image half teaches the base MIOH's answer format on easy
+questions before GRPO meets the hard ones.
+
 With ``attribute_pairs_per_image`` the data also ask about the objects' attributes in FINER's yes/no probe wording
 (:func:`attribute_pair_examples`, from the split's scene graphs): what a model needs to see to tell FINER's
 fine-grained negatives from the positives (docs/LAB_NOTEBOOK_ARCHIVE.md#seeing-base).
@@ -36,7 +42,8 @@ from PIL import Image
 from core.errors import UserError
 from core.finer_yn import QUESTION as FINER_YN_QUESTION
 from core.io import atomic_write_json, atomic_write_text, read_json
-from core.prompts import with_r1_instruction
+from core.mcq_format import read_mioh_questions
+from core.prompts import R1_OPTION_INSTRUCTION, with_r1_instruction
 from data_builders.oric.questions import PARAPHRASES, with_article
 from eval_hooks.answers import OPTION_LETTERS
 from eval_hooks.mcq import letter_list, lettered, option_block
@@ -64,6 +71,7 @@ class WarmstartSettings:
             FINER yes/no probe questions (:func:`attribute_pair_examples`); 0: none.
         attribute_pair_slots: the attribute slots asked about (0-based positions in each object's ``attribute``
             list; a drawn synthetic world: 0 shade, 1 border, 2 pattern); None: every slot the scene graphs have.
+        multi_image: a MIOH-format file whose questions join the table (:func:`multi_image_examples`); None: none.
         seed: the draws' and the final shuffle's seed (a run's ``seed`` in the recipes that generated these data
             before they were a table).
     """
@@ -74,6 +82,7 @@ class WarmstartSettings:
     answer_styles: tuple[str, ...] = ANSWER_STYLES
     attribute_pairs_per_image: int = 0
     attribute_pair_slots: tuple[int, ...] | None = None
+    multi_image: str | None = None
     seed: int = 0
 
     def check(self) -> None:
@@ -263,6 +272,43 @@ def attribute_pair_examples(
     return examples, counts
 
 
+def multi_image_examples(path: str | Path, image_root: str | Path, styles: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The questions of a MIOH-format file as examples, once per answer style: the prompt the ``mioh`` benchmark
+    asks (:func:`core.mcq_format.mioh_prompt`; under ``r1`` with the R1 instruction asking for the letter, as
+    GRPO's ``oric_r1`` rows ask it), answered with the right letter, every image named relative to ``image_root``.
+
+    Raises:
+        UserError: the file's own errors (:func:`core.mcq_format.read_mioh_questions`, naming the row), or an image
+            outside ``image_root`` or missing.
+    """
+    root = Path(image_root)
+    questions = read_mioh_questions(Path(path), root)
+    examples = []
+    for question in questions:
+        images = []
+        for image in question.images:
+            if not image.is_file():
+                raise UserError(f"{path}: question {question.id}: image {image} not found (check --image-root)")
+            try:
+                images.append(image.relative_to(root).as_posix())
+            except ValueError:
+                raise UserError(f"{path}: question {question.id}: image {image} is not under {root}") from None
+        for style in styles:
+            if style == "r1":
+                prompt = with_r1_instruction(question.prompt, R1_OPTION_INSTRUCTION)
+                completion = f"<REASONING> {R1_REASONING} </REASONING> <SOLUTION> {question.answer} </SOLUTION>"
+            else:
+                prompt, completion = question.prompt, question.answer
+            examples.append(
+                {
+                    "prompt": [{"role": "user", "content": prompt}],
+                    "completion": [{"role": "assistant", "content": completion}],
+                    "images": images,
+                }
+            )
+    return examples
+
+
 def warmstart_examples(
     annotations: str | Path,
     image_root: str | Path,
@@ -303,6 +349,11 @@ def warmstart_examples(
         )
         examples = examples + pairs
         random.Random(settings.seed).shuffle(examples)
+    if settings.multi_image:
+        multi = multi_image_examples(settings.multi_image, image_root, settings.answer_styles)
+        counts["multi_image_questions"] = len(multi)
+        examples = examples + multi
+        random.Random(settings.seed + 2).shuffle(examples)  # the tables without them keep their order
     counts["examples"] = len(examples)
     if not examples:
         raise UserError(f"{annotations}: no example could be made (no image, or every count set to 0)")

@@ -30,6 +30,11 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         default="seeing",
         help="FINER's half: seeing (a base that sees attributes, DPO on contrast pairs) or tuples (a control)",
     )
+    parser.add_argument(
+        "--multi-image",
+        action="store_true",
+        help="the multi-image demo instead: MIOH-format image sets, GRPO on them (miniature/multi_image_half.py)",
+    )
     parser.set_defaults(handler=_demo)
 
 
@@ -38,6 +43,14 @@ def _demo(args: argparse.Namespace) -> int:
     from miniature.pipeline import REPO_ROOT, run_demo
 
     hold_output_lock(args.out if args.out.is_absolute() else REPO_ROOT / args.out)  # one demo at a time into OUT
+    if args.multi_image:
+        from core.errors import UserError
+        from miniature.multi_image_half import run_multi_image_demo
+
+        if args.steps is not None or args.finer != "seeing":
+            raise UserError("--multi-image: --steps and --finer belong to the default demo")
+        run_multi_image_demo(args.out, args.seed, use_cache=not args.no_cache)
+        return 0
     run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer)
     return 0
 
@@ -63,6 +76,11 @@ def register_demo_select(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="a further GRPO recipe key for every run (repeatable), e.g. dynamic_sampling=true",
     )
+    parser.add_argument(
+        "--multi-image",
+        action="store_true",
+        help="the multi-image demo's dev runs instead, one per seed, and the bound its rule fixes",
+    )
     parser.set_defaults(handler=_demo_select)
 
 
@@ -71,6 +89,15 @@ def _demo_select(args: argparse.Namespace) -> int:
     from miniature.selection import format_selection, select_replay_ratio
 
     hold_output_lock(args.out)
+    if args.multi_image:
+        from miniature.multi_image_half import format_dev_rule, multi_image_dev_runs
+
+        selection = multi_image_dev_runs(args.out, tuple(args.seeds))
+        text = format_dev_rule(selection)
+        atomic_write_json(args.out / "multi-image-selection.json", selection)
+        atomic_write_text(args.out / "multi-image-selection.txt", text + "\n")
+        print("\n" + text)
+        return 0
     selection = select_replay_ratio(
         args.out, tuple(args.seeds), tuple(args.ratios), args.max_pope_drop, args.steps, tuple(args.overrides)
     )

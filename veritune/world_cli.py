@@ -116,6 +116,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         help="with --attribute-pairs-per-image: the split's scene graphs (default: beside --annotations)",
     )
+    data.add_argument(
+        "--multi-image", type=Path, help="a MIOH-format file (images under --image-root): its questions join the table"
+    )
     data.add_argument("--seed", type=int, default=0, help="random seed (same seed and flags, same rows in same order)")
     data.add_argument("--force", action="store_true", help="replace an --out that holds a different build")
     data.set_defaults(handler=_warmstart_data)
@@ -182,6 +185,7 @@ def _warmstart_data(args: argparse.Namespace) -> int:
         answer_styles=tuple(args.answer_styles),
         attribute_pairs_per_image=args.attribute_pairs_per_image,
         attribute_pair_slots=None if args.attribute_pair_slots is None else tuple(args.attribute_pair_slots),
+        multi_image=None if args.multi_image is None else str(args.multi_image),
         seed=args.seed,
     )
     settings.check()  # the flags first, then the inputs, then the output policy, then the build
@@ -189,6 +193,8 @@ def _warmstart_data(args: argparse.Namespace) -> int:
         raise UserError("--scene-graphs and --attribute-pair-slots: only with --attribute-pairs-per-image")
     if not args.image_root.is_dir():
         raise UserError(f"--image-root {args.image_root}: not a directory")
+    if args.multi_image is not None and not args.multi_image.is_file():
+        raise UserError(f"--multi-image {args.multi_image}: not a file (a MIOH-format file: veritune build mioh-rft)")
     load_present_classes(args.annotations)
     graphs = None
     if settings.attribute_pairs_per_image:
@@ -198,7 +204,10 @@ def _warmstart_data(args: argparse.Namespace) -> int:
                 f"{graphs}: scene graphs not found (--attribute-pairs-per-image reads them; see --scene-graphs)"
             )
     inputs = {"annotations": args.annotations, "scene_graphs": graphs, "image_root": args.image_root}
-    identity = build_identity("build warmstart-data", asdict(settings), inputs)
+    chosen = asdict(settings)
+    if chosen.pop("multi_image"):  # a file: named, and hashed, among the inputs
+        inputs["multi_image"] = args.multi_image
+    identity = build_identity("build warmstart-data", chosen, inputs)
     with claim_output_file(args.out, identity, force=args.force) as staged:
         manifest = write_warmstart_table(
             args.annotations, args.image_root, staged.path, settings, scene_graphs=graphs, build=identity
@@ -206,7 +215,8 @@ def _warmstart_data(args: argparse.Namespace) -> int:
     counts = manifest["counts"]
     print(
         f"wrote {args.out} and {manifest_path(args.out)}: {counts['examples']} examples ({counts['conventional']} "
-        f"conventional, {counts['attribute_questions']} attribute questions)"
+        f"conventional, {counts['attribute_questions']} attribute questions"
+        + (f", {counts['multi_image_questions']} multi-image questions)" if "multi_image_questions" in counts else ")")
     )
     if manifest["summary"]:
         print(manifest["summary"])

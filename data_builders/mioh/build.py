@@ -165,6 +165,7 @@ class MiohSettings:
     tasks: tuple[str, ...] = ("existence", "counting", "attribute", "position")
     max_count: int = MAX_COUNT
     seed: int = 42
+    pressures: tuple[str, ...] = PRESSURES  # a subset builds only those cells (e.g. easy ones for a warm-start)
 
 
 @dataclass
@@ -528,7 +529,7 @@ def build_questions(
     templates = [t for t in TEMPLATES if t.task in settings.tasks]
     records: list[dict[str, Any]] = []
     seen: set[tuple[tuple[str, ...], str, tuple[str, ...]]] = set()
-    cells = [(t, p, n) for t in templates for p, n in pressure_sizes(t, settings)]
+    cells = [(t, p, n) for t in templates for p, n in pressure_sizes(t, settings) if p in settings.pressures]
     offsets: Counter[str] = Counter()
     for template, pressure, size in progress_bar(cells, desc="MIOH cells", unit="cell"):
         letters = answerable_letters(template.layout, size)

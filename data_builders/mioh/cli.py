@@ -26,6 +26,7 @@ from data_builders.mioh.build import (
     MANIFEST_PACKAGES,
     MAX_COUNT,
     OUTPUT_FILE,
+    PRESSURES,
     MiohSettings,
     answer_balance,
     build_images,
@@ -48,6 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--questions", type=int, default=4, help="questions per template, pressure and set size")
     parser.add_argument("--num-images", default="2,4", help="comma-separated set sizes (the smallest: easy and hard)")
     parser.add_argument("--tasks", help=f"comma-separated subset of {','.join(TASKS)} (default: all)")
+    parser.add_argument("--pressures", help=f"comma-separated subset of {','.join(PRESSURES)} (default: all)")
     parser.add_argument("--max-count", type=int, default=MAX_COUNT, help="counting: most instances of a class")
     parser.add_argument("--clip-model", help="CLIP hub id or directory for the CLIP pressures (none: skipped)")
     parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"), help="image embedding cache")
@@ -82,6 +84,18 @@ def _tasks(text: str | None, scene_graphs: Path | None) -> tuple[str, ...]:
     return tasks
 
 
+def _pressures(text: str | None) -> tuple[str, ...]:
+    if text is None:
+        return PRESSURES
+    pressures = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    unknown = [p for p in pressures if p not in PRESSURES]
+    if unknown or not pressures:
+        raise UserError(
+            f"--pressures: unknown pressure {unknown[0] if unknown else text!r}; known: {', '.join(PRESSURES)}"
+        )
+    return tuple(p for p in PRESSURES if p in pressures)
+
+
 def _build(args: argparse.Namespace) -> int:
     for flag, value, least in (("--questions", args.questions, 1), ("--max-count", args.max_count, 1)):
         if value < least:
@@ -96,10 +110,13 @@ def _build(args: argparse.Namespace) -> int:
     instances = load_instances(args.annotations)
     graphs = load_scene_graphs(args.scene_graphs) if args.scene_graphs else []
     exclude = build_images(args.exclude_images_from) if args.exclude_images_from else None
-    settings = MiohSettings(args.questions, sizes, tasks, args.max_count, args.seed)
+    settings = MiohSettings(args.questions, sizes, tasks, args.max_count, args.seed, _pressures(args.pressures))
+    chosen = dict(vars(settings))
+    if settings.pressures == PRESSURES:  # a build of every pressure keeps the identity it had before the flag
+        chosen.pop("pressures")
     identity = build_identity(
         "build mioh-rft",
-        {**vars(settings), "clip_model": args.clip_model},
+        {**chosen, "clip_model": args.clip_model},
         {
             "annotations": args.annotations,
             "scene_graphs": args.scene_graphs,
