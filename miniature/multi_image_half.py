@@ -94,9 +94,17 @@ def run_multi_image_half(
     """Every stage of this half under ``out``, from the ORIC half's world, tiny CLIP, ORIC data and base (``paths``:
     ``miniature.stages.demo_paths(out)``, built first); returns the GRPO run, whose eval hook holds the step-0 and
     final scores on ``split`` (``val``: the demo's rows; ``dev``: ``veritune demo-select --multi-image``)."""
+    build_multi_image_data(paths, out, seed, sizes, split=split)
+    return train_multi_image(paths, out, seed, sizes, split=split)
+
+
+def build_multi_image_data(
+    paths: dict[str, Path], out: Path, seed: int = 0, sizes: MultiImageSizes = MultiImageSizes(), *, split: str = "val"
+) -> None:
+    """Stage 1 and the format stage's table: what needs the world and the tiny CLIP but no trained model (the
+    default demo builds it beside the warm-start)."""
     mine = multi_image_paths(out)
     world = paths["world"]
-    dev = split == "dev"
 
     def build_questions(name: str, data_split: str, folder: Path, questions: int, offset: int, more: list[str]) -> None:
         command = ["build", "mioh-rft", "--annotations", str(world / data_split / "instances.json")]
@@ -108,15 +116,9 @@ def run_multi_image_half(
         done = (folder / "manifest.json").is_file
         run_stage(out, name, stage_key(command, upstream, out=out), [folder], done, lambda: run_veritune(*command))
 
-    bench = mine["dev_bench"] if dev else mine["bench"]
-    build_questions(
-        "mioh-format",
-        "train",
-        mine["format_questions"],
-        sizes.format_questions,
-        FORMAT_SEED_OFFSET,
-        ["--pressures", "easy", "--num-images", "2"],
-    )
+    bench = mine["dev_bench"] if split == "dev" else mine["bench"]
+    easy = ["--pressures", "easy", "--num-images", "2"]
+    build_questions("mioh-format", "train", mine["format_questions"], sizes.format_questions, FORMAT_SEED_OFFSET, easy)
     build_questions("mioh-train", "train", mine["train_questions"], sizes.train_questions, TRAIN_SEED_OFFSET, [])
     build_questions(bench.name, split, bench, sizes.bench_questions, BENCH_SEED_OFFSET, [])
 
@@ -127,16 +129,19 @@ def run_multi_image_half(
     data += ["--questions-per-image", "1", "--multi-image", str(mine["format_questions"] / "mioh.json")]
     data += ["--seed", str(seed)]
     upstream = [recorded_key(out, name) for name in ("world", "mioh-format")]
-    run_stage(
-        out,
-        "mioh-format-data",
-        stage_key(data, upstream, out=out),
-        [table.parent],
-        table.is_file,
-        lambda: run_veritune(*data),
-    )
+    key = stage_key(data, upstream, out=out)
+    run_stage(out, "mioh-format-data", key, [table.parent], table.is_file, lambda: run_veritune(*data))
 
-    base = ["--model_name_or_path", str(paths["base"]), "--dataset_path", str(table)]
+
+def train_multi_image(
+    paths: dict[str, Path], out: Path, seed: int = 0, sizes: MultiImageSizes = MultiImageSizes(), *, split: str = "val"
+) -> Path:
+    """Stages 2 and 3 (the format stage, then GRPO with its eval hook on ``split``); returns the GRPO run."""
+    mine = multi_image_paths(out)
+    world = paths["world"]
+    dev = split == "dev"
+    bench = mine["dev_bench"] if dev else mine["bench"]
+    base = ["--model_name_or_path", str(paths["base"]), "--dataset_path", str(mine["format_data"])]
     base += ["--image_root", str(world / "train" / "images"), "--output_dir", str(mine["base"])]
     base += ["--seed", str(seed), "--max_steps", str(sizes.format_steps)]
     upstream = [recorded_key(out, name) for name in ("base", "mioh-format-data")]

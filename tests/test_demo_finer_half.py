@@ -53,6 +53,7 @@ def test_every_stage_builds_what_the_measured_path_used(seeing: Path) -> None:
         "answer_styles": ["plain"],
         "attribute_pairs_per_image": 3,
         "attribute_pair_slots": None,
+        "multi_image": None,
         "seed": 0,
     }
     assert data["source"] == str(paths["fresh"] / "train" / "instances.json")

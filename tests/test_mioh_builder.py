@@ -302,6 +302,21 @@ def test_exclude_images_from_another_build_shares_none(world: dict[str, Path], t
     assert leakage["excluded_images"] == len(used) and leakage["shared_images"] == 0
 
 
+def test_pressures_builds_only_those_cells_and_keeps_the_full_builds_identity(
+    world: dict[str, Path], built: Path, tmp_path: Path
+) -> None:
+    easy = tmp_path / "easy"
+    assert main(build_args(world, easy, "train", "--pressures", "easy")) == 0
+    records = records_of(easy)
+    assert records and {r["pressure"] for r in records} == {"easy"}
+    full = [r for r in records_of(built) if r["pressure"] == "easy"]
+    assert [r["id"] for r in records] == [r["id"] for r in full]  # the same cells as the full build's easy ones
+    manifest = json.loads((easy / "manifest.json").read_text())
+    assert manifest["settings"]["pressures"] == ["easy"] and manifest["counts"]["pressure"] == {"easy": len(records)}
+    # a build of every pressure has the identity it had before the flag: rerunning it is a no-op
+    assert "pressures" not in json.loads((built / "manifest.json").read_text())["build"]["settings"]
+
+
 # ---- bad input and help
 
 
@@ -312,6 +327,7 @@ def test_exclude_images_from_another_build_shares_none(world: dict[str, Path], t
         (["--num-images", "two"], "error: --num-images: expected comma-separated integers"),
         (["--tasks", "colour"], "error: --tasks: unknown task 'colour'"),
         (["--questions", "0"], "error: --questions must be at least 1"),
+        (["--pressures", "easy,hardest"], "error: --pressures: unknown pressure 'hardest'"),
     ],
 )
 def test_bad_flags_are_one_line(

@@ -166,3 +166,58 @@ def test_the_recipes_show_the_flags_the_demo_builds_their_tables_with() -> None:
         command = _warmstart_command(recipe)
         assert command.endswith(f"{' '.join(WARMSTART_DATA_FLAGS)}{extra} --seed 0"), command
         assert "\nseed: 0\n" in (REPO_ROOT / "recipes" / "miniature" / recipe).read_text()
+
+
+def test_multi_image_questions_join_the_table_worded_as_the_mioh_benchmark_asks_them(
+    world: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--multi-image``: each question of a MIOH-format build once per answer style, its prompt the ``mioh``
+    benchmark's, its completion the right letter, its images named relative to the image root; the conventional
+    rows are those of the same flags without it."""
+    from eval_hooks.benchmarks.mioh import Mioh
+
+    mioh = tmp_path / "mioh"
+    build = ["build", "mioh-rft", "--annotations", str(world["train_annotations"]), "--out", str(mioh)]
+    build += ["--image-root", str(world["train_images"]), "--tasks", "existence", "--pressures", "easy"]
+    assert main([*build, "--num-images", "2", "--questions", "2"]) == 0
+    argv = ["--questions-per-image", "1", "--no-captions", "--answer-styles", "plain", "--seed", "0"]
+    plain = build_table(world, tmp_path / "plain.jsonl", argv)
+    table = build_table(world, tmp_path / "train.jsonl", [*argv, "--multi-image", str(mioh / "mioh.json")])
+    rows = [json.loads(line) for line in table.read_text().splitlines()]
+    items = Mioh().load(mioh / "mioh.json", world["train_images"])
+    answers = {r["id"]: r["answer"] for r in json.loads((mioh / "mioh.json").read_text())}
+    expected = [
+        {
+            "prompt": [{"role": "user", "content": item.prompt}],
+            "completion": [{"role": "assistant", "content": answers[item.id]}],
+            "images": [Path(image).relative_to(world["train_images"]).as_posix() for image in item.images],
+        }
+        for item in items
+    ]
+    multi = [row for row in rows if len(row["images"]) > 1]
+    assert sorted(map(json.dumps, multi)) == sorted(map(json.dumps, expected)) and len(multi) == len(items)
+    conventional = [row for row in rows if len(row["images"]) == 1]
+    assert sorted(map(json.dumps, conventional)) == sorted(
+        map(json.dumps, map(json.loads, plain.read_text().splitlines()))
+    )
+    manifest = json.loads((tmp_path / "train.manifest.json").read_text())
+    assert manifest["counts"]["multi_image_questions"] == len(items) and manifest["build"]["inputs"]["multi_image"]
+    assert f"{len(items)} multi-image questions)" in capsys.readouterr().out
+    # sft.py resolves every image of a row against the image root
+    examples = table_examples(SFTScriptArguments(dataset_path=str(table), image_root=str(world["train_images"])))
+    assert all(Path(image).is_file() for example in examples for image in example["images"])
+
+
+def test_multi_image_questions_outside_the_image_root_are_one_line(
+    world: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mioh = tmp_path / "mioh.json"
+    record = {"id": "q1", "images": ["../elsewhere.jpg", "b.jpg"], "question": "Which object appears in all images?"}
+    record.update(options={"A": "dog", "B": "None of the above"}, answer="A", task="existence")
+    mioh.write_text(json.dumps([{**record, "pattern": "comprehensive", "pressure": "easy"}]))
+    command = ["build", "warmstart-data", "--annotations", str(world["train_annotations"]), "--multi-image", str(mioh)]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--image-root", str(world["train_images"]), "--out", str(tmp_path / "t.jsonl")])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith(f"error: {mioh}: question q1: image ") and err.count("\n") == 1
+    assert not (tmp_path / "t.jsonl").exists()

@@ -32,8 +32,9 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--multi-image",
-        action="store_true",
-        help="the multi-image demo instead: MIOH-format image sets, GRPO on them (miniature/multi_image_half.py)",
+        choices=("with", "without", "only"),
+        default="without",
+        help="the multi-image half (MIOH-format image sets, GRPO on them): with the others, without, or only it",
     )
     parser.set_defaults(handler=_demo)
 
@@ -43,15 +44,15 @@ def _demo(args: argparse.Namespace) -> int:
     from miniature.pipeline import REPO_ROOT, run_demo
 
     hold_output_lock(args.out if args.out.is_absolute() else REPO_ROOT / args.out)  # one demo at a time into OUT
-    if args.multi_image:
+    if args.multi_image == "only":
         from core.errors import UserError
         from miniature.multi_image_half import run_multi_image_demo
 
         if args.steps is not None or args.finer != "seeing":
-            raise UserError("--multi-image: --steps and --finer belong to the default demo")
+            raise UserError("--multi-image only: --steps and --finer belong to the ORIC and FINER halves")
         run_multi_image_demo(args.out, args.seed, use_cache=not args.no_cache)
         return 0
-    run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer)
+    run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer, args.multi_image == "with")
     return 0
 
 
