@@ -1,4 +1,4 @@
-"""``veritune demo --multi-image``: the miniature of multi-image hallucination and its cure by GRPO on image sets.
+"""``veritune demo --multi-image-only``: the miniature of multi-image hallucination and its cure by GRPO on image sets.
 
 MIOH ("Fine-Grained Multi-Image Object Hallucination Benchmark", Sec. 4, Fig. 5) finds that a model asked about
 several images at once names objects none of them holds, most under its hard-negative pressure: an absent object
@@ -9,7 +9,7 @@ synthetic world and trains it away, stage by stage, from the ORIC half's base (`
    option layouts; hard negatives by co-occurrence and by the demo's tiny CLIP, ORIC's machinery): easy ones on the
    train split for the format stage, every pressure on the train split for GRPO, and the bench on the val split
    (the dev split for ``veritune demo-select --multi-image``);
-2. the format stage: ``finetune/sft.py`` with ``recipes/miniature/tiny_mioh_format.yaml`` from the ORIC half's base,
+2. the format stage: ``finetune/sft.py`` with ``recipes/miniature/tiny_sft_mioh_format.yaml`` from the ORIC half's base,
    on conventional questions and the easy multi-image ones (``veritune build warmstart-data --multi-image``): the
    base learns MIOH's answer format (a letter) on questions whose negatives are drawn at random, as conventional data
    draw them, so what it has learned of the objects' co-occurrence is left in place;
@@ -20,6 +20,10 @@ synthetic world and trains it away, stage by stage, from the ORIC half's base (`
 
 The stages are keyed like the demo's (``miniature.stages.run_stage``): an interrupted run resumes and a rerun reuses
 what is unchanged. The before/after rows are :data:`TABLE`.
+
+Status: the claim has not held on the dev split (docs/LAB_NOTEBOOK.md#multi-image-rule): the tiny base answers MIOH's
+questions near chance at every pressure, so its hard negatives are no harder than its easy questions, and 60 GRPO
+steps do not move them reliably. The default demo therefore runs without this half and no outcome test asserts it.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from miniature.stages import (
     stage_key,
 )
 
-FORMAT_RECIPE = "recipes/miniature/tiny_mioh_format.yaml"
+FORMAT_RECIPE = "recipes/miniature/tiny_sft_mioh_format.yaml"
 RECIPE = "recipes/miniature/tiny_mioh_miniature.yaml"
 RUN = "multi-image"  # the GRPO run's name in the before/after table
 # The before/after rows: the claim's (MIOH's hard negatives), the bench's other pressures, and the single-image

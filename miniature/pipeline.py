@@ -44,9 +44,6 @@ import time
 from pathlib import Path
 
 from core.errors import UserError
-from miniature.multi_image_half import RUN as MULTI_IMAGE_RUN
-from miniature.multi_image_half import TABLE as MULTI_IMAGE_TABLE
-from miniature.multi_image_half import build_multi_image_data, train_multi_image
 from miniature.stages import (
     FINER_HALVES,
     REPO_ROOT,
@@ -73,19 +70,13 @@ from miniature.stages import (
 
 
 def run_demo(
-    out: Path,
-    steps: int | None = None,
-    seed: int = 0,
-    use_cache: bool = True,
-    finer: str = "seeing",
-    multi_image: bool = False,
+    out: Path, steps: int | None = None, seed: int = 0, use_cache: bool = True, finer: str = "seeing"
 ) -> dict[str, Path]:
     """Run the whole demo under ``out`` and return where things went (``seed`` seeds the worlds, models and
     training). ``finer``: ``"seeing"``, the FINER half on a base that sees per-instance attributes
     (``miniature.finer_half``, beside the whole ORIC half); or ``"tuples"``, the control: DPO on FINER-Tuning's tuples
     from the ORIC half's base (beside GRPO). ``use_cache``: take the warm-started bases from the shared cache when
-    the same inputs made them before. ``multi_image``: the multi-image half (``miniature.multi_image_half``) on the
-    ORIC half's core once its GRPO is done."""
+    the same inputs made them before."""
     if finer not in FINER_HALVES:
         raise UserError(f"--finer: expected one of {', '.join(FINER_HALVES)}, got {finer!r}")
     from finetune.training import use_cpu_accelerator_without_gpu
@@ -126,16 +117,10 @@ def run_demo(
 
     # The warm-start keeps one core busy; the tiny CLIP, ORIC's data (it needs the CLIP) and FINER's data are
     # built beside it on the other core, their output in a log
-    def build_all_data() -> None:
-        build_data(paths, out, seed, finer=finer_half_run is None)
-        if multi_image:
-            build_multi_image_data(paths, out, seed)
-
     data = Background(
-        ("tiny CLIP, ORIC and FINER data" if finer_half_run is None else "tiny CLIP and ORIC data")
-        + (", MIOH-format questions" if multi_image else ""),
+        "tiny CLIP, ORIC and FINER data" if finer_half_run is None else "tiny CLIP and ORIC data",
         out / "logs" / "data.log",
-        build_all_data,
+        lambda: build_data(paths, out, seed, finer=finer_half_run is None),
     )
     announce_stage(
         "3/7 base model: supervised warm-start on conventional data (POPE-random-style questions, plain answers)"
@@ -178,16 +163,6 @@ def run_demo(
     oric_entries = [entry for entry in table if table_source(entry) == "grpo"]
     found = dict(zip(oric_entries, results_table(runs, oric_entries)))
     record_stage_time("GRPO's before/after rows (its report beside them)")
-    if multi_image:  # on the core GRPO leaves, while the FINER half trains
-        announce_stage(
-            "6b/7 multi-image: the base taught MIOH's answer format, then GRPO on ORIC's and MIOH-format questions"
-        )
-        runs[MULTI_IMAGE_RUN] = train_multi_image(paths, out, seed)
-        table = table + MULTI_IMAGE_TABLE
-        reports.append(start_command(report_command(runs[MULTI_IMAGE_RUN])))
-        mi_rows = results_table(runs, MULTI_IMAGE_TABLE)
-        found.update(zip(MULTI_IMAGE_TABLE, mi_rows))
-        record_stage_time("multi-image: format stage, GRPO and its rows")
     if dpo is not None:
         dpo.join()
         clock = time.monotonic()  # the wait for DPO, if any, is not counted

@@ -801,12 +801,6 @@ def summarise(
             "on image-contrast pairs (its drawn world's val split; its pope row: the objects kept). Each with the 95% "
             "paired bootstrap interval of the difference."
         )
-    if "multi-image" in runs:
-        print(
-            "Multi-image half, rows marked (multi-image): the ORIC half's base taught MIOH's answer format vs GRPO on "
-            "ORIC's and MIOH-format questions (MIOH's existence questions on sets of the val split's images, by "
-            "pressure; its oric_bench and pope rows: the single-image benchmarks kept)."
-        )
     print(table)
     levels = _finer_yn_levels(probe)
     if levels:

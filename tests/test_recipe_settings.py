@@ -41,7 +41,7 @@ def recipe_types(name: str) -> tuple[type, ...]:
         VerituneModelConfig,
     )
 
-    if "oric" in name or "mioh" in name:
+    if ("oric" in name or "mioh" in name) and "_sft_" not in name:
         return GRPOScriptArguments, VerituneGRPOConfig, VerituneModelConfig
     if "finer" in name:
         return DPOScriptArguments, VerituneDPOConfig, VerituneModelConfig

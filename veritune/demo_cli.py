@@ -31,10 +31,9 @@ def register_demo(subparsers: argparse._SubParsersAction) -> None:
         help="FINER's half: seeing (a base that sees attributes, DPO on contrast pairs) or tuples (a control)",
     )
     parser.add_argument(
-        "--multi-image",
-        choices=("with", "without", "only"),
-        default="without",
-        help="the multi-image half (MIOH-format image sets, GRPO on them): with the others, without, or only it",
+        "--multi-image-only",
+        action="store_true",
+        help="only the multi-image half (MIOH-format image sets, GRPO on them) and the stages it builds on",
     )
     parser.set_defaults(handler=_demo)
 
@@ -44,15 +43,15 @@ def _demo(args: argparse.Namespace) -> int:
     from miniature.pipeline import REPO_ROOT, run_demo
 
     hold_output_lock(args.out if args.out.is_absolute() else REPO_ROOT / args.out)  # one demo at a time into OUT
-    if args.multi_image == "only":
+    if args.multi_image_only:
         from core.errors import UserError
         from miniature.multi_image_half import run_multi_image_demo
 
         if args.steps is not None or args.finer != "seeing":
-            raise UserError("--multi-image only: --steps and --finer belong to the ORIC and FINER halves")
+            raise UserError("--multi-image-only: --steps and --finer belong to the ORIC and FINER halves")
         run_multi_image_demo(args.out, args.seed, use_cache=not args.no_cache)
         return 0
-    run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer, args.multi_image == "with")
+    run_demo(args.out, args.steps, args.seed, not args.no_cache, args.finer)
     return 0
 
 
