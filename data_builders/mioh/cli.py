@@ -49,7 +49,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--questions", type=int, default=4, help="questions per template, pressure and set size")
     parser.add_argument("--num-images", default="2,4", help="comma-separated set sizes (the smallest: easy and hard)")
     parser.add_argument("--tasks", help=f"comma-separated subset of {','.join(TASKS)} (default: all)")
-    parser.add_argument("--pressures", help=f"comma-separated subset of {','.join(PRESSURES)} (default: all)")
+    parser.add_argument("--pressures", help=f"comma-separated subset of {','.join(PRESSURES)}")
     parser.add_argument("--max-count", type=int, default=MAX_COUNT, help="counting: most instances of a class")
     parser.add_argument("--clip-model", help="CLIP hub id or directory for the CLIP pressures (none: skipped)")
     parser.add_argument("--clip-cache", type=Path, default=Path("outputs/cache/clip"), help="image embedding cache")
