@@ -270,11 +270,16 @@ class ChatClient:
     def _openai_client(self) -> Any:
         """An ``openai.OpenAI`` client for this endpoint. max_retries=0: the retry loop is ours (see the module
         docstring). A local server needs no key: the placeholder is then never sent (see ``_request``), and
-        OPENAI_API_KEY is not picked up behind our back."""
+        OPENAI_API_KEY is not picked up behind our back. The client also reads OPENAI_ORG_ID and OPENAI_PROJECT_ID
+        from the environment and sends them as headers on every request; like the key, they are for OpenAI's own
+        endpoint, so another endpoint gets neither."""
         import openai
 
         api_key = self._api_key()
-        return openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout)
+        client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout)
+        if not _is_openai(self.base_url):
+            client.organization = client.project = None
+        return client
 
     def _send_all(self, payloads: dict[str, dict[str, Any]], bar: Any | None) -> dict[str, str]:
         """Send ``payloads`` (none cached), at most ``concurrency`` at once; each answer is cached as it arrives."""

@@ -35,6 +35,17 @@ def test_no_key_is_sent_unless_its_variable_is_named(tmp_path: Path, monkeypatch
     assert server.headers and all("Authorization" not in headers for headers in server.headers)
 
 
+def test_openai_organization_and_project_ids_stay_with_openai(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_ORG_ID", "org-do-not-leak")  # the openai client sends these on every request
+    monkeypatch.setenv("OPENAI_PROJECT_ID", "proj-do-not-leak")
+    with FakeChatServer(responder) as server:
+        assert main(build_finer(tmp_path, server.base_url)) == 0
+    names = {name.lower() for headers in server.headers for name in headers}
+    assert server.headers and not names & {"openai-organization", "openai-project"}, names
+    official = ChatClient("https://api.openai.com/v1", "gpt-4o", cache_path=tmp_path / "o.sqlite")._openai_client()
+    assert (official.organization, official.project) == ("org-do-not-leak", "proj-do-not-leak")
+
+
 def test_a_named_key_reaches_the_endpoint_and_is_written_nowhere(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
