@@ -80,6 +80,12 @@ def _is_openai(url: str) -> bool:
         return False
 
 
+def _environment_header_names() -> list[str]:
+    """The header names in OPENAI_CUSTOM_HEADERS, read as the openai client reads it (``Name: value`` lines)."""
+    lines = os.environ.get("OPENAI_CUSTOM_HEADERS", "").split("\n")
+    return [line.partition(":")[0].strip() for line in lines if ":" in line]
+
+
 class ChatClient:
     """Chat completions with an on-disk answer cache.
 
@@ -270,14 +276,28 @@ class ChatClient:
     def _openai_client(self) -> Any:
         """An ``openai.OpenAI`` client for this endpoint. max_retries=0: the retry loop is ours (see the module
         docstring). A local server needs no key: the placeholder is then never sent (see ``_request``), and
-        OPENAI_API_KEY is not picked up behind our back. The client also reads OPENAI_ORG_ID and OPENAI_PROJECT_ID
-        from the environment and sends them as headers on every request; like the key, they are for OpenAI's own
-        endpoint, so another endpoint gets neither."""
+        OPENAI_API_KEY is not picked up behind our back. The client also reads OPENAI_ORG_ID, OPENAI_PROJECT_ID and
+        OPENAI_CUSTOM_HEADERS (``Name: value`` lines, an Authorization among them) from the environment and sends
+        them as headers on every request; like the key, they are for OpenAI's own endpoint, so another endpoint gets
+        none of them (an explicit header set to ``omit`` outranks the environment's)."""
         import openai
 
         api_key = self._api_key()
-        client = openai.OpenAI(base_url=self.base_url, api_key=api_key or "no-key", max_retries=0, timeout=self.timeout)
-        if not _is_openai(self.base_url):
+        official = _is_openai(self.base_url)
+        headers: dict[str, Any] = {}
+        if not official:
+            headers = {name: openai.omit for name in _environment_header_names()}
+            if api_key and any(name.lower() == "authorization" for name in headers):  # the named key, not the env's
+                headers = {name: v for name, v in headers.items() if name.lower() != "authorization"}
+                headers["Authorization"] = f"Bearer {api_key}"
+        client = openai.OpenAI(
+            base_url=self.base_url,
+            api_key=api_key or "no-key",
+            max_retries=0,
+            timeout=self.timeout,
+            default_headers=headers or None,
+        )
+        if not official:
             client.organization = client.project = None
         return client
 

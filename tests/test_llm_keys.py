@@ -142,3 +142,22 @@ def test_official_openai_endpoint_takes_openai_api_key_by_default(monkeypatch: p
     official = ChatClient("https://api.openai.com/v1", "gpt", cache_path=":memory:")
     other = ChatClient("https://llm.example.org/v1", "gpt", cache_path=":memory:")
     assert (official.api_key_env, other.api_key_env) == ("OPENAI_API_KEY", None)
+
+
+@pytest.mark.parametrize("named_key", [False, True])
+def test_openai_custom_headers_stay_with_openai(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, named_key: bool
+) -> None:
+    """OPENAI_CUSTOM_HEADERS (the openai client sends each line as a header) reaches OpenAI's endpoint only; at
+    another endpoint a named key is still sent, and the environment's Authorization never is."""
+    monkeypatch.setenv("OPENAI_CUSTOM_HEADERS", f"X-Team-Secret: {SECRET}\nAuthorization: Bearer {SECRET}-env")
+    monkeypatch.setenv("VERITUNE_TEST_LLM_KEY", SECRET)
+    extra = ["--llm-api-key-env", "VERITUNE_TEST_LLM_KEY"] if named_key else []
+    with FakeChatServer(responder) as server:
+        assert main(build_finer(tmp_path, server.base_url, *extra)) == 0
+    assert server.headers
+    for headers in server.headers:
+        assert "x-team-secret" not in {name.lower() for name in headers}
+        assert headers.get("Authorization") == (f"Bearer {SECRET}" if named_key else None)
+    official = ChatClient("https://api.openai.com/v1", "gpt-4o", cache_path=tmp_path / "o.sqlite")._openai_client()
+    assert official.default_headers["X-Team-Secret"] == SECRET
