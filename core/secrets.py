@@ -167,3 +167,61 @@ def withhold_secrets(*instances: Any) -> None:
         raise UserError(f"{' and '.join(tokens)}: two different Hugging Face tokens; give one, in HF_TOKEN")
     if tokens:
         os.environ["HF_TOKEN"] = next(iter(tokens.values()))
+
+
+def withhold_token_flags(argv: list[str]) -> list[str]:
+    """``argv`` without its Hugging Face token flags (``--hub_token X``, ``--hub-token=X``, a ``token`` inside a
+    JSON mapping value such as ``--model_init_kwargs '{"token": "X"}'``), the token moved into ``HF_TOKEN`` of
+    this process. ``veritune launch`` passes the rest to its workers, which inherit ``HF_TOKEN``, so the token is
+    not on their command lines, which every user of a node can read (``ps``) for the whole run.
+
+    Raises:
+        UserError: two different tokens are given.
+    """
+    tokens: dict[str, str] = {}
+    out: list[str] = []
+    pending: str | None = None
+    owner = "argument"  # the flag a separate value belongs to (``--model_init_kwargs '{...}'``)
+    for arg in argv:
+        if pending is not None:
+            tokens[pending] = arg
+            pending = None
+            continue
+        flag, eq, value = arg[2:].partition("=") if arg.startswith("--") else ("", "", arg)
+        key = flag.replace("-", "_")
+        if flag and not eq:
+            owner = key
+        if key in SECRET_ENV_VARS:
+            if eq:
+                tokens[key] = value
+            else:
+                pending = key
+            continue
+        mapping = _json_mapping(value)
+        held = [name for name in mapping or {} if name in SECRET_ENV_VARS]
+        if not held:
+            out.append(arg)
+            continue
+        for name in held:
+            token = mapping.pop(name)
+            if isinstance(token, str) and token:
+                tokens[f"{key if eq else owner}.{name}"] = token
+        out.append(f"--{flag}={json.dumps(mapping)}" if eq else json.dumps(mapping))
+    if pending is not None:
+        out.append(f"--{pending}")  # a flag without its value: the entry script's parser says so
+    values = {token for token in tokens.values() if token}
+    if len(values) > 1:
+        raise UserError(f"{' and '.join(tokens)}: two different Hugging Face tokens; give one, in HF_TOKEN")
+    if values:
+        os.environ["HF_TOKEN"] = values.pop()
+    return out
+
+
+def _json_mapping(text: str) -> dict[str, Any] | None:
+    if not text.lstrip().startswith("{"):
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None

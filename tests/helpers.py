@@ -150,10 +150,13 @@ def write_report_run(run_dir: Path, steps: tuple[int, ...] = (0, 10, 20)) -> Pat
 
 
 WORKER_SITECUSTOMIZE = """\
-import os, sys
+import json, os, sys
 if os.path.basename(sys.argv[0]) in ("grpo.py", "dpo.py", "sft.py"):
     with open(os.environ["VERITUNE_TEST_WORKERS"], "a") as handle:
         handle.write(sys.argv[0] + "\\n")
+    if os.environ.get("VERITUNE_TEST_WORKER_ARGV"):
+        with open(os.environ["VERITUNE_TEST_WORKER_ARGV"], "a") as handle:
+            handle.write(json.dumps({"argv": sys.argv, "hf_token": os.environ.get("HF_TOKEN")}) + "\\n")
 """
 
 

@@ -11,10 +11,10 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from helpers import REPO_ROOT, run_entry
+from helpers import REPO_ROOT, run_entry, run_launch
 
 from core.errors import UserError
-from core.secrets import is_secret_key, redact_argv, withhold_secrets
+from core.secrets import is_secret_key, redact_argv, withhold_secrets, withhold_token_flags
 from veritune.cli import main
 
 TOKEN = "hf_verituneTestSecretNotARealOne42"
@@ -105,3 +105,37 @@ def test_command_line_secrets_are_redacted_and_taken_into_hf_token(monkeypatch: 
     args = VerituneGRPOConfig(output_dir="unused", hub_token=TOKEN, model_init_kwargs={"token": TOKEN}, use_cpu=True)
     withhold_secrets(args)
     assert args.hub_token is None and "token" not in args.model_init_kwargs and os.environ["HF_TOKEN"] == TOKEN
+
+
+def test_token_flags_are_taken_off_the_arguments_into_hf_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+    kwargs = json.dumps({"token": TOKEN, "revision": "main"})
+    argv = ["r.yaml", "--hub_token", TOKEN, f"--hub-token={TOKEN}", "--model_init_kwargs", kwargs, "--max_steps", "2"]
+    assert withhold_token_flags(argv) == ["r.yaml", "--model_init_kwargs", '{"revision": "main"}', "--max_steps", "2"]
+    assert os.environ["HF_TOKEN"] == TOKEN
+    assert withhold_token_flags(["--max_new_tokens", "8", "--pad_token", "<pad>"]) == [
+        "--max_new_tokens",
+        "8",
+        "--pad_token",
+        "<pad>",
+    ]
+    with pytest.raises(UserError, match="^hub_token and model_init_kwargs.token: two different Hugging Face tokens"):
+        withhold_token_flags(["--hub_token", TOKEN, "--model_init_kwargs", json.dumps({"token": TOKEN + "x"})])
+
+
+def test_launch_gives_the_workers_the_token_in_hf_token_not_on_their_command_line(tmp_path: Path) -> None:
+    """Every user of a node reads the workers' command lines (``ps``) for the whole run: the launcher keeps the
+    token off them."""
+    seen = tmp_path / "argv.jsonl"
+    result, workers = run_launch(
+        tmp_path,
+        "--config_file", "recipes/accelerate/single.yaml",
+        "finetune/sft.py", "recipes/miniature/tiny_sft_mioh_format.yaml",
+        "--model_name_or_path", str(tmp_path / "no-model"), "--output_dir", str(tmp_path / "out"),
+        "--hub_token", TOKEN,
+        CUDA_VISIBLE_DEVICES="", VERITUNE_TEST_WORKER_ARGV=str(seen),
+    )  # fmt: skip
+    assert workers == ["finetune/sft.py"], result.stderr[-3000:]
+    [worker] = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert TOKEN not in " ".join(worker["argv"]) and worker["hf_token"] == TOKEN
+    assert TOKEN not in result.stdout + result.stderr

@@ -34,6 +34,7 @@ from core.errors import (
     UserError,
     exit_on_user_error,
 )
+from core.secrets import withhold_token_flags
 
 VERITUNE_HELP = """\
 what veritune launch adds to accelerate launch:
@@ -43,6 +44,8 @@ what veritune launch adds to accelerate launch:
     training script: `finetune/grpo.py RECIPE.yaml`, `--config RECIPE.yaml` or `--recipe RECIPE.yaml`;
     an `--accelerate_config PATH` override among the script's arguments wins); the launcher prints which
     config it used.
+  - a Hugging Face token among the script's arguments (--hub_token, a "token" in --model_init_kwargs)
+    reaches the workers in HF_TOKEN, not on their command lines (which every user of a node can read).
 
 example:
   veritune launch --num_processes 4 finetune/grpo.py recipes/qwen3vl_oric.yaml   # recipes/accelerate/zero3.yaml
@@ -231,6 +234,7 @@ def launch(argv: list[str]) -> int:
         parser.print_help()
         return 0
     args = parser.parse_args(argv)
+    args.training_script_args = withhold_token_flags(args.training_script_args)  # off the workers' `ps` lines
     if not check_worker_wandb(args.training_script, args.training_script_args):
         return USER_ERROR_EXIT_CODE
     _choose_config(args)
